@@ -1,0 +1,68 @@
+#include "common/allocator/allocator_config.h"
+
+#include <charconv>
+#include <string>
+
+namespace trainmem {
+
+namespace {
+std::string trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return std::string(s);
+}
+
+bool parse_bool(const std::string& key, const std::string& v) {
+  if (v == "True" || v == "true" || v == "1") return true;
+  if (v == "False" || v == "false" || v == "0") return false;
+  throw AllocatorConfigError("allocator config: " + key + " must be True or False, not '" + v + "'");
+}
+}  // namespace
+
+AllocatorConfig AllocatorConfig::parse(std::string_view text) {
+  AllocatorConfig config;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = trim(text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    start = (comma == std::string_view::npos) ? text.size() + 1 : comma + 1;
+    if (item.empty()) continue;
+    const std::size_t colon = item.find(':');
+    if (colon == std::string::npos)
+      throw AllocatorConfigError("allocator config: '" + item + "' is not key:value (e.g. max_split_size_mb:128)");
+    const std::string key = trim(item.substr(0, colon));
+    const std::string value = trim(item.substr(colon + 1));
+    if (key == "backend") {
+      if (value == "caching" || value == "native") config.backend = Backend::caching;
+      else if (value == "raw") config.backend = Backend::raw;
+      else throw AllocatorConfigError("allocator config: backend must be caching or raw, not '" + value + "'");
+    } else if (key == "max_split_size_mb") {
+      std::size_t mb = 0;
+      const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), mb);
+      if (ec != std::errc() || ptr != value.data() + value.size())
+        throw AllocatorConfigError("allocator config: max_split_size_mb must be a whole number of MiB, not '" + value + "'");
+      // PyTorch raises values below the large segment size to it: smaller limits would stop the
+      // allocator from splitting its own 20 MiB segments.
+      if (mb * MiB < kLargeBuffer)
+        throw AllocatorConfigError("allocator config: max_split_size_mb must be at least 20 (the large segment size), not " + value);
+      config.max_split_size = mb * MiB;
+    } else if (key == "expandable_segments") {
+      if (parse_bool(key, value))
+        throw AllocatorConfigError("allocator config: expandable_segments:True is not implemented yet; use expandable_segments:False");
+      config.expandable_segments = false;
+    } else {
+      throw AllocatorConfigError("allocator config: unknown key '" + key +
+                                 "' (known: backend, max_split_size_mb, expandable_segments)");
+    }
+  }
+  return config;
+}
+
+std::string AllocatorConfig::to_string() const {
+  std::string s = std::string("backend:") + (backend == Backend::caching ? "caching" : "raw");
+  if (max_split_size != kNoMaxSplit) s += ",max_split_size_mb:" + std::to_string(max_split_size / MiB);
+  s += std::string(",expandable_segments:") + (expandable_segments ? "True" : "False");
+  return s;
+}
+
+}  // namespace trainmem

@@ -1,0 +1,525 @@
+#include "common/allocator/caching_allocator.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <tuple>
+
+#include "common/util/byte_size.h"
+
+namespace trainmem {
+
+// A block is a piece of a segment: [address, address + size). The blocks of one segment form a
+// doubly linked list in address order (prev/next); a segment that is one block has neither.
+struct CachingAllocator::Block {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  std::size_t requested_size = 0;  // what the caller asked for (0 while free)
+  StreamId stream = kDefaultStream;
+  BlockPool* pool = nullptr;
+  bool allocated = false;  // handed to a caller and not yet freed
+  Block* prev = nullptr;
+  Block* next = nullptr;
+  MemoryCategory category = MemoryCategory::other;
+  int event_count = 0;            // cross-stream events still to complete before reuse
+  std::set<StreamId> stream_uses;  // other streams that used this block (record_stream)
+
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+};
+
+// Free blocks ordered by (stream, size, address): lower_bound on (stream, n, 0) is the best fit.
+bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
+  return std::tie(a->stream, a->size, a->address) < std::tie(b->stream, b->size, b->address);
+}
+
+struct CachingAllocator::BlockPool {
+  explicit BlockPool(bool small) : is_small(small) {}
+  bool is_small;
+  std::set<Block*, BlockOrder> blocks;
+  StatType stat_type() const { return is_small ? StatType::small_pool : StatType::large_pool; }
+};
+
+CachingAllocator::CachingAllocator(DeviceMemory& device, AllocatorConfig config)
+    : device_(device),
+      config_(config),
+      small_pool_(std::make_unique<BlockPool>(true)),
+      large_pool_(std::make_unique<BlockPool>(false)) {
+  if (config_.expandable_segments)
+    throw AllocatorConfigError("expandable_segments:True is not implemented yet");
+}
+
+CachingAllocator::~CachingAllocator() {
+  // Tensors should be gone by now; whatever is left is given back to the device regardless.
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [event, block] : pending_events_) device_.destroy_event(event);
+  std::vector<Block*> heads;
+  for (BlockPool* pool : {small_pool_.get(), large_pool_.get()})
+    for (Block* b : pool->blocks)
+      if (!b->prev) heads.push_back(b);
+  for (auto& [address, b] : live_blocks_)
+    if (!b->prev) heads.push_back(b);
+  for (Block* head : heads) {
+    std::size_t segment_size = 0;
+    for (Block* b = head; b; b = b->next) segment_size += b->size;
+    device_.release(reinterpret_cast<void*>(head->address), segment_size);
+    for (Block* b = head; b;) {
+      Block* next = b->next;
+      delete b;
+      b = next;
+    }
+  }
+}
+
+template <typename F>
+void CachingAllocator::for_pool_stats(const BlockPool& pool, F&& f) {
+  f(stat_index(StatType::all));
+  f(stat_index(pool.stat_type()));
+}
+
+CachingAllocator::BlockPool& CachingAllocator::pool_for(std::size_t rounded) {
+  return is_small_request(rounded) ? *small_pool_ : *large_pool_;
+}
+
+// ------------------------------------------------------------------------------------------
+// allocate
+// ------------------------------------------------------------------------------------------
+
+void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category, StreamId stream) {
+  if (bytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  process_events_locked();
+
+  const std::size_t rounded = round_size(bytes);
+  BlockPool& pool = pool_for(rounded);
+
+  if (config_.backend == AllocatorConfig::Backend::raw) {
+    // Raw mode: one device allocation per request, nothing cached, nothing retried.
+    Block* block = alloc_segment(pool, rounded, stream, /*is_retry=*/false);
+    if (!block) raise_oom(bytes, rounded, rounded, category, stream);
+    return alloc_found_block(block, rounded, bytes, category);
+  }
+
+  // 1. The cache: the smallest free block that fits, on this stream.
+  Block* block = get_free_block(pool, rounded, stream);
+  if (!block) {
+    const std::size_t segment_size = segment_size_for(rounded);
+    // 2. A new segment from the device.
+    block = alloc_segment(pool, segment_size, stream, /*is_retry=*/false);
+    // 3. The device refused: free cached oversize blocks (only with max_split_size), retry.
+    if (!block && release_available_cached_blocks(pool, rounded, stream))
+      block = alloc_segment(pool, segment_size, stream, /*is_retry=*/false);
+    // 4. Still refused: free every wholly free segment (empty_cache), retry once more.
+    if (!block) {
+      release_cached_blocks();
+      block = alloc_segment(pool, segment_size, stream, /*is_retry=*/true);
+    }
+    // 5. Out of memory.
+    if (!block) raise_oom(bytes, rounded, segment_size, category, stream);
+  }
+  return alloc_found_block(block, rounded, bytes, category);
+}
+
+CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, std::size_t rounded, StreamId stream) {
+  Block key;
+  key.stream = stream;
+  key.size = rounded;
+  auto it = pool.blocks.lower_bound(&key);
+  if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
+  const std::size_t found = (*it)->size;
+  // An oversize block (>= max_split_size) is never split, so a request below the limit must not
+  // take one: it would pin the whole block for a small tensor.
+  if (rounded < config_.max_split_size && found >= config_.max_split_size) return nullptr;
+  // An oversize request may take a bigger oversize block, but waste at most 20 MiB of it.
+  if (rounded >= config_.max_split_size && found >= rounded + kLargeBuffer) return nullptr;
+  Block* block = *it;
+  pool.blocks.erase(it);
+  return block;
+}
+
+CachingAllocator::Block* CachingAllocator::alloc_segment(BlockPool& pool, std::size_t segment_size, StreamId stream,
+                                                         bool is_retry) {
+  if (is_retry) stats_.num_alloc_retries += 1;
+  void* ptr = device_.allocate(segment_size);
+  if (!ptr) return nullptr;
+
+  auto* block = new Block;
+  block->address = reinterpret_cast<std::uintptr_t>(ptr);
+  block->size = segment_size;
+  block->stream = stream;
+  block->pool = &pool;
+  for_pool_stats(pool, [&](std::size_t t) {
+    stats_.segment[t].increase(1);
+    stats_.reserved_bytes[t].increase(static_cast<std::int64_t>(segment_size));
+  });
+  if (segment_size >= config_.max_split_size) stats_.oversize_segments.increase(1);
+  stats_.num_device_alloc += 1;
+  recorder_.record(TraceAction::segment_alloc, block->address, segment_size, segment_size, MemoryCategory::other, stream);
+  return block;
+}
+
+// Frees cached blocks >= max_split_size, only as many as the request needs: the smallest single
+// oversize block that is big enough, else the largest ones until their sum is big enough.
+// Returns true when enough was released to make a retry worthwhile.
+bool CachingAllocator::release_available_cached_blocks(BlockPool& pool, std::size_t rounded, StreamId stream) {
+  if (config_.max_split_size == kNoMaxSplit) return false;
+  Block key;
+  key.stream = stream;
+  key.size = std::max(rounded, config_.max_split_size);
+  auto it = pool.blocks.lower_bound(&key);
+  auto releasable = [](const Block* b) { return !b->is_split(); };  // only whole segments go back
+  if (it == pool.blocks.end() || (*it)->stream != stream || !releasable(*it)) {
+    // No single block is big enough: release oversize blocks from the largest down.
+    if (it == pool.blocks.begin()) return false;
+    std::size_t released = 0;
+    --it;  // the largest block below the key (if it is on this stream)
+    while (released < key.size && (*it)->size >= config_.max_split_size && (*it)->stream == stream) {
+      Block* current = *it;
+      const bool is_first = (it == pool.blocks.begin());
+      if (!is_first) --it;
+      if (releasable(current)) {
+        released += current->size;
+        release_block(current);
+      }
+      if (is_first) break;
+    }
+    return released >= key.size;
+  }
+  release_block(*it);
+  return true;
+}
+
+// What empty_cache() does: every free block that is a whole segment goes back to the device.
+void CachingAllocator::release_cached_blocks() {
+  synchronize_and_free_events();
+  for (BlockPool* pool : {large_pool_.get(), small_pool_.get()}) {
+    for (auto it = pool->blocks.begin(); it != pool->blocks.end();) {
+      Block* block = *it++;
+      if (!block->is_split()) release_block(block);
+    }
+  }
+}
+
+bool CachingAllocator::should_split(const Block* block, std::size_t rounded) const {
+  const std::size_t remaining = block->size - rounded;
+  if (block->pool->is_small) return remaining >= kMinBlockSize;
+  return rounded < config_.max_split_size && remaining > kSmallSize;
+}
+
+void* CachingAllocator::alloc_found_block(Block* block, std::size_t rounded, std::size_t requested,
+                                          MemoryCategory category) {
+  BlockPool& pool = *block->pool;
+  const bool already_split = block->is_split();
+  const bool split = config_.backend == AllocatorConfig::Backend::caching && should_split(block, rounded);
+
+  if (split) {
+    // [block: rounded bytes][remaining: the rest], the remainder going back to the pool.
+    Block* remaining = block;
+    block = new Block;
+    block->address = remaining->address;
+    block->size = rounded;
+    block->stream = remaining->stream;
+    block->pool = &pool;
+    block->prev = remaining->prev;
+    if (block->prev) block->prev->next = block;
+    block->next = remaining;
+    remaining->prev = block;
+    remaining->address += rounded;
+    remaining->size -= rounded;
+    pool.blocks.insert(remaining);
+
+    for_pool_stats(pool, [&](std::size_t t) {
+      if (already_split) {
+        // An inactive split block shrinks by `rounded` bytes.
+        stats_.inactive_split_bytes[t].decrease(static_cast<std::int64_t>(block->size));
+      } else {
+        // A whole segment becomes split: its remainder is a new inactive split block.
+        stats_.inactive_split_bytes[t].increase(static_cast<std::int64_t>(remaining->size));
+        stats_.inactive_split[t].increase(1);
+      }
+    });
+  } else if (already_split) {
+    // An inactive split block becomes active whole.
+    for_pool_stats(pool, [&](std::size_t t) {
+      stats_.inactive_split_bytes[t].decrease(static_cast<std::int64_t>(block->size));
+      stats_.inactive_split[t].decrease(1);
+    });
+  }
+
+  block->allocated = true;
+  block->requested_size = requested;
+  block->category = category;
+  live_blocks_[block->address] = block;
+
+  for_pool_stats(pool, [&](std::size_t t) {
+    stats_.allocation[t].increase(1);
+    stats_.allocated_bytes[t].increase(static_cast<std::int64_t>(block->size));
+    stats_.active[t].increase(1);
+    stats_.active_bytes[t].increase(static_cast<std::int64_t>(block->size));
+    stats_.requested_bytes[t].increase(static_cast<std::int64_t>(requested));
+  });
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+  stats_.by_category[index_of(category)].increase(static_cast<std::int64_t>(block->size));
+  recorder_.record(TraceAction::alloc, block->address, requested, block->size, category, block->stream);
+  return reinterpret_cast<void*>(block->address);
+}
+
+void CachingAllocator::raise_oom(std::size_t requested, std::size_t rounded, std::size_t segment_size,
+                                 MemoryCategory category, StreamId stream) {
+  stats_.num_ooms += 1;
+  recorder_.record(TraceAction::oom, 0, rounded, segment_size, category, stream);
+  OomReport report;
+  report.device = device_.name();
+  report.category = category;
+  report.requested_bytes = requested;
+  report.rounded_bytes = rounded;
+  report.device_request_bytes = segment_size;
+  report.capacity_bytes = device_.total_bytes();
+  report.device_free_bytes = device_.free_bytes();
+  report.allocated_bytes = static_cast<std::size_t>(stats_.allocated_bytes[0].current);
+  report.reserved_bytes = static_cast<std::size_t>(stats_.reserved_bytes[0].current);
+  report.largest_free_block = fragmentation_locked().largest_free_block;
+  for (MemoryCategory c : kAllMemoryCategories)
+    report.category_bytes[index_of(c)] = stats_.by_category[index_of(c)].current;
+  report.advice = oom_advisor_ ? oom_advisor_(report) : default_oom_advice(report);
+  throw OutOfMemoryError(std::move(report));
+}
+
+// ------------------------------------------------------------------------------------------
+// free
+// ------------------------------------------------------------------------------------------
+
+void CachingAllocator::free(void* ptr) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_blocks_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == live_blocks_.end() || !it->second->allocated)
+    throw std::invalid_argument(it == live_blocks_.end() ? "free: pointer was not allocated by this allocator"
+                                                         : "free: block freed twice");
+  Block* block = it->second;
+  block->allocated = false;
+  for_pool_stats(*block->pool, [&](std::size_t t) {
+    stats_.allocation[t].decrease(1);
+    stats_.allocated_bytes[t].decrease(static_cast<std::int64_t>(block->size));
+  });
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
+  stats_.by_category[index_of(block->category)].decrease(static_cast<std::int64_t>(block->size));
+  recorder_.record(TraceAction::free_requested, block->address, block->requested_size, block->size, block->category,
+                   block->stream);
+
+  if (!block->stream_uses.empty()) {
+    insert_events(block);  // stays active until the other streams are done with it
+  } else {
+    free_block(block);
+  }
+}
+
+void CachingAllocator::record_stream(void* ptr, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_blocks_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == live_blocks_.end() || !it->second->allocated)
+    throw std::invalid_argument("record_stream: pointer is not a live allocation of this allocator");
+  if (stream != it->second->stream) it->second->stream_uses.insert(stream);
+}
+
+void CachingAllocator::insert_events(Block* block) {
+  for (StreamId s : block->stream_uses) {
+    EventHandle event = device_.record_event(s);
+    block->event_count += 1;
+    pending_events_.emplace_back(event, block);
+  }
+  block->stream_uses.clear();
+}
+
+void CachingAllocator::process_events() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  process_events_locked();
+}
+
+void CachingAllocator::process_events_locked() {
+  for (auto it = pending_events_.begin(); it != pending_events_.end();) {
+    auto [event, block] = *it;
+    if (!device_.event_completed(event)) {
+      ++it;
+      continue;
+    }
+    device_.destroy_event(event);
+    it = pending_events_.erase(it);
+    if (--block->event_count == 0) free_block(block);
+  }
+}
+
+void CachingAllocator::synchronize_and_free_events() {
+  stats_.num_sync_all_streams += 1;
+  auto pending = std::move(pending_events_);
+  pending_events_.clear();
+  for (auto [event, block] : pending) {
+    device_.synchronize_event(event);
+    device_.destroy_event(event);
+    if (--block->event_count == 0) free_block(block);
+  }
+}
+
+// The block is no longer used by anyone: merge it with free neighbours and cache it
+// (or, in raw mode, give it straight back to the device).
+void CachingAllocator::free_block(Block* block) {
+  BlockPool& pool = *block->pool;
+  const std::size_t original_size = block->size;
+  const std::size_t requested = block->requested_size;
+  live_blocks_.erase(block->address);
+  recorder_.record(TraceAction::free_completed, block->address, requested, original_size, block->category,
+                   block->stream);
+
+  // Merging a free split neighbour removes it from inactive_split; the merged block joins it if
+  // it is still part of a split segment.
+  std::int64_t inactive_split_blocks_change = 0;
+  std::int64_t inactive_split_bytes_change = 0;
+  for (Block* neighbour : {block->prev, block->next}) {
+    const std::size_t subsumed = try_merge_blocks(block, neighbour, pool);
+    if (subsumed > 0) {
+      inactive_split_blocks_change -= 1;
+      inactive_split_bytes_change -= static_cast<std::int64_t>(subsumed);
+    }
+  }
+  if (block->is_split()) {
+    inactive_split_blocks_change += 1;
+    inactive_split_bytes_change += static_cast<std::int64_t>(block->size);
+  }
+  block->requested_size = 0;
+  block->category = MemoryCategory::other;
+
+  for_pool_stats(pool, [&](std::size_t t) {
+    if (inactive_split_blocks_change > 0) stats_.inactive_split[t].increase(inactive_split_blocks_change);
+    if (inactive_split_blocks_change < 0) stats_.inactive_split[t].decrease(-inactive_split_blocks_change);
+    if (inactive_split_bytes_change > 0) stats_.inactive_split_bytes[t].increase(inactive_split_bytes_change);
+    if (inactive_split_bytes_change < 0) stats_.inactive_split_bytes[t].decrease(-inactive_split_bytes_change);
+    stats_.active[t].decrease(1);
+    stats_.active_bytes[t].decrease(static_cast<std::int64_t>(original_size));
+    stats_.requested_bytes[t].decrease(static_cast<std::int64_t>(requested));
+  });
+
+  pool.blocks.insert(block);
+  if (config_.backend == AllocatorConfig::Backend::raw) release_block(block);
+}
+
+// Merges `src` into `dst` if `src` is a free neighbour; returns the bytes merged (0 if none).
+std::size_t CachingAllocator::try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
+  if (!src || src->allocated || src->event_count > 0) return 0;
+  if (dst->prev == src) {  // [src][dst] -> [dst]
+    dst->address = src->address;
+    dst->prev = src->prev;
+    if (dst->prev) dst->prev->next = dst;
+  } else {  // [dst][src] -> [dst]
+    dst->next = src->next;
+    if (dst->next) dst->next->prev = dst;
+  }
+  const std::size_t subsumed = src->size;
+  dst->size += subsumed;
+  pool.blocks.erase(src);
+  delete src;
+  return subsumed;
+}
+
+// Gives a whole-segment free block back to the device.
+void CachingAllocator::release_block(Block* block) {
+  BlockPool& pool = *block->pool;
+  device_.release(reinterpret_cast<void*>(block->address), block->size);
+  for_pool_stats(pool, [&](std::size_t t) {
+    stats_.segment[t].decrease(1);
+    stats_.reserved_bytes[t].decrease(static_cast<std::int64_t>(block->size));
+  });
+  if (block->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
+  stats_.num_device_free += 1;
+  recorder_.record(TraceAction::segment_free, block->address, block->size, block->size, MemoryCategory::other,
+                   block->stream);
+  pool.blocks.erase(block);
+  delete block;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cached_blocks();
+}
+
+// ------------------------------------------------------------------------------------------
+// statistics and snapshots
+// ------------------------------------------------------------------------------------------
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.reset_peak();
+}
+
+void CachingAllocator::reset_accumulated_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.reset_accumulated();
+}
+
+void CachingAllocator::set_oom_advisor(OomAdvisor advisor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  oom_advisor_ = std::move(advisor);
+}
+
+FragmentationInfo CachingAllocator::fragmentation() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return fragmentation_locked();
+}
+
+FragmentationInfo CachingAllocator::fragmentation_locked() const {
+  FragmentationInfo info;
+  for (const auto& [address, b] : live_blocks_) {
+    if (b->allocated) info.internal_free_bytes += b->size - b->requested_size;
+    else info.awaiting_free_bytes += b->size;
+  }
+  for (const BlockPool* pool : {small_pool_.get(), large_pool_.get()}) {
+    for (const Block* b : pool->blocks) {
+      info.external_free_bytes += b->size;
+      info.largest_free_block = std::max(info.largest_free_block, b->size);
+    }
+  }
+  return info;
+}
+
+std::vector<SegmentSnapshot> CachingAllocator::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<const Block*> heads;
+  for (const BlockPool* pool : {small_pool_.get(), large_pool_.get()})
+    for (const Block* b : pool->blocks)
+      if (!b->prev) heads.push_back(b);
+  for (const auto& [address, b] : live_blocks_)
+    if (!b->prev) heads.push_back(b);
+  std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->address < b->address; });
+
+  std::vector<SegmentSnapshot> segments;
+  for (const Block* head : heads) {
+    SegmentSnapshot s;
+    s.address = head->address;
+    s.stream = head->stream;
+    s.is_small = head->pool->is_small;
+    for (const Block* b = head; b; b = b->next) {
+      BlockSnapshot bs;
+      bs.address = b->address;
+      bs.size = b->size;
+      bs.requested_size = b->requested_size;
+      bs.category = b->category;
+      const bool live = live_blocks_.count(b->address) > 0;
+      bs.state = b->allocated ? BlockSnapshot::State::active_allocated
+                 : live       ? BlockSnapshot::State::active_awaiting_free
+                              : BlockSnapshot::State::inactive;
+      s.total_size += b->size;
+      if (b->allocated) s.allocated_size += b->size;
+      if (live) {
+        s.active_size += b->size;
+        s.requested_size += b->requested_size;
+      }
+      s.blocks.push_back(bs);
+    }
+    segments.push_back(std::move(s));
+  }
+  return segments;
+}
+
+}  // namespace trainmem

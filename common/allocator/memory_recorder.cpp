@@ -1,0 +1,64 @@
+#include "common/allocator/memory_recorder.h"
+
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace trainmem {
+
+std::string_view to_string(TraceAction a) {
+  switch (a) {
+    case TraceAction::alloc: return "alloc";
+    case TraceAction::free_requested: return "free_requested";
+    case TraceAction::free_completed: return "free_completed";
+    case TraceAction::segment_alloc: return "segment_alloc";
+    case TraceAction::segment_free: return "segment_free";
+    case TraceAction::oom: return "oom";
+  }
+  return "unknown";
+}
+
+MemoryRecorder::MemoryRecorder() : phases_{"none"} {}
+
+void MemoryRecorder::set_phase(std::string_view phase) {
+  for (std::size_t i = 0; i < phases_.size(); ++i) {
+    if (phases_[i] == phase) {
+      phase_ = static_cast<std::uint16_t>(i);
+      return;
+    }
+  }
+  phases_.emplace_back(phase);
+  phase_ = static_cast<std::uint16_t>(phases_.size() - 1);
+}
+
+void MemoryRecorder::record(TraceAction action, std::uintptr_t address, std::size_t size,
+                            std::size_t block_size, MemoryCategory category, StreamId stream) {
+  if (!enabled_) return;
+  events_.push_back(TraceEvent{events_.size(), action, address, size, block_size, category, stream, step_, phase_});
+}
+
+nlohmann::json MemoryRecorder::to_json() const {
+  nlohmann::json events = nlohmann::json::array();
+  for (const TraceEvent& e : events_) {
+    events.push_back({{"seq", e.seq},
+                      {"action", to_string(e.action)},
+                      {"addr", e.address},
+                      {"size", e.size},
+                      {"block_size", e.block_size},
+                      {"category", to_string(e.category)},
+                      {"stream", e.stream},
+                      {"step", e.step},
+                      {"phase", phases_[e.phase]}});
+  }
+  return {{"phases", phases_}, {"events", std::move(events)}};
+}
+
+void MemoryRecorder::write_json(const std::string& path) const {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write memory trace to '" + path + "'");
+  out << to_json().dump() << '\n';
+  if (!out) throw std::runtime_error("error while writing memory trace to '" + path + "'");
+}
+
+}  // namespace trainmem

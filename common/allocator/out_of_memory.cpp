@@ -1,0 +1,73 @@
+#include "common/allocator/out_of_memory.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/util/byte_size.h"
+
+namespace trainmem {
+
+std::vector<std::string> default_oom_advice(const OomReport& r) {
+  std::vector<std::string> advice;
+  auto bytes_of = [&](MemoryCategory c) { return r.category_bytes[index_of(c)]; };
+
+  // Fragmentation first: the cache had enough free bytes in total, but no piece big enough.
+  if (r.reserved_unallocated_bytes() >= r.rounded_bytes) {
+    advice.push_back("the allocator holds " + format_bytes(r.reserved_unallocated_bytes()) +
+                     " reserved but unallocated, more than the request, yet no block of " +
+                     format_bytes(r.rounded_bytes) +
+                     ": memory is fragmented; expandable segments (allocator config "
+                     "expandable_segments:True) or max_split_size_mb would help");
+  }
+  // Then the categories in order of size, each with the technique that shrinks it.
+  std::vector<MemoryCategory> order(kAllMemoryCategories.begin(), kAllMemoryCategories.end());
+  std::sort(order.begin(), order.end(), [&](MemoryCategory a, MemoryCategory b) { return bytes_of(a) > bytes_of(b); });
+  for (MemoryCategory c : order) {
+    if (bytes_of(c) == 0 && c != r.category) continue;
+    switch (c) {
+      case MemoryCategory::activations:
+        advice.push_back("activations: a smaller micro-batch with gradient accumulation (--batch smaller, --accum K) "
+                         "or activation recompute (--recompute selective|full)");
+        break;
+      case MemoryCategory::optimizer_state:
+        advice.push_back("optimizer_state: shard it across ranks (--zero 1 or higher) or offload it (--offload optimizer)");
+        break;
+      case MemoryCategory::gradients:
+        advice.push_back("gradients: 16-bit gradients (--precision bf16) or shard them (--zero 2)");
+        break;
+      case MemoryCategory::parameters:
+        advice.push_back("parameters: 16-bit weights (--precision bf16) or shard them (--zero 3)");
+        break;
+      case MemoryCategory::data:
+        advice.push_back("data: keep the dataset on the host and stream batches (--loader lazy)");
+        break;
+      default:
+        break;
+    }
+  }
+  if (advice.empty()) advice.push_back("use a device with more memory (or a larger --device-memory budget)");
+  return advice;
+}
+
+std::string OomReport::message() const {
+  std::ostringstream out;
+  out << "out of memory on " << device << ": tried to allocate " << format_bytes(device_request_bytes)
+      << " for a request of " << format_bytes(requested_bytes) << " (" << format_bytes(rounded_bytes)
+      << " rounded) for " << to_string(category) << ".\n"
+      << "  capacity " << format_bytes(capacity_bytes) << ", of which " << format_bytes(device_free_bytes)
+      << " is free; allocated " << format_bytes(allocated_bytes) << "; reserved but unallocated "
+      << format_bytes(reserved_unallocated_bytes()) << "; largest free block " << format_bytes(largest_free_block)
+      << ".\n  allocated by category:";
+  for (MemoryCategory c : kAllMemoryCategories) {
+    const auto b = category_bytes[index_of(c)];
+    if (b > 0) out << ' ' << to_string(c) << '=' << format_bytes(static_cast<std::uint64_t>(b));
+  }
+  out << "\n  what would help:";
+  for (const std::string& a : advice) out << "\n    - " << a;
+  return out.str();
+}
+
+OutOfMemoryError::OutOfMemoryError(OomReport report)
+    : std::runtime_error(report.message()), report_(std::move(report)) {}
+
+}  // namespace trainmem

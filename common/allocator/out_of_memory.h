@@ -1,0 +1,49 @@
+// What the allocator throws when a request cannot be served even after releasing its cache.
+// It never crashes the program: the error carries a report of the device's state and says what
+// would help.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/allocator/memory_category.h"
+
+namespace trainmem {
+
+struct OomReport {
+  std::string device;                  // e.g. "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu budget (16.00 GiB)"
+  MemoryCategory category = MemoryCategory::other;  // what the failed request was for
+  std::size_t requested_bytes = 0;     // what the caller asked for
+  std::size_t rounded_bytes = 0;       // after 512 B rounding
+  std::size_t device_request_bytes = 0;  // the segment asked of the device ("Tried to allocate")
+  std::size_t capacity_bytes = 0;      // the device's (or budget's) total
+  std::size_t device_free_bytes = 0;   // what the device could still give
+  std::size_t allocated_bytes = 0;     // live blocks
+  std::size_t reserved_bytes = 0;      // segments held by the allocator
+  std::size_t largest_free_block = 0;  // largest cached free block (after releasing the cache)
+  std::array<std::int64_t, kNumMemoryCategories> category_bytes{};  // allocated bytes per category
+  std::vector<std::string> advice;     // what would help, most specific first
+
+  std::size_t reserved_unallocated_bytes() const { return reserved_bytes - allocated_bytes; }
+
+  // Multi-line text: the figures, the per-category breakdown and the advice.
+  std::string message() const;
+};
+
+// The generic advice: which techniques shrink which categories, plus expandable segments when
+// the cache holds enough free bytes for the request but not in one piece (fragmentation).
+std::vector<std::string> default_oom_advice(const OomReport& report);
+
+class OutOfMemoryError : public std::runtime_error {
+ public:
+  explicit OutOfMemoryError(OomReport report);
+  const OomReport& report() const { return report_; }
+
+ private:
+  OomReport report_;
+};
+
+}  // namespace trainmem

@@ -1,0 +1,85 @@
+// The device a run uses: cpu or cuda, what it is (recorded in every result), and the caching
+// allocator that hands out its memory.
+#pragma once
+#include <cstddef>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/allocator/allocator_config.h"
+#include "common/allocator/caching_allocator.h"
+#include "common/allocator/device_memory.h"
+#include "common/allocator/host_device_memory.h"
+
+namespace trainmem {
+
+enum class DeviceKind { cpu, cuda };
+std::string to_string(DeviceKind kind);
+
+// A device that was asked for and cannot be used (e.g. --device cuda on a machine without a GPU).
+struct DeviceError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What the device is. Fields that do not apply are empty / 0 (e.g. sm_count on the CPU).
+struct DeviceInfo {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;
+  std::string name;                   // GPU name, or the CPU model on cpu
+  std::size_t total_memory_bytes = 0;  // GPU memory, or host RAM on cpu
+  std::size_t device_memory_bytes = 0;  // what the allocator may use: the card, or the --device-memory budget
+  int sm_count = 0;
+  std::string compute_capability;  // e.g. "9.0"
+  std::string driver_version;      // CUDA driver API version, e.g. "13.0"
+  std::string runtime_version;     // CUDA runtime, e.g. "13.0"
+  std::string cudnn_version;       // e.g. "9.13.0", empty if cuDNN is absent
+  std::string nccl_version;        // e.g. "2.27.7", empty if NCCL is absent
+  std::string cpu_model;
+  int cpu_cores = 0;               // logical cores of the host
+
+  nlohmann::json to_json() const;
+  std::string label() const;  // "cpu" or "cuda:0"
+};
+
+// --device auto|cpu|cuda: auto picks cuda when a usable GPU answers, else cpu.
+struct DeviceOptions {
+  std::string choice = "auto";
+  std::optional<std::size_t> device_memory;  // --device-memory; default: 16 GiB on cpu, the card on cuda
+  AllocatorConfig allocator;
+  bool backed = true;  // cpu only: false gives a simulated device whose memory is never touched
+};
+
+// Implemented with the CUDA runtime where trainmem was built with CUDA, by stubs otherwise.
+bool cuda_compiled();
+std::optional<std::string> cuda_unavailable_reason();  // nullopt: a usable GPU answered
+DeviceInfo query_cuda_device_info(int index);
+std::unique_ptr<DeviceMemory> make_cuda_device_memory(int index, std::size_t budget_bytes /*0: the card*/);
+void cuda_synchronize();
+
+DeviceInfo query_cpu_device_info();
+
+class Device {
+ public:
+  // Resolves the choice (printing it to `log` when not null), opens the device and builds its
+  // allocator. Throws DeviceError for --device cuda without a usable GPU or a bad choice.
+  static std::unique_ptr<Device> open(const DeviceOptions& options, std::ostream* log = nullptr);
+  ~Device();
+
+  DeviceKind kind() const { return info_.kind; }
+  const DeviceInfo& info() const { return info_; }
+  CachingAllocator& allocator() { return *allocator_; }
+  DeviceMemory& memory() { return *memory_; }
+  void synchronize();
+
+ private:
+  Device() = default;
+  DeviceInfo info_;
+  std::unique_ptr<DeviceMemory> memory_;
+  std::unique_ptr<CachingAllocator> allocator_;
+};
+
+}  // namespace trainmem

@@ -1,1 +1,75 @@
-// placeholder: being written
+#include "common/tensor/tensor.h"
+
+#include <sstream>
+#include <utility>
+
+namespace trainmem {
+
+Tensor::Tensor(CachingAllocator& allocator, std::vector<std::int64_t> shape, DType dtype, MemoryCategory category,
+               std::string name, StreamId stream)
+    : allocator_(&allocator),
+      shape_(std::move(shape)),
+      dtype_(dtype),
+      category_(category),
+      name_(std::move(name)),
+      stream_(stream) {
+  for (std::int64_t d : shape_)
+    if (d < 0) throw std::invalid_argument("tensor '" + name_ + "': negative dimension in its shape");
+  data_ = allocator_->allocate(nbytes(), category_, stream_);
+}
+
+Tensor::Tensor(Tensor&& other) noexcept
+    : allocator_(std::exchange(other.allocator_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
+      shape_(std::move(other.shape_)),
+      dtype_(other.dtype_),
+      category_(other.category_),
+      name_(std::move(other.name_)),
+      stream_(other.stream_) {
+  other.shape_.clear();
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    reset();
+    allocator_ = std::exchange(other.allocator_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    shape_ = std::move(other.shape_);
+    other.shape_.clear();
+    dtype_ = other.dtype_;
+    category_ = other.category_;
+    name_ = std::move(other.name_);
+    stream_ = other.stream_;
+  }
+  return *this;
+}
+
+void Tensor::reset() {
+  if (allocator_ && data_) allocator_->free(data_);
+  data_ = nullptr;
+  allocator_ = nullptr;
+  shape_.clear();
+}
+
+std::int64_t Tensor::numel() const {
+  if (shape_.empty() && !allocator_) return 0;  // an empty tensor
+  std::int64_t n = 1;
+  for (std::int64_t d : shape_) n *= d;
+  return n;
+}
+
+void Tensor::check_element_size(std::size_t size) const {
+  if (size != dtype_size(dtype_))
+    throw std::logic_error("tensor '" + name_ + "' holds " + std::string(to_string(dtype_)) +
+                           " elements; data_as<T>() needs a T of the same size");
+}
+
+std::string Tensor::describe() const {
+  std::ostringstream out;
+  out << name_ << ' ' << to_string(dtype_) << '[';
+  for (std::size_t i = 0; i < shape_.size(); ++i) out << (i ? ", " : "") << shape_[i];
+  out << "] " << to_string(category_);
+  return out.str();
+}
+
+}  // namespace trainmem

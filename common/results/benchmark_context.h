@@ -1,0 +1,39 @@
+// Google Benchmark glue: every benchmark's JSON carries the device and allocator it ran on
+// (as custom context), and memory figures as byte counters (Counter::kIs1024), so results from
+// different machines can be put side by side.
+#pragma once
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "common/results/result_json.h"
+
+namespace trainmem {
+
+// Call once in a benchmark's main, before RunSpecifiedBenchmarks(). Context keys are flat strings:
+// "trainmem.device.name", "trainmem.device.device_memory_bytes", "trainmem.allocator.config", ...
+inline void add_benchmark_context(const DeviceInfo& device, const AllocatorConfig& allocator) {
+  const nlohmann::json context = run_context_json(device, allocator);
+  for (const auto& [key, value] : context["device"].items())
+    benchmark::AddCustomContext("trainmem.device." + key, value.is_string() ? value.get<std::string>() : value.dump());
+  benchmark::AddCustomContext("trainmem.allocator.config", allocator.to_string());
+  benchmark::AddCustomContext("trainmem.version", context["trainmem_version"].get<std::string>());
+  benchmark::AddCustomContext("trainmem.cuda_compiled", context["cuda_compiled"].dump());
+}
+
+// Bytes are reported as counters in bytes; Google Benchmark prints them with binary prefixes.
+inline benchmark::Counter bytes_counter(double bytes) {
+  return benchmark::Counter(bytes, benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
+}
+
+// peak_allocated_bytes, peak_reserved_bytes and <category>_peak_bytes for non-empty categories.
+inline void set_memory_counters(benchmark::State& state, const MemoryStats& stats) {
+  state.counters["peak_allocated_bytes"] = bytes_counter(static_cast<double>(stats.allocated_bytes[0].peak));
+  state.counters["peak_reserved_bytes"] = bytes_counter(static_cast<double>(stats.reserved_bytes[0].peak));
+  for (MemoryCategory c : kAllMemoryCategories) {
+    const auto peak = stats.by_category[index_of(c)].peak;
+    if (peak > 0) state.counters[std::string(to_string(c)) + "_peak_bytes"] = bytes_counter(static_cast<double>(peak));
+  }
+}
+
+}  // namespace trainmem

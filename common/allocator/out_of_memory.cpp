@@ -26,8 +26,8 @@ std::vector<std::string> default_oom_advice(const OomReport& r) {
     if (bytes_of(c) == 0 && c != r.category) continue;
     switch (c) {
       case MemoryCategory::activations:
-        advice.push_back("activations: a smaller micro-batch with gradient accumulation (--batch smaller, --accum K) "
-                         "or activation recompute (--recompute selective|full)");
+        advice.push_back("activations: a smaller micro-batch with gradient accumulation (--batch smaller, --accum K), "
+                         "activation recompute (--recompute selective|full), or 16-bit activations (--precision bf16)");
         break;
       case MemoryCategory::optimizer_state:
         advice.push_back("optimizer_state: shard it across ranks (--zero 1 or higher) or offload it (--offload optimizer)");

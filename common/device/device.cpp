@@ -1,1 +1,80 @@
-// placeholder: being written
+#include "common/device/device.h"
+
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/util/byte_size.h"
+
+namespace trainmem {
+
+std::string to_string(DeviceKind kind) { return kind == DeviceKind::cuda ? "cuda" : "cpu"; }
+
+std::string DeviceInfo::label() const {
+  return kind == DeviceKind::cuda ? "cuda:" + std::to_string(index) : "cpu";
+}
+
+nlohmann::json DeviceInfo::to_json() const {
+  return {{"kind", to_string(kind)},
+          {"label", label()},
+          {"index", index},
+          {"name", name},
+          {"total_memory_bytes", total_memory_bytes},
+          {"device_memory_bytes", device_memory_bytes},
+          {"sm_count", sm_count},
+          {"compute_capability", compute_capability},
+          {"driver_version", driver_version},
+          {"runtime_version", runtime_version},
+          {"cudnn_version", cudnn_version},
+          {"nccl_version", nccl_version},
+          {"cpu_model", cpu_model},
+          {"cpu_cores", cpu_cores}};
+}
+
+std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream* log) {
+  if (options.choice != "auto" && options.choice != "cpu" && options.choice != "cuda")
+    throw DeviceError("--device must be auto, cpu or cuda, not '" + options.choice + "'");
+
+  // auto = cuda if a usable GPU answers, else cpu; the reason for cpu is printed.
+  const std::optional<std::string> no_cuda = (options.choice == "cpu") ? std::nullopt : cuda_unavailable_reason();
+  DeviceKind kind = DeviceKind::cpu;
+  if (options.choice == "cuda") {
+    if (no_cuda) throw DeviceError("--device cuda: no usable CUDA device (" + *no_cuda + "); use --device cpu or --device auto");
+    kind = DeviceKind::cuda;
+  } else if (options.choice == "auto" && !no_cuda) {
+    kind = DeviceKind::cuda;
+  }
+
+  std::unique_ptr<Device> device(new Device());
+  if (kind == DeviceKind::cuda) {
+    device->memory_ = make_cuda_device_memory(0, options.device_memory.value_or(0));
+    device->info_ = query_cuda_device_info(0);
+  } else {
+    device->memory_ = std::make_unique<BudgetDeviceMemory>(options.device_memory.value_or(kDefaultDeviceMemory), options.backed);
+    device->info_ = query_cpu_device_info();
+  }
+  device->info_.device_memory_bytes = device->memory_->total_bytes();
+  device->allocator_ = std::make_unique<CachingAllocator>(*device->memory_, options.allocator);
+
+  if (log) {
+    const DeviceInfo& i = device->info_;
+    if (kind == DeviceKind::cuda) {
+      *log << "device: " << i.label() << " (" << i.name << ", " << format_bytes(i.device_memory_bytes) << ")\n";
+    } else {
+      *log << "device: cpu (" << (options.choice == "auto" ? "auto: " + no_cuda.value_or("") : std::string("chosen"))
+           << ") with a " << format_bytes(i.device_memory_bytes) << " device-memory budget\n";
+    }
+  }
+  return device;
+}
+
+Device::~Device() {
+  allocator_.reset();  // the allocator gives its segments back to the memory, so it goes first
+  memory_.reset();
+}
+
+void Device::synchronize() {
+  if (kind() == DeviceKind::cuda) cuda_synchronize();
+}
+
+}  // namespace trainmem

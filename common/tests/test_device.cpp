@@ -1,1 +1,82 @@
-// placeholder: being written
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/device/device.h"
+#include "common/util/byte_size.h"
+
+namespace trainmem {
+namespace {
+
+TEST(Device, CpuDrawsFromTheBudgetItWasGiven) {
+  DeviceOptions options;
+  options.choice = "cpu";
+  options.device_memory = 1 * GiB;
+  auto device = Device::open(options);
+  EXPECT_EQ(device->kind(), DeviceKind::cpu);
+  EXPECT_EQ(device->memory().total_bytes(), 1 * GiB);
+  EXPECT_EQ(device->info().device_memory_bytes, 1 * GiB);
+  void* p = device->allocator().allocate(3 * MiB);
+  EXPECT_EQ(device->allocator().stats().reserved_bytes[0].current, static_cast<std::int64_t>(20 * MiB));
+  EXPECT_EQ(device->memory().free_bytes(), 1 * GiB - 20 * MiB);
+  static_cast<char*>(p)[3 * MiB - 1] = 42;  // real memory on the CPU backend
+  device->allocator().free(p);
+}
+
+TEST(Device, CpuInfoIsFilledAndSerialized) {
+  const DeviceInfo info = query_cpu_device_info();
+  EXPECT_FALSE(info.cpu_model.empty());
+  EXPECT_GE(info.cpu_cores, 1);
+  EXPECT_GT(info.total_memory_bytes, 0u);
+  const nlohmann::json j = info.to_json();
+  for (const char* key : {"kind", "label", "index", "name", "total_memory_bytes", "device_memory_bytes", "sm_count",
+                          "compute_capability", "driver_version", "runtime_version", "cudnn_version", "nccl_version",
+                          "cpu_model", "cpu_cores"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["kind"], "cpu");
+  EXPECT_EQ(j["label"], "cpu");
+}
+
+TEST(Device, AutoPicksCudaOnlyWhenAGpuAnswersAndSaysWhy) {
+  DeviceOptions options;
+  options.device_memory = 256 * MiB;
+  std::ostringstream log;
+  const auto reason = cuda_unavailable_reason();
+  auto device = Device::open(options, &log);
+  if (reason) {
+    EXPECT_EQ(device->kind(), DeviceKind::cpu);
+    EXPECT_NE(log.str().find("device: cpu"), std::string::npos) << log.str();
+    EXPECT_NE(log.str().find(*reason), std::string::npos) << log.str();
+  } else {
+    EXPECT_EQ(device->kind(), DeviceKind::cuda);
+    EXPECT_NE(log.str().find("device: cuda:0"), std::string::npos) << log.str();
+  }
+}
+
+TEST(Device, AskingForCudaWithoutAGpuIsAClearError) {
+  if (!cuda_unavailable_reason()) GTEST_SKIP() << "a GPU is present: this test is for machines without one";
+  DeviceOptions options;
+  options.choice = "cuda";
+  try {
+    Device::open(options);
+    FAIL() << "expected DeviceError";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("use --device cpu"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Device, AnUnknownChoiceIsAClearError) {
+  DeviceOptions options;
+  options.choice = "gpu";
+  try {
+    Device::open(options);
+    FAIL() << "expected DeviceError";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("auto, cpu or cuda"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace trainmem

@@ -1,0 +1,326 @@
+#include "common/model/gpt.h"
+
+#include <cmath>
+#include <random>
+
+#include "common/device/device_ops.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+
+namespace trainmem {
+
+namespace {
+// Index of each parameter within a layer's twelve.
+enum LayerParam : std::size_t {
+  kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kPerLayer
+};
+constexpr std::size_t kWte = 0, kWpe = 1;
+
+// "h3." for layer 3's tensors, "x4" for the residual stream entering layer 4. (Built with +=:
+// GCC 12 warns falsely about "h" + std::to_string(l) + ".".)
+std::string indexed(const char* prefix, std::size_t index, const char* suffix = "") {
+  std::string s = prefix;
+  s += std::to_string(index);
+  s += suffix;
+  return s;
+}
+
+float* f(Tensor& t) { return t.data_as<float>(); }
+const float* f(const Tensor& t) { return t.data_as<float>(); }
+}  // namespace
+
+Tensor GPT::make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name, DType dtype) {
+  return Tensor(device_.allocator(), std::move(shape), dtype, category, name);
+}
+
+GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed) : device_(device), config_(std::move(config)) {
+  config_.validate();
+  const auto V = static_cast<std::int64_t>(config_.vocab), T = static_cast<std::int64_t>(config_.seq),
+             C = static_cast<std::int64_t>(config_.dim), L = static_cast<std::int64_t>(config_.layers);
+
+  // name, shape, init: 'n' normal(0.02), 'r' residual projection normal(0.02/sqrt(2L)), '1' ones, '0' zeros
+  struct Spec {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    char init;
+  };
+  std::vector<Spec> specs = {{"wte", {V, C}, 'n'}, {"wpe", {T, C}, 'n'}};
+  for (std::int64_t l = 0; l < L; ++l) {
+    const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
+    specs.push_back({h + "ln1.weight", {C}, '1'});
+    specs.push_back({h + "ln1.bias", {C}, '0'});
+    specs.push_back({h + "attn.qkv.weight", {3 * C, C}, 'n'});
+    specs.push_back({h + "attn.qkv.bias", {3 * C}, '0'});
+    specs.push_back({h + "attn.proj.weight", {C, C}, 'r'});
+    specs.push_back({h + "attn.proj.bias", {C}, '0'});
+    specs.push_back({h + "ln2.weight", {C}, '1'});
+    specs.push_back({h + "ln2.bias", {C}, '0'});
+    specs.push_back({h + "mlp.fc.weight", {4 * C, C}, 'n'});
+    specs.push_back({h + "mlp.fc.bias", {4 * C}, '0'});
+    specs.push_back({h + "mlp.proj.weight", {C, 4 * C}, 'r'});
+    specs.push_back({h + "mlp.proj.bias", {C}, '0'});
+  }
+  specs.push_back({"lnf.weight", {C}, '1'});
+  specs.push_back({"lnf.bias", {C}, '0'});
+
+  std::mt19937_64 rng(seed);
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L));
+  for (const Spec& s : specs) {
+    Parameter p{s.name, make(s.shape, MemoryCategory::parameters, s.name),
+                make(s.shape, MemoryCategory::gradients, s.name + ".grad")};
+    std::vector<float> host(static_cast<std::size_t>(p.value.numel()));
+    std::normal_distribution<float> normal(0.0f, s.init == 'r' ? residual_std : 0.02f);
+    for (float& x : host) x = s.init == '1' ? 1.0f : s.init == '0' ? 0.0f : normal(rng);
+    copy_host_to_device(device_, p.value.data(), host.data(), p.value.nbytes());
+    zero_device_memory(device_, p.grad.data(), p.grad.nbytes());
+    params_.push_back(std::move(p));
+  }
+  acts_.resize(config_.layers);
+}
+
+void GPT::zero_grad() {
+  for (Parameter& p : params_) zero_device_memory(device_, p.grad.data(), p.grad.nbytes());
+}
+
+// ---------------------------------------------------------------------------------------------
+// forward
+// ---------------------------------------------------------------------------------------------
+
+void GPT::begin(const Tensor& tokens, const Tensor& targets) {
+  if (tokens.shape().size() != 2 || tokens.shape() != targets.shape())
+    throw std::invalid_argument("GPT::begin: tokens and targets must both be [B, T]");
+  B_ = static_cast<std::size_t>(tokens.dim(0));
+  T_ = static_cast<std::size_t>(tokens.dim(1));
+  if (T_ > config_.seq)
+    throw std::invalid_argument("sequence of " + std::to_string(T_) + " tokens is longer than the model's context " +
+                                std::to_string(config_.seq));
+  tokens_ = &tokens;
+  targets_ = &targets;
+  residual_.clear();
+  residual_.resize(config_.layers + 1);
+}
+
+void GPT::embed_forward() {
+  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), C = static_cast<std::int64_t>(config_.dim);
+  residual_[0] = make({B, T, C}, MemoryCategory::activations, "x0");
+  kernels::embedding_forward(kernel_stream(device_), f(residual_[0]), tokens_->data_as<std::int32_t>(),
+                             f(params_[kWte].value), f(params_[kWpe].value), B_, T_, config_.dim);
+}
+
+void GPT::layer_forward(std::size_t l) {
+  const auto s = kernel_stream(device_);
+  const std::size_t N = B_ * T_, C = config_.dim, NH = config_.heads;
+  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
+             H = static_cast<std::int64_t>(NH);
+  const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
+  const Tensor& x = residual_[l];
+  LayerActivations& a = acts_[l];
+  a = LayerActivations{};
+
+  // attention branch
+  a.ln1 = make({B, T, Ci}, MemoryCategory::activations, h + "ln1");
+  a.ln1_mean = make({B, T}, MemoryCategory::activations, h + "ln1.mean");
+  a.ln1_rstd = make({B, T}, MemoryCategory::activations, h + "ln1.rstd");
+  kernels::layernorm_forward(s, f(a.ln1), f(a.ln1_mean), f(a.ln1_rstd), f(x), f(p(l, kLn1W)), f(p(l, kLn1B)), N, C);
+  a.qkv = make({B, T, 3 * Ci}, MemoryCategory::activations, h + "qkv");
+  kernels::matmul_forward(s, f(a.qkv), f(a.ln1), f(p(l, kQkvW)), f(p(l, kQkvB)), N, C, 3 * C);
+  a.att = make({B, H, T, T}, MemoryCategory::activations, h + "attn.probs");
+  a.atty = make({B, T, Ci}, MemoryCategory::activations, h + "attn.out");
+  {
+    // The scores are needed only to compute the probabilities: workspace, freed at once.
+    Tensor preatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores");
+    kernels::attention_forward(s, f(a.atty), f(preatt), f(a.att), f(a.qkv), B_, T_, C, NH);
+  }
+  a.residual2 = make({B, T, Ci}, MemoryCategory::activations, h + "residual2");
+  {
+    Tensor proj = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.proj.out");
+    kernels::matmul_forward(s, f(proj), f(a.atty), f(p(l, kAttProjW)), f(p(l, kAttProjB)), N, C, C);
+    kernels::residual_forward(s, f(a.residual2), f(x), f(proj), N * C);
+  }
+
+  // MLP branch
+  a.ln2 = make({B, T, Ci}, MemoryCategory::activations, h + "ln2");
+  a.ln2_mean = make({B, T}, MemoryCategory::activations, h + "ln2.mean");
+  a.ln2_rstd = make({B, T}, MemoryCategory::activations, h + "ln2.rstd");
+  kernels::layernorm_forward(s, f(a.ln2), f(a.ln2_mean), f(a.ln2_rstd), f(a.residual2), f(p(l, kLn2W)),
+                             f(p(l, kLn2B)), N, C);
+  a.fch = make({B, T, 4 * Ci}, MemoryCategory::activations, h + "mlp.fc.out");
+  kernels::matmul_forward(s, f(a.fch), f(a.ln2), f(p(l, kFcW)), f(p(l, kFcB)), N, C, 4 * C);
+  a.fch_gelu = make({B, T, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
+  kernels::gelu_forward(s, f(a.fch_gelu), f(a.fch), N * 4 * C);
+  residual_[l + 1] = make({B, T, Ci}, MemoryCategory::activations, indexed("x", l + 1));
+  {
+    Tensor proj = make({B, T, Ci}, MemoryCategory::workspace, h + "mlp.proj.out");
+    kernels::matmul_forward(s, f(proj), f(a.fch_gelu), f(p(l, kFcProjW)), f(p(l, kFcProjB)), N, 4 * C, C);
+    kernels::residual_forward(s, f(residual_[l + 1]), f(a.residual2), f(proj), N * C);
+  }
+}
+
+double GPT::head_forward() {
+  const auto s = kernel_stream(device_);
+  const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab;
+  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
+             Vi = static_cast<std::int64_t>(V);
+  const Tensor& x = residual_[config_.layers];
+  const std::size_t lnf = 2 + config_.layers * kPerLayer;
+  lnf_ = make({B, T, Ci}, MemoryCategory::activations, "lnf");
+  lnf_mean_ = make({B, T}, MemoryCategory::activations, "lnf.mean");
+  lnf_rstd_ = make({B, T}, MemoryCategory::activations, "lnf.rstd");
+  kernels::layernorm_forward(s, f(lnf_), f(lnf_mean_), f(lnf_rstd_), f(x), f(params_[lnf].value),
+                             f(params_[lnf + 1].value), N, C);
+  logits_ = make({B, T, Vi}, MemoryCategory::activations, "logits");
+  kernels::matmul_forward(s, f(logits_), f(lnf_), f(params_[kWte].value), nullptr, N, C, V);
+
+  Tensor losses = make({B, T}, MemoryCategory::workspace, "losses");
+  kernels::cross_entropy_forward(s, f(losses), f(logits_), targets_->data_as<std::int32_t>(), N, V);
+  std::vector<float> host(N);
+  copy_device_to_host(device_, host.data(), losses.data(), losses.nbytes());
+  double sum = 0;
+  for (float v : host) sum += v;
+  return sum / static_cast<double>(N);
+}
+
+// ---------------------------------------------------------------------------------------------
+// backward
+// ---------------------------------------------------------------------------------------------
+
+void GPT::head_backward(float dloss) {
+  const auto s = kernel_stream(device_);
+  const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab;
+  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
+  const std::size_t lnf = 2 + config_.layers * kPerLayer;
+
+  // dlogits overwrites the logits (they are not needed any more): no second [B,T,V] tensor.
+  kernels::cross_entropy_backward(s, f(logits_), f(logits_), targets_->data_as<std::int32_t>(), dloss, N, V);
+  Tensor dlnf = make({B, T, Ci}, MemoryCategory::workspace, "lnf.grad");
+  kernels::matmul_backward(s, f(dlnf), f(params_[kWte].grad), nullptr, f(logits_), f(lnf_), f(params_[kWte].value), N,
+                           C, V);
+  logits_.reset();
+  // The residual stream's gradient starts here and flows down through every layer.
+  dresidual_ = make({B, T, Ci}, MemoryCategory::workspace, "residual.grad");
+  zero_device_memory(device_, dresidual_.data(), dresidual_.nbytes());
+  kernels::layernorm_backward(s, f(dresidual_), f(params_[lnf].grad), f(params_[lnf + 1].grad), f(dlnf),
+                              f(residual_[config_.layers]), f(params_[lnf].value), f(lnf_mean_), f(lnf_rstd_), N, C);
+  lnf_.reset();
+  lnf_mean_.reset();
+  lnf_rstd_.reset();
+  residual_[config_.layers].reset();
+}
+
+void GPT::layer_backward(std::size_t l) {
+  if (!acts_[l].present())
+    throw std::logic_error("GPT::layer_backward(" + std::to_string(l) + "): the layer's activations are gone; "
+                           "a recompute strategy must call layer_forward first");
+  const auto s = kernel_stream(device_);
+  const std::size_t N = B_ * T_, C = config_.dim, NH = config_.heads;
+  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
+             H = static_cast<std::int64_t>(NH);
+  const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
+  LayerActivations& a = acts_[l];
+  float* dres = f(dresidual_);  // d x_{l+1} on entry, d x_l on exit
+
+  // MLP branch: x_{l+1} = residual2 + fc_proj(gelu(fc(ln2(residual2))))
+  {
+    Tensor dfch = make({B, T, 4 * Ci}, MemoryCategory::workspace, h + "mlp.gelu.out.grad");
+    kernels::matmul_backward(s, f(dfch), f(g(l, kFcProjW)), f(g(l, kFcProjB)), dres, f(a.fch_gelu), f(p(l, kFcProjW)),
+                             N, 4 * C, C);
+    kernels::gelu_backward(s, f(dfch), f(a.fch), f(dfch), N * 4 * C);  // in place: d gelu.out -> d fc.out
+    Tensor dln2 = make({B, T, Ci}, MemoryCategory::workspace, h + "ln2.grad");
+    kernels::matmul_backward(s, f(dln2), f(g(l, kFcW)), f(g(l, kFcB)), f(dfch), f(a.ln2), f(p(l, kFcW)), N, C, 4 * C);
+    // d residual2 = d x_{l+1} (skip path) + ln2's backward (accumulated into the same buffer)
+    kernels::layernorm_backward(s, dres, f(g(l, kLn2W)), f(g(l, kLn2B)), f(dln2), f(a.residual2), f(p(l, kLn2W)),
+                                f(a.ln2_mean), f(a.ln2_rstd), N, C);
+  }
+  // Attention branch: residual2 = x_l + attn_proj(attention(qkv(ln1(x_l))))
+  {
+    Tensor datty = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.out.grad");
+    kernels::matmul_backward(s, f(datty), f(g(l, kAttProjW)), f(g(l, kAttProjB)), dres, f(a.atty), f(p(l, kAttProjW)),
+                             N, C, C);
+    Tensor dqkv = make({B, T, 3 * Ci}, MemoryCategory::workspace, h + "qkv.grad");
+    {
+      Tensor dpreatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores.grad");
+      Tensor datt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.probs.grad");
+      kernels::attention_backward(s, f(dqkv), f(dpreatt), f(datt), f(datty), f(a.qkv), f(a.att), B_, T_, C, NH);
+    }
+    Tensor dln1 = make({B, T, Ci}, MemoryCategory::workspace, h + "ln1.grad");
+    kernels::matmul_backward(s, f(dln1), f(g(l, kQkvW)), f(g(l, kQkvB)), f(dqkv), f(a.ln1), f(p(l, kQkvW)), N, C, 3 * C);
+    kernels::layernorm_backward(s, dres, f(g(l, kLn1W)), f(g(l, kLn1B)), f(dln1), f(residual_[l]), f(p(l, kLn1W)),
+                                f(a.ln1_mean), f(a.ln1_rstd), N, C);
+  }
+  a = LayerActivations{};  // this layer's saved tensors are no longer needed,
+  residual_[l].reset();    // nor its input (the embedding's backward needs only the tokens)
+}
+
+void GPT::embed_backward() {
+  kernels::embedding_backward(kernel_stream(device_), f(params_[kWte].grad), f(params_[kWpe].grad), f(dresidual_),
+                              tokens_->data_as<std::int32_t>(), B_, T_, config_.dim);
+  dresidual_.reset();
+}
+
+void GPT::end() {
+  for (LayerActivations& a : acts_) a = LayerActivations{};
+  residual_.clear();
+  lnf_.reset();
+  lnf_mean_.reset();
+  lnf_rstd_.reset();
+  logits_.reset();
+  dresidual_.reset();
+  tokens_ = targets_ = nullptr;
+}
+
+void GPT::release_layer_activations(std::size_t layer) { acts_[layer] = LayerActivations{}; }
+
+double GPT::loss(const Tensor& tokens, const Tensor& targets) {
+  begin(tokens, targets);
+  embed_forward();
+  for (std::size_t l = 0; l < config_.layers; ++l) {
+    layer_forward(l);
+    release_layer_activations(l);
+    residual_[l].reset();
+  }
+  const double value = head_forward();
+  end();
+  return value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// host copies
+// ---------------------------------------------------------------------------------------------
+
+std::vector<float> GPT::parameter_values() const {
+  std::vector<float> out;
+  out.reserve(num_parameters());
+  for (const Parameter& p : params_) {
+    std::vector<float> host(static_cast<std::size_t>(p.value.numel()));
+    copy_device_to_host(device_, host.data(), p.value.data(), p.value.nbytes());
+    out.insert(out.end(), host.begin(), host.end());
+  }
+  return out;
+}
+
+std::vector<float> GPT::gradient_values() const {
+  std::vector<float> out;
+  out.reserve(num_parameters());
+  for (const Parameter& p : params_) {
+    std::vector<float> host(static_cast<std::size_t>(p.grad.numel()));
+    copy_device_to_host(device_, host.data(), p.grad.data(), p.grad.nbytes());
+    out.insert(out.end(), host.begin(), host.end());
+  }
+  return out;
+}
+
+void GPT::set_parameter_values(const std::vector<float>& values) {
+  if (values.size() != num_parameters()) throw std::invalid_argument("set_parameter_values: wrong number of values");
+  std::size_t offset = 0;
+  for (Parameter& p : params_) {
+    copy_host_to_device(device_, p.value.data(), values.data() + offset, p.value.nbytes());
+    offset += static_cast<std::size_t>(p.value.numel());
+  }
+}
+
+}  // namespace trainmem

@@ -1,0 +1,104 @@
+// A GPT-2-style decoder, forward and backward written by hand, layer by layer.
+//
+//   x0      = wte[tokens] + wpe                                   (embedding)
+//   layer l: a = x_l + attn_proj(attention(qkv(ln1(x_l))))        (residual 2)
+//            x_{l+1} = a + fc_proj(gelu(fc(ln2(a))))              (residual 3)
+//   logits  = lnf(x_L) @ wte^T                                    (tied LM head)
+//   loss    = mean over the B*T positions of cross-entropy(logits, targets)
+//
+// Every tensor lives in the device's caching allocator under a category: weights `parameters`,
+// their gradients `gradients`, tensors saved in forward for backward `activations`, and tensors
+// that live only inside one op or one backward step (activation gradients, attention scores,
+// scratch) `workspace`. A layer's activations are a struct of named tensors, created by its
+// forward and freed by its backward, so a strategy can drop them after forward and recompute them
+// before backward (activation checkpointing) without the model knowing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/device/device.h"
+#include "common/model/gpt_config.h"
+#include "common/tensor/tensor.h"
+
+namespace trainmem {
+
+// One parameter tensor and its gradient, e.g. "h3.attn.qkv.weight" [3C, C].
+struct Parameter {
+  std::string name;
+  Tensor value;
+  Tensor grad;
+};
+
+// What one layer's forward saves for its backward (B*T rows of C channels unless noted).
+struct LayerActivations {
+  Tensor ln1, ln1_mean, ln1_rstd;  // ln1 output [B,T,C]; mean, rstd [B,T]
+  Tensor qkv;                      // [B,T,3C]
+  Tensor att;                      // softmax probabilities [B,NH,T,T]
+  Tensor atty;                     // attention output before the projection [B,T,C]
+  Tensor residual2;                // x_l + attention branch [B,T,C]
+  Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C]; [B,T]; [B,T]
+  Tensor fch;                      // fc output, GELU input [B,T,4C]
+  Tensor fch_gelu;                 // GELU output [B,T,4C]
+  bool present() const { return qkv.data() != nullptr; }
+};
+
+class GPT {
+ public:
+  // Allocates and initializes the parameters (GPT-2's init: N(0, 0.02), residual projections
+  // scaled by 1/sqrt(2L), biases 0, layernorm weights 1) and zeroed gradients.
+  GPT(Device& device, GPTConfig config, std::uint64_t seed);
+
+  const GPTConfig& config() const { return config_; }
+  Device& device() { return device_; }
+  std::vector<Parameter>& parameters() { return params_; }
+  std::size_t num_parameters() const { return config_.num_parameters(); }
+
+  // --- one training micro-step, in the order the trainer calls the pieces
+  // tokens and targets: int32 [B, T] on the device (category data), T <= config.seq.
+  void begin(const Tensor& tokens, const Tensor& targets);
+  void embed_forward();
+  void layer_forward(std::size_t layer);
+  double head_forward();              // the mean loss (copied to the host)
+  void head_backward(float dloss);    // dloss: scale of each position's loss, 1/(B*T*accum_steps)
+  void layer_backward(std::size_t layer);
+  void embed_backward();
+  void end();                         // frees what is left of this micro-step (the residual stream)
+
+  // For strategies that trade memory for compute:
+  void release_layer_activations(std::size_t layer);  // keeps x_layer, the layer's input
+  bool has_layer_activations(std::size_t layer) const { return acts_[layer].present(); }
+  const LayerActivations& layer_activations(std::size_t layer) const { return acts_[layer]; }
+
+  void zero_grad();
+  // Evaluation helper: forward only, returns the mean loss and frees everything it made.
+  double loss(const Tensor& tokens, const Tensor& targets);
+
+  // Host copies of all parameter values / gradients, concatenated in parameters() order.
+  std::vector<float> parameter_values() const;
+  std::vector<float> gradient_values() const;
+  void set_parameter_values(const std::vector<float>& values);
+
+ private:
+  Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name,
+              DType dtype = DType::f32);
+  Parameter& param(std::size_t index) { return params_[index]; }
+  Tensor& p(std::size_t layer, std::size_t which) { return params_[2 + layer * 12 + which].value; }
+  Tensor& g(std::size_t layer, std::size_t which) { return params_[2 + layer * 12 + which].grad; }
+
+  Device& device_;
+  GPTConfig config_;
+  std::vector<Parameter> params_;  // wte, wpe, 12 per layer, lnf.weight, lnf.bias
+
+  // This micro-step
+  std::size_t B_ = 0, T_ = 0;
+  const Tensor* tokens_ = nullptr;
+  const Tensor* targets_ = nullptr;
+  std::vector<Tensor> residual_;  // x_0 .. x_L: the residual stream, each layer's input
+  std::vector<LayerActivations> acts_;
+  Tensor lnf_, lnf_mean_, lnf_rstd_, logits_;  // head activations
+  Tensor dresidual_;                           // gradient of the residual stream [B,T,C]
+};
+
+}  // namespace trainmem

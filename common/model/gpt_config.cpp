@@ -1,0 +1,59 @@
+#include "common/model/gpt_config.h"
+
+#include <nlohmann/json.hpp>
+
+namespace trainmem {
+
+std::size_t GPTConfig::num_parameters() const {
+  const std::size_t C = dim;
+  const std::size_t per_layer = 12 * C * C + 13 * C;
+  return vocab * C + seq * C + layers * per_layer + 2 * C;
+}
+
+void GPTConfig::validate() const {
+  if (vocab < 2 || seq < 1 || layers < 1 || heads < 1 || dim < 1)
+    throw GPTConfigError("model '" + name + "': vocab >= 2 and seq, layers, heads, dim >= 1 are needed");
+  if (dim % heads != 0)
+    throw GPTConfigError("model '" + name + "': --dim " + std::to_string(dim) + " is not divisible by --heads " +
+                         std::to_string(heads));
+  if (vocab > 65536)
+    throw GPTConfigError("model '" + name + "': --vocab above 65536 does not fit the uint16 token format");
+}
+
+nlohmann::json GPTConfig::to_json() const {
+  return {{"name", name},     {"vocab", vocab}, {"seq", seq},
+          {"layers", layers}, {"heads", heads}, {"dim", dim},
+          {"parameters", num_parameters()}};
+}
+
+namespace {
+struct Preset {
+  const char* name;
+  std::size_t vocab, seq, layers, heads, dim;
+};
+// GPT-2 sizes from the GPT-2 paper / llm.c; tiny and small are ours, byte-level (V = 256).
+constexpr Preset kPresets[] = {
+    {"tiny", 256, 64, 2, 4, 64},
+    {"small", 256, 128, 4, 4, 128},
+    {"gpt2-124m", 50257, 1024, 12, 12, 768},
+    {"gpt2-350m", 50257, 1024, 24, 16, 1024},
+    {"gpt2-774m", 50257, 1024, 36, 20, 1280},
+    {"gpt2-1.5b", 50257, 1024, 48, 25, 1600},
+};
+}  // namespace
+
+std::vector<std::string> gpt_preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+GPTConfig gpt_preset(const std::string& name) {
+  for (const Preset& p : kPresets)
+    if (name == p.name) return GPTConfig{p.name, p.vocab, p.seq, p.layers, p.heads, p.dim};
+  std::string known;
+  for (const Preset& p : kPresets) known += std::string(known.empty() ? "" : ", ") + p.name;
+  throw GPTConfigError("unknown model '" + name + "' (presets: " + known + "; or give --layers --heads --dim --seq --vocab)");
+}
+
+}  // namespace trainmem

@@ -1,0 +1,206 @@
+// The GPT model: its parameter count, where its memory goes, and the gradient check that keeps
+// every later technique honest: the model's analytic gradients (float, the real code path) agree
+// with central finite differences of the loss computed in double precision by an independent
+// forward pass written here from the same definitions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "common/device/device.h"
+#include "common/device/device_ops.h"
+#include "common/model/gpt.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+
+namespace trainmem {
+namespace {
+
+std::unique_ptr<Device> cpu_device(std::size_t budget = std::size_t{1} << 30) {
+  DeviceOptions options;
+  options.choice = "cpu";
+  options.device_memory = budget;
+  return Device::open(options);
+}
+
+// The model's forward in double precision on the host, with the parameters laid out as
+// GPT::parameters() lays them out. Returns the mean loss.
+double reference_loss(const GPTConfig& cfg, const std::vector<double>& params, const std::vector<std::int32_t>& tokens,
+                      const std::vector<std::int32_t>& targets, std::size_t B, std::size_t T) {
+  namespace cpu = kernels::cpu;
+  const std::size_t C = cfg.dim, V = cfg.vocab, NH = cfg.heads, N = B * T;
+  std::size_t offset = 0;
+  auto take = [&](std::size_t n) {
+    const double* ptr = params.data() + offset;
+    offset += n;
+    return ptr;
+  };
+  const double* wte = take(V * C);
+  const double* wpe = take(cfg.seq * C);
+  std::vector<double> x(N * C), ln(N * C), mean(N), rstd(N), qkv(N * 3 * C), pre(B * NH * T * T), att(B * NH * T * T),
+      atty(N * C), proj(N * C), res2(N * C), fch(N * 4 * C), gel(N * 4 * C);
+  cpu::embedding_forward(x.data(), tokens.data(), wte, wpe, B, T, C);
+  for (std::size_t l = 0; l < cfg.layers; ++l) {
+    const double *ln1w = take(C), *ln1b = take(C), *qkvw = take(3 * C * C), *qkvb = take(3 * C), *apw = take(C * C),
+                 *apb = take(C), *ln2w = take(C), *ln2b = take(C), *fcw = take(4 * C * C), *fcb = take(4 * C),
+                 *fpw = take(4 * C * C), *fpb = take(C);
+    cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), ln1w, ln1b, N, C);
+    cpu::matmul_forward(qkv.data(), ln.data(), qkvw, qkvb, N, C, 3 * C);
+    cpu::attention_forward(atty.data(), pre.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu::matmul_forward(proj.data(), atty.data(), apw, apb, N, C, C);
+    cpu::residual_forward(res2.data(), x.data(), proj.data(), N * C);
+    cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res2.data(), ln2w, ln2b, N, C);
+    cpu::matmul_forward(fch.data(), ln.data(), fcw, fcb, N, C, 4 * C);
+    cpu::gelu_forward(gel.data(), fch.data(), N * 4 * C);
+    cpu::matmul_forward(proj.data(), gel.data(), fpw, fpb, N, 4 * C, C);
+    cpu::residual_forward(x.data(), res2.data(), proj.data(), N * C);
+  }
+  const double *lnfw = take(C), *lnfb = take(C);
+  cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), lnfw, lnfb, N, C);
+  std::vector<double> logits(N * V), losses(N);
+  cpu::matmul_forward(logits.data(), ln.data(), wte, static_cast<const double*>(nullptr), N, C, V);
+  cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+  double sum = 0;
+  for (double v : losses) sum += v;
+  return sum / static_cast<double>(N);
+}
+
+struct Batch {
+  Tensor tokens, targets;
+  std::vector<std::int32_t> host_tokens, host_targets;
+};
+
+Batch random_batch(Device& device, std::size_t B, std::size_t T, std::size_t V, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int32_t> tok(0, static_cast<std::int32_t>(V) - 1);
+  Batch b;
+  b.host_tokens.resize(B * T);
+  b.host_targets.resize(B * T);
+  for (auto& t : b.host_tokens) t = tok(rng);
+  for (auto& t : b.host_targets) t = tok(rng);
+  const auto Bi = static_cast<std::int64_t>(B), Ti = static_cast<std::int64_t>(T);
+  b.tokens = Tensor(device.allocator(), {Bi, Ti}, DType::i32, MemoryCategory::data, "tokens");
+  b.targets = Tensor(device.allocator(), {Bi, Ti}, DType::i32, MemoryCategory::data, "targets");
+  copy_host_to_device(device, b.tokens.data(), b.host_tokens.data(), b.tokens.nbytes());
+  copy_host_to_device(device, b.targets.data(), b.host_targets.data(), b.targets.nbytes());
+  return b;
+}
+
+// One forward + backward through the model's pieces, as the trainer runs them.
+double forward_backward(GPT& model, const Batch& batch) {
+  model.begin(batch.tokens, batch.targets);
+  model.embed_forward();
+  for (std::size_t l = 0; l < model.config().layers; ++l) model.layer_forward(l);
+  const double loss = model.head_forward();
+  const auto N = static_cast<float>(batch.tokens.numel());
+  model.head_backward(1.0f / N);
+  for (std::size_t l = model.config().layers; l-- > 0;) model.layer_backward(l);
+  model.embed_backward();
+  model.end();
+  return loss;
+}
+
+TEST(Gpt, PresetsHaveTheirPublishedParameterCounts) {
+  // GPT-2 small is "124M" with the tied head: 124,439,808 with V = 50257.
+  EXPECT_EQ(gpt_preset("gpt2-124m").num_parameters(), 124439808u);
+  EXPECT_EQ(gpt_preset("gpt2-350m").num_parameters(), 354823168u);
+  EXPECT_EQ(gpt_preset("gpt2-774m").num_parameters(), 774030080u);
+  EXPECT_EQ(gpt_preset("gpt2-1.5b").num_parameters(), 1557611200u);
+  EXPECT_THROW(gpt_preset("gpt5"), GPTConfigError);
+  GPTConfig bad = gpt_preset("tiny");
+  bad.heads = 3;
+  EXPECT_THROW(bad.validate(), GPTConfigError);
+}
+
+TEST(Gpt, ParametersAndGradientsAreAccountedInTheirCategories) {
+  auto device = cpu_device();
+  GPT model(*device, gpt_preset("tiny"), 1);
+  const MemoryStats s = device->allocator().stats();
+  const auto bytes = static_cast<std::int64_t>(model.num_parameters() * 4);
+  // Every parameter tensor is its own block; each block is its byte size rounded up to 512.
+  std::int64_t rounded = 0;
+  for (const Parameter& p : model.parameters()) rounded += static_cast<std::int64_t>(round_size(p.value.nbytes()));
+  EXPECT_EQ(s.by_category[index_of(MemoryCategory::parameters)].current, rounded);
+  EXPECT_EQ(s.by_category[index_of(MemoryCategory::gradients)].current, rounded);
+  EXPECT_GE(rounded, bytes);
+  std::size_t count = 0;
+  for (const Parameter& p : model.parameters()) count += static_cast<std::size_t>(p.value.numel());
+  EXPECT_EQ(count, model.num_parameters());
+}
+
+TEST(Gpt, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
+  GPTConfig cfg = gpt_preset("tiny");
+  cfg.seq = 8;  // small enough for finite differences over many parameters
+  cfg.dim = 16;
+  cfg.heads = 2;
+  cfg.vocab = 23;
+  const std::size_t B = 2, T = 7;  // T < seq: a shorter sequence than the context is allowed
+  auto device = cpu_device();
+  GPT model(*device, cfg, 42);
+  // Random values everywhere (also biases and layernorm weights), so no gradient is trivially 0.
+  std::vector<float> values = model.parameter_values();
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  for (float& v : values) v = normal(rng);
+  model.set_parameter_values(values);
+
+  const Batch batch = random_batch(*device, B, T, cfg.vocab, 3);
+  const double loss = forward_backward(model, batch);
+  const std::vector<float> grads = model.gradient_values();
+  std::vector<double> params(values.begin(), values.end());
+  const double ref = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
+  EXPECT_NEAR(loss, ref, 1e-5 * std::abs(ref)) << "float model loss vs double reference";
+
+  // A random sample of parameters from every tensor; tolerance: float gradients against double
+  // differences, |analytic - numeric| <= 1e-3 * max(|numeric|, 1e-2) + 1e-5.
+  const double h = 1e-5;
+  std::size_t offset = 0, checked = 0;
+  for (const Parameter& p : model.parameters()) {
+    const auto n = static_cast<std::size_t>(p.value.numel());
+    std::uniform_int_distribution<std::size_t> pick(0, n - 1);
+    for (int k = 0; k < 6; ++k) {
+      const std::size_t i = offset + pick(rng);
+      const double saved = params[i];
+      params[i] = saved + h;
+      const double up = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
+      params[i] = saved - h;
+      const double down = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
+      params[i] = saved;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(grads[i], numeric, 1e-3 * std::max(std::abs(numeric), 1e-2) + 1e-5)
+          << p.name << "[" << (i - offset) << "]";
+      ++checked;
+    }
+    offset += n;
+  }
+  EXPECT_EQ(checked, model.parameters().size() * 6);
+}
+
+TEST(Gpt, ActivationsAreFreedByBackwardAndTheStepEndsWhereItBegan) {
+  auto device = cpu_device();
+  GPT model(*device, gpt_preset("tiny"), 1);
+  const Batch batch = random_batch(*device, 2, 64, 256, 5);
+  const MemoryStats before = device->allocator().stats();
+  forward_backward(model, batch);
+  const MemoryStats after = device->allocator().stats();
+  EXPECT_EQ(after.by_category[index_of(MemoryCategory::activations)].current, 0);
+  EXPECT_EQ(after.by_category[index_of(MemoryCategory::workspace)].current, 0);
+  EXPECT_GT(after.by_category[index_of(MemoryCategory::activations)].peak, 0);
+  EXPECT_EQ(after.allocated_bytes[0].current, before.allocated_bytes[0].current);
+}
+
+TEST(Gpt, ASequenceLongerThanTheContextIsAClearError) {
+  auto device = cpu_device();
+  GPTConfig cfg = gpt_preset("tiny");
+  GPT model(*device, cfg, 1);
+  const Batch batch = random_batch(*device, 1, cfg.seq + 1, cfg.vocab, 5);
+  EXPECT_THROW(model.begin(batch.tokens, batch.targets), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace trainmem

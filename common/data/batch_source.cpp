@@ -1,0 +1,30 @@
+#include "common/data/batch_source.h"
+
+#include <stdexcept>
+
+#include "common/data/token_file.h"
+#include "common/device/device_ops.h"
+
+namespace trainmem {
+
+SequentialBatches::SequentialBatches(Device& device, std::vector<std::uint16_t> tokens, std::size_t B, std::size_t T)
+    : device_(device), data_(std::move(tokens)), B_(B), T_(T), host_tokens_(B * T), host_targets_(B * T) {
+  if (data_.size() < B * T + 1)
+    throw DataError("the dataset has " + std::to_string(data_.size()) + " tokens; one batch needs " +
+                    std::to_string(B * T + 1));
+}
+
+void SequentialBatches::next(Tensor& tokens, Tensor& targets) {
+  for (std::size_t b = 0; b < B_; ++b) {
+    if (position_ + T_ + 1 > data_.size()) position_ = 0;  // wrap: the next window would run off the end
+    for (std::size_t t = 0; t < T_; ++t) {
+      host_tokens_[b * T_ + t] = data_[position_ + t];
+      host_targets_[b * T_ + t] = data_[position_ + t + 1];
+    }
+    position_ += T_;
+  }
+  copy_host_to_device(device_, tokens.data(), host_tokens_.data(), tokens.nbytes());
+  copy_host_to_device(device_, targets.data(), host_targets_.data(), targets.nbytes());
+}
+
+}  // namespace trainmem

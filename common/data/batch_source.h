@@ -1,0 +1,36 @@
+// Where a training step's tokens come from. The baseline keeps the dataset in host memory and
+// copies one [B, T] window of inputs and the window shifted by one (targets) to the device per
+// step; the lazy-loading suite adds other sources.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/device/device.h"
+#include "common/tensor/tensor.h"
+
+namespace trainmem {
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Fills tokens and targets (int32 [B, T] on the device) with the next batch.
+  virtual void next(Tensor& tokens, Tensor& targets) = 0;
+};
+
+// Consecutive windows through the dataset, wrapping around at its end: batch k row b starts at
+// token (k * B + b) * T. Deterministic, so two runs see the same batches in the same order.
+class SequentialBatches : public BatchSource {
+ public:
+  SequentialBatches(Device& device, std::vector<std::uint16_t> tokens, std::size_t B, std::size_t T);
+  void next(Tensor& tokens, Tensor& targets) override;
+  std::size_t position() const { return position_; }
+
+ private:
+  Device& device_;
+  std::vector<std::uint16_t> data_;
+  std::size_t B_, T_;
+  std::size_t position_ = 0;
+  std::vector<std::int32_t> host_tokens_, host_targets_;
+};
+
+}  // namespace trainmem

@@ -1,0 +1,49 @@
+// The token file format, and the datasets trainmem trains on.
+//
+//   offset  size  field
+//   0       8     magic "TMTOKENS"
+//   8       4     version (uint32, little-endian) = 1
+//   12      4     dtype   (uint32) = 1: uint16 tokens
+//   16      8     token count (uint64)
+//   24      8     reserved (0)
+//   32      2*n   the tokens, uint16 little-endian
+//
+// A 32-byte header is enough to reject the wrong file (magic), a newer format (version), and a
+// truncated one (the size must be exactly 32 + 2 * count).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trainmem {
+
+constexpr char kTokenFileMagic[8] = {'T', 'M', 'T', 'O', 'K', 'E', 'N', 'S'};
+constexpr std::uint32_t kTokenFileVersion = 1;
+constexpr std::uint32_t kTokenDtypeUint16 = 1;
+constexpr std::size_t kTokenFileHeaderBytes = 32;
+
+// A data file that cannot be used; the message names the file and what is wrong with it.
+struct DataError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void write_token_file(const std::string& path, const std::vector<std::uint16_t>& tokens);
+std::vector<std::uint16_t> read_token_file(const std::string& path);
+
+// Byte-level tokenization of any file: one token per byte (vocabulary 256).
+std::vector<std::uint16_t> tokenize_bytes(const std::string& path);
+
+// A deterministic synthetic corpus with structure a small model can learn: "sentences" of words
+// drawn from a fixed random vocabulary of lowercase words with Zipf-like frequencies and a
+// preferred-successor (bigram) rule, separated by spaces and ended by ". ". Byte-level tokens.
+// The same seed gives the same tokens on every machine.
+std::vector<std::uint16_t> synthetic_corpus(std::size_t num_tokens, std::uint64_t seed);
+
+// --data synthetic | a .tok file | any other file (byte-tokenized). Checks that there are enough
+// tokens for one [B, T+1] window and that every token is below `vocab`.
+std::vector<std::uint16_t> load_dataset(const std::string& spec, std::size_t min_tokens, std::size_t vocab,
+                                        std::uint64_t seed);
+
+}  // namespace trainmem

@@ -1,0 +1,44 @@
+// A training technique is a Strategy: code the trainer calls at fixed points of every step.
+// The trainer never changes for a new technique; techniques compose by listing several
+// strategies (they are called in order at each hook).
+//
+//   on_data_fetch                       before a micro-batch is loaded
+//   before/after_layer_forward(l)       around each layer's forward
+//   before/after_layer_backward(l)      around each layer's backward
+//   before/after_optimizer_step         around the update
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace trainmem {
+
+class GPT;
+class Trainer;
+
+struct StepContext {
+  GPT& model;
+  Trainer& trainer;
+  long step;               // 1, 2, ... (the optimizer step being built)
+  std::size_t micro_step;  // 0 .. accumulation steps - 1
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  virtual void on_data_fetch(StepContext&) {}
+  virtual void before_layer_forward(StepContext&, std::size_t /*layer*/) {}
+  virtual void after_layer_forward(StepContext&, std::size_t /*layer*/) {}
+  virtual void before_layer_backward(StepContext&, std::size_t /*layer*/) {}
+  virtual void after_layer_backward(StepContext&, std::size_t /*layer*/) {}
+  virtual void before_optimizer_step(StepContext&) {}
+  virtual void after_optimizer_step(StepContext&) {}
+};
+
+// The baseline: no technique. Everything forward saves stays until backward frees it.
+class BaselineStrategy : public Strategy {
+ public:
+  std::string name() const override { return "baseline"; }
+};
+
+}  // namespace trainmem

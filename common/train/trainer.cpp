@@ -1,0 +1,91 @@
+#include "common/train/trainer.h"
+
+#include <stdexcept>
+
+namespace trainmem {
+
+Trainer::Trainer(GPT& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies)
+    : model_(model),
+      data_(data),
+      options_(options),
+      strategies_(std::move(strategies)),
+      optimizer_(model, options.adam, options.max_grad_norm) {
+  if (options_.batch < 1 || options_.seq < 1 || options_.accumulation_steps < 1)
+    throw std::invalid_argument("--batch, --seq and --accum must be at least 1");
+  if (strategies_.empty()) strategies_.push_back(&baseline_);
+  const auto B = static_cast<std::int64_t>(options_.batch), T = static_cast<std::int64_t>(options_.seq);
+  CachingAllocator& a = model_.device().allocator();
+  tokens_ = Tensor(a, {B, T}, DType::i32, MemoryCategory::data, "batch.tokens");
+  targets_ = Tensor(a, {B, T}, DType::i32, MemoryCategory::data, "batch.targets");
+}
+
+template <typename Hook>
+void Trainer::each(Hook&& hook) {
+  for (Strategy* s : strategies_) hook(*s);
+}
+
+double Trainer::micro_step(std::size_t micro) {
+  StepContext ctx{model_, *this, step_ + 1, micro};
+  MemoryRecorder& recorder = model_.device().allocator().recorder();
+  const std::size_t L = model_.config().layers;
+
+  each([&](Strategy& s) { s.on_data_fetch(ctx); });
+  data_.next(tokens_, targets_);
+
+  recorder.set_phase("forward");
+  model_.begin(tokens_, targets_);
+  model_.embed_forward();
+  for (std::size_t l = 0; l < L; ++l) {
+    each([&](Strategy& s) { s.before_layer_forward(ctx, l); });
+    model_.layer_forward(l);
+    each([&](Strategy& s) { s.after_layer_forward(ctx, l); });
+  }
+  const double loss = model_.head_forward();
+
+  recorder.set_phase("backward");
+  // mean over B*T positions and over the micro-batches of this step
+  const double dloss = 1.0 / static_cast<double>(options_.batch * options_.seq * options_.accumulation_steps);
+  model_.head_backward(static_cast<float>(dloss));
+  for (std::size_t l = L; l-- > 0;) {
+    each([&](Strategy& s) { s.before_layer_backward(ctx, l); });
+    model_.layer_backward(l);
+    each([&](Strategy& s) { s.after_layer_backward(ctx, l); });
+  }
+  model_.embed_backward();
+  model_.end();
+  return loss;
+}
+
+StepResult Trainer::step() {
+  const auto start = std::chrono::steady_clock::now();
+  CachingAllocator& allocator = model_.device().allocator();
+  allocator.recorder().set_step(step_ + 1);
+
+  double loss = 0;
+  for (std::size_t micro = 0; micro < options_.accumulation_steps; ++micro) loss += micro_step(micro);
+  loss /= static_cast<double>(options_.accumulation_steps);
+
+  StepContext ctx{model_, *this, step_ + 1, options_.accumulation_steps - 1};
+  allocator.recorder().set_phase("optimizer");
+  each([&](Strategy& s) { s.before_optimizer_step(ctx); });
+  const double norm = optimizer_.step();
+  model_.zero_grad();
+  each([&](Strategy& s) { s.after_optimizer_step(ctx); });
+  model_.device().synchronize();
+  ++step_;
+
+  StepResult r;
+  r.step = step_;
+  r.loss = loss;
+  r.grad_norm = norm;
+  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  r.tokens_per_s = static_cast<double>(options_.batch * options_.seq * options_.accumulation_steps) / (r.ms / 1000.0);
+  const MemoryStats s = allocator.stats();
+  r.allocated_bytes = s.allocated_bytes[0].current;
+  r.reserved_bytes = s.reserved_bytes[0].current;
+  r.peak_allocated_bytes = s.allocated_bytes[0].peak;
+  r.peak_reserved_bytes = s.reserved_bytes[0].peak;
+  return r;
+}
+
+}  // namespace trainmem

@@ -1,0 +1,64 @@
+// The training step, with hook points for strategies (see strategy.h):
+//
+//   for each micro-batch:  fetch data -> embed -> [layer forward] x L -> head (loss)
+//                          -> head backward -> [layer backward] x L (reverse) -> embed backward
+//   optimizer step (clip, AdamW) -> zero gradients
+//
+// The allocator's recorder is told the step and phase ("forward", "backward", "optimizer"), so
+// a memory timeline can be cut by phase.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "common/data/batch_source.h"
+#include "common/model/gpt.h"
+#include "common/train/adamw_optimizer.h"
+#include "common/train/strategy.h"
+
+namespace trainmem {
+
+struct TrainerOptions {
+  std::size_t batch = 4;             // B, the micro-batch
+  std::size_t seq = 64;              // T
+  std::size_t accumulation_steps = 1;  // micro-batches per optimizer step
+  kernels::AdamWHyper adam;
+  float max_grad_norm = 1.0f;        // 0 disables clipping
+};
+
+struct StepResult {
+  long step = 0;
+  double loss = 0;           // mean over the step's micro-batches
+  double grad_norm = 0;
+  double ms = 0;
+  double tokens_per_s = 0;
+  std::int64_t allocated_bytes = 0, reserved_bytes = 0;  // at the end of the step
+  std::int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;  // since the start of training
+};
+
+class Trainer {
+ public:
+  Trainer(GPT& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies = {});
+
+  StepResult step();
+  GPT& model() { return model_; }
+  AdamWOptimizer& optimizer() { return optimizer_; }
+  const TrainerOptions& options() const { return options_; }
+  long steps_taken() const { return step_; }
+
+ private:
+  double micro_step(std::size_t micro);
+  template <typename Hook>
+  void each(Hook&& hook);
+
+  GPT& model_;
+  BatchSource& data_;
+  TrainerOptions options_;
+  std::vector<Strategy*> strategies_;
+  BaselineStrategy baseline_;
+  AdamWOptimizer optimizer_;
+  Tensor tokens_, targets_;  // the device's copy of the current micro-batch (category data)
+  long step_ = 0;
+};
+
+}  // namespace trainmem

@@ -23,6 +23,8 @@ std::vector<std::string> default_oom_advice(const OomReport& r) {
   std::vector<MemoryCategory> order(kAllMemoryCategories.begin(), kAllMemoryCategories.end());
   std::sort(order.begin(), order.end(), [&](MemoryCategory a, MemoryCategory b) { return bytes_of(a) > bytes_of(b); });
   for (MemoryCategory c : order) {
+    // Only categories that hold a real share (5%) of the memory, and the request's own.
+    if (c != r.category && bytes_of(c) * 20 < static_cast<std::int64_t>(r.allocated_bytes)) continue;
     if (bytes_of(c) == 0 && c != r.category) continue;
     switch (c) {
       case MemoryCategory::activations:

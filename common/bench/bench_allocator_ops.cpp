@@ -7,7 +7,6 @@
 // device was asked), peak_reserved_bytes.
 #include <benchmark/benchmark.h>
 
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -87,15 +86,9 @@ void register_benchmarks() {
 }  // namespace trainmem
 
 int main(int argc, char** argv) {
-  // Our one flag, --device=..., is taken out before Google Benchmark reads the rest.
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--device=", 9) == 0) trainmem::g_device_choice = argv[i] + 9;
-    else args.push_back(argv[i]);
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
+  trainmem::g_device_choice = trainmem::take_device_flag(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   try {
     trainmem::Device& device = trainmem::device_for(trainmem::AllocatorConfig::Backend::caching);
     trainmem::add_benchmark_context(device.info(), device.allocator().config());

@@ -4,7 +4,9 @@
 #pragma once
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/results/result_json.h"
 
@@ -19,6 +21,19 @@ inline void add_benchmark_context(const DeviceInfo& device, const AllocatorConfi
   benchmark::AddCustomContext("trainmem.allocator.config", allocator.to_string());
   benchmark::AddCustomContext("trainmem.version", context["trainmem_version"].get<std::string>());
   benchmark::AddCustomContext("trainmem.cuda_compiled", context["cuda_compiled"].dump());
+}
+
+// Takes trainmem's own benchmark flag, --device=auto|cpu|cuda, out of argv (before Google
+// Benchmark reads the rest) and returns it ("auto" when absent).
+inline std::string take_device_flag(int& argc, char** argv) {
+  std::string device = "auto";
+  int kept = 0;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--device=", 9) == 0) device = argv[i] + 9;
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
+  return device;
 }
 
 // Bytes are reported as counters in bytes; Google Benchmark prints them with binary prefixes.

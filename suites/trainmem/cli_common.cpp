@@ -1,1 +1,76 @@
-// placeholder: being written
+#include "suites/trainmem/cli_common.h"
+
+#include "common/util/byte_size.h"
+
+namespace trainmem::cli {
+
+namespace {
+
+// CLI11 validators: return "" when the text is fine, else the reason. CLI11 turns the reason
+// into a ValidationError "--flag: reason", which main prints as one line.
+CLI::Validator byte_size_check() {
+  return CLI::Validator(
+      [](std::string& text) {
+        try {
+          parse_byte_size(text);
+          return std::string();
+        } catch (const ByteSizeError& e) {
+          return std::string(e.what());
+        }
+      },
+      "");
+}
+
+CLI::Validator allocator_config_check() {
+  return CLI::Validator(
+      [](std::string& text) {
+        try {
+          AllocatorConfig::parse(text);
+          return std::string();
+        } catch (const AllocatorConfigError& e) {
+          return std::string(e.what());
+        }
+      },
+      "");
+}
+
+}  // namespace
+
+void add_memory_flags(CLI::App& command, DeviceFlags& flags) {
+  command
+      .add_option("--device-memory", flags.device_memory,
+                  "Device memory to draw from, e.g. 16GiB, 80GB: the emulated card on cpu and in replay "
+                  "(default 16GiB), a cap on the real card on cuda (default: all of it)")
+      ->type_name("SIZE")
+      ->check(byte_size_check());
+  command
+      .add_option("--allocator-config", flags.allocator_config,
+                  "Allocator options, written as PYTORCH_CUDA_ALLOC_CONF: backend:caching|raw, max_split_size_mb:N "
+                  "(comma-separated)")
+      ->type_name("STR")
+      ->check(allocator_config_check());
+}
+
+void add_device_flags(CLI::App& command, DeviceFlags& flags) {
+  command.add_option("--device", flags.device, "auto (a GPU if one answers, else the CPU), cpu or cuda")
+      ->type_name("auto|cpu|cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  add_memory_flags(command, flags);
+}
+
+std::size_t DeviceFlags::device_memory_or(std::size_t fallback) const {
+  return device_memory.empty() ? fallback : parse_byte_size(device_memory);
+}
+
+AllocatorConfig DeviceFlags::allocator() const { return AllocatorConfig::parse(allocator_config); }
+
+DeviceOptions DeviceFlags::to_options() const {
+  DeviceOptions options;
+  options.choice = device;
+  if (!device_memory.empty()) options.device_memory = parse_byte_size(device_memory);
+  options.allocator = allocator();
+  return options;
+}
+
+}  // namespace trainmem::cli

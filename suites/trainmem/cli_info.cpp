@@ -1,1 +1,78 @@
-// placeholder: being written
+// trainmem info: the device a run would use, and its allocator's policy (the constants every
+// memory figure is computed under). Text by default, JSON with --json (the same "device" and
+// "allocator" objects every trainmem result carries).
+#include <iomanip>
+#include <iostream>
+#include <memory>
+
+#include "common/results/result_json.h"
+#include "common/util/byte_size.h"
+#include "suites/trainmem/cli_common.h"
+
+namespace trainmem::cli {
+
+namespace {
+
+struct InfoFlags {
+  DeviceFlags device;
+  bool json = false;
+};
+
+void print_text(const Device& device, const AllocatorConfig& config) {
+  const DeviceInfo& d = device.info();
+  auto row = [](const char* name, const std::string& value) {
+    if (!value.empty()) std::cout << "  " << std::left << std::setw(20) << name << value << '\n';
+  };
+  std::cout << "trainmem " << run_context_json(d, config)["trainmem_version"].get<std::string>()
+            << " (CUDA compiled: " << (cuda_compiled() ? "yes" : "no") << ")\n"
+            << "device " << d.label() << '\n';
+  row("name", d.name);
+  if (d.kind == DeviceKind::cuda) {
+    row("memory", format_bytes(d.total_memory_bytes));
+    row("SMs", std::to_string(d.sm_count));
+    row("compute capability", d.compute_capability);
+    row("driver / runtime", d.driver_version + " / " + d.runtime_version);
+    row("cuDNN", d.cudnn_version);
+    row("NCCL", d.nccl_version);
+    row("host CPU", d.cpu_model + " (" + std::to_string(d.cpu_cores) + " cores)");
+  } else {
+    row("cores", std::to_string(d.cpu_cores));
+    row("host memory", format_bytes(d.total_memory_bytes));
+  }
+  row("device memory", format_bytes(d.device_memory_bytes) +
+                           (d.kind == DeviceKind::cpu ? " (the emulated card: --device-memory)" : ""));
+  std::cout << "allocator " << config.to_string() << '\n';
+  row("rounding", "requests rounded up to " + std::to_string(kMinBlockSize) + " B");
+  row("small pool", "requests <= " + format_bytes(kSmallSize) + ", carved from " + format_bytes(kSmallBuffer) + " segments");
+  row("large pool", "requests < " + format_bytes(kMinLargeAlloc) + " share " + format_bytes(kLargeBuffer) +
+                        " segments; larger ones are rounded up to " + format_bytes(kRoundLarge));
+  row("max_split_size", config.max_split_size == kNoMaxSplit ? "unlimited" : format_bytes(config.max_split_size));
+  row("backend", config.backend == AllocatorConfig::Backend::caching
+                     ? "caching (freed blocks are kept for reuse)"
+                     : "raw (one device allocation per request)");
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app, Command& run) {
+  // The flags live as long as the callback below, which keeps this pointer.
+  auto flags = std::make_shared<InfoFlags>();
+  CLI::App* info = app.add_subcommand("info", "Show the device a run would use and its allocator configuration");
+  add_device_flags(*info, flags->device);
+  info->add_flag("--json", flags->json, "Print JSON instead of text");
+  info->callback([flags, &run] {
+    run = [flags] {
+      DeviceOptions options = flags->device.to_options();
+      options.backed = false;  // info allocates nothing, so a cpu budget needs no real memory
+      auto device = Device::open(options, &std::cerr);  // says on stderr which device was picked
+      if (flags->json) {
+        std::cout << run_context_json(device->info(), options.allocator).dump(2) << '\n';
+      } else {
+        print_text(*device, options.allocator);
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace trainmem::cli

@@ -1,1 +1,87 @@
-int main() { return 0; }
+// trainmem: one program, one subcommand per task. See `trainmem --help`, and cli_common.h for
+// the exit codes.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <string>
+
+#include "common/allocator/trace_replay.h"
+#include "common/data/token_file.h"
+#include "common/model/gpt_config.h"
+#include "common/device/device.h"
+#include "common/util/byte_size.h"
+#include "suites/trainmem/cli_common.h"
+
+namespace {
+
+// Error messages are printed on one line whatever the library put in them; a trailing period is
+// dropped so that we can add our own sentence after it.
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!s.empty() && (s.back() == ' ' || s.back() == '.')) s.pop_back();
+  return s;
+}
+
+int input_error(const std::exception& e) {
+  std::cerr << "trainmem: error: " << one_line(e.what()) << '\n';
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"trainmem: benchmark suites for the techniques that make training fit in GPU memory", "trainmem"};
+  app.footer("Run 'trainmem <command> --help' for a command's flags.\n"
+             "Exit codes: 0 ok; 1 the run failed (e.g. out of memory); 2 a wrong flag, value or input file.");
+  app.require_subcommand(1);
+  trainmem::cli::Command run;
+  trainmem::cli::add_info_command(app, run);
+  trainmem::cli::add_replay_command(app, run);
+  trainmem::cli::add_train_command(app, run);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);  // prints the help of the subcommand named, if any; exit code 0
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    const auto chosen = app.get_subcommands();
+    std::string what = one_line(e.what());
+    // "trainmem frobnicate": CLI11 says only "A subcommand is required"; name the word instead.
+    if (chosen.empty() && !app.remaining().empty()) {
+      const std::string word = app.remaining().front();
+      what = (word.rfind('-', 0) == 0 ? "unknown flag '" : "unknown command '") + word + "'";
+    }
+    const std::string help = chosen.empty() ? "trainmem --help" : "trainmem " + chosen.front()->get_name() + " --help";
+    std::cerr << "trainmem: error: " << what << ". Run '" << help << "' for usage.\n";
+    return 2;
+  }
+  if (!run) {  // cannot happen with require_subcommand(1), but never call an empty function
+    std::cerr << app.help();
+    return 2;
+  }
+
+  try {
+    return run();
+  } catch (const trainmem::TraceError& e) {
+    return input_error(e);
+  } catch (const trainmem::ByteSizeError& e) {
+    return input_error(e);
+  } catch (const trainmem::AllocatorConfigError& e) {
+    return input_error(e);
+  } catch (const trainmem::DataError& e) {
+    return input_error(e);  // a missing, truncated or foreign data file
+  } catch (const trainmem::GPTConfigError& e) {
+    return input_error(e);  // an unknown preset or an impossible shape
+  } catch (const trainmem::DeviceError& e) {
+    return input_error(e);  // a device that was asked for and is not there: change the flag
+  } catch (const trainmem::OutOfMemoryError& e) {
+    std::cerr << "trainmem: " << e.what() << '\n';  // the full multi-line report
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "trainmem: error: " << one_line(e.what()) << '\n';
+    return 1;
+  }
+}

@@ -1,1 +1,257 @@
-// placeholder: being written
+// The trainmem program from the outside: exit codes, one-line errors, JSON on stdout.
+// Each test runs the real binary (TRAINMEM_BINARY) through the shell, with stdout read from a
+// pipe and stderr redirected to a file, so the two are checked separately.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+constexpr long long kMiB = 1 << 20;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A path for this process's scratch files (ctest may run several test processes at once).
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/trainmem_cli_" + std::to_string(getpid()) + "_" + name;
+}
+
+// Runs `trainmem ARGS` (ARGS is shell text), capturing stdout and stderr separately.
+CliRun trainmem(const std::string& args) {
+  const std::string err_path = temp_path("stderr.txt");
+  // Built with append: GCC 12 gives a false -Wrestrict warning for "literal" + std::string here.
+  std::string command = "'";
+  command.append(TRAINMEM_BINARY).append("' ").append(args).append(" 2>'").append(err_path).append("'");
+  CliRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return run;
+  char buffer[4096];
+  std::size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;  // -1: killed by a signal (a crash)
+  run.err = read_file(err_path);
+  std::remove(err_path.c_str());
+  return run;
+}
+
+std::string data(const char* name) { return std::string(TRAINMEM_CLI_TEST_DATA_DIR) + "/" + name; }
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += (c == '\n');
+  return n;
+}
+
+// An input error: exit 2, nothing on stdout, exactly one line on stderr that starts with
+// "trainmem: error: " and contains `expected`.
+void expect_input_error(const std::string& args, const std::string& expected) {
+  SCOPED_TRACE("trainmem " + args);
+  const CliRun r = trainmem(args);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("trainmem: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << "expected '" << expected << "' in: " << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+nlohmann::json parse_json(const std::string& text) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    ADD_FAILURE() << "stdout is not JSON: " << e.what() << "\n" << text;
+    return nlohmann::json::object();
+  }
+}
+
+// --- Help
+
+TEST(Cli, HelpWorksForTheProgramAndEverySubcommand) {
+  CliRun r = trainmem("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("replay"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("info"), std::string::npos) << r.out;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+
+  r = trainmem("replay --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"TRACE", "--allocator-config", "--device-memory"})
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " in\n" << r.out;
+
+  r = trainmem("info --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--device ", "--device-memory", "--allocator-config", "--json"})
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " in\n" << r.out;
+}
+
+// --- Wrong command lines: exit 2, one line
+
+TEST(Cli, WrongFlagsAndValuesAreOneLineErrors) {
+  expect_input_error("info --no-such-flag", "--no-such-flag");
+  expect_input_error("replay " + data("small_trace.json") + " --bogus", "--bogus");
+  expect_input_error("", "subcommand is required");
+  expect_input_error("frobnicate", "unknown command 'frobnicate'");
+  expect_input_error("--bogus", "unknown flag '--bogus'");
+  expect_input_error("replay", "TRACE");
+  expect_input_error("info --device gpu", "--device");
+  expect_input_error("info --device-memory '12 parsecs'", "--device-memory: cannot read size '12 parsecs'");
+  expect_input_error("replay " + data("small_trace.json") + " --device-memory '12 parsecs'", "12 parsecs");
+  expect_input_error("replay " + data("small_trace.json") + " --allocator-config max_split_size_mb:5", "at least 20");
+  expect_input_error("replay " + data("small_trace.json") + " --allocator-config colour:blue",
+                     "--allocator-config: allocator config: unknown key 'colour'");
+}
+
+TEST(Cli, MalformedTraceFilesAreOneLineErrorsNamingTheFile) {
+  expect_input_error("replay /nonexistent/trace.json", "/nonexistent/trace.json: no such file");
+  expect_input_error("replay " + data("invalid_json.json"), "invalid_json.json: not valid JSON: parse error at line 2");
+  expect_input_error("replay " + data("free_unknown_id.json"),
+                     "free_unknown_id.json: event 1: free of id 5 which is not allocated");
+}
+
+// --- Replays
+
+// small_trace.json, by hand (ANCHORS.md rules):
+//   alloc 1000 B (activations)  -> 1024 B block in a new 2 MiB small segment
+//   alloc 5 MiB (parameters)    -> a new 20 MiB large segment, split
+//   alloc 3000 B                -> 3072 B block from the rest of the small segment
+//   free all three              -> allocated 0; both segments stay cached (no empty_cache)
+TEST(Cli, ReplayPrintsStatisticsAsJson) {
+  const CliRun r = trainmem("replay " + data("small_trace.json") + " --device-memory 1GiB");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = parse_json(r.out);
+  EXPECT_EQ(j["device_memory_bytes"], 1024 * kMiB);
+  EXPECT_EQ(j["events"], 6);
+  EXPECT_EQ(j["events_replayed"], 6);
+  EXPECT_TRUE(j["oom"].is_null());
+  EXPECT_EQ(j["summary"]["peak_allocated_bytes"], 1024 + 5 * kMiB + 3072);
+  EXPECT_EQ(j["summary"]["peak_reserved_bytes"], 22 * kMiB);
+  EXPECT_EQ(j["summary"]["final_allocated_bytes"], 0);
+  EXPECT_EQ(j["summary"]["final_reserved_bytes"], 22 * kMiB);
+  EXPECT_EQ(j["summary"]["num_device_alloc"], 2);
+  EXPECT_EQ(j["summary"]["num_device_free"], 0);
+  EXPECT_EQ(j["memory_stats"]["requested_bytes.all.peak"], 1000 + 5 * kMiB + 3000);
+  EXPECT_EQ(j["memory_stats"]["by_category.activations.peak"], 1024);
+  EXPECT_EQ(j["memory_stats"]["by_category.parameters.peak"], 5 * kMiB);
+  EXPECT_EQ(j["segments"].size(), 2u);
+}
+
+TEST(Cli, RawBackendAsksTheDeviceForEveryAllocation) {
+  const CliRun r = trainmem("replay " + data("small_trace.json") + " --allocator-config backend:raw");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = parse_json(r.out);
+  EXPECT_EQ(j["allocator_config"].get<std::string>().find("backend:raw"), 0u);
+  EXPECT_EQ(j["summary"]["num_device_alloc"], 3);  // one per alloc in the trace
+  EXPECT_EQ(j["summary"]["num_device_free"], 3);
+  EXPECT_EQ(j["summary"]["peak_reserved_bytes"], 1024 + 5 * kMiB + 3072);  // no segment rounding
+  EXPECT_EQ(j["summary"]["final_reserved_bytes"], 0);
+}
+
+// oom_trace.json: three 12 MiB allocations on a 30 MiB card; the third fails (event 2).
+TEST(Cli, AnOomInAReplayPrintsTheResultAndTheReportAndExits1) {
+  const CliRun r = trainmem("replay " + data("oom_trace.json") + " --device-memory 30MiB");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const nlohmann::json j = parse_json(r.out);
+  ASSERT_TRUE(j.contains("oom"));
+  ASSERT_TRUE(j["oom"].is_object());
+  EXPECT_EQ(j["oom"]["event_index"], 2);
+  EXPECT_EQ(j["oom"]["requested_bytes"], 12 * kMiB);
+  EXPECT_EQ(j["oom"]["capacity_bytes"], 30 * kMiB);
+  EXPECT_EQ(j["events_replayed"], 2);
+  EXPECT_EQ(j["summary"]["final_allocated_bytes"], 24 * kMiB);
+  EXPECT_EQ(j["summary"]["num_ooms"], 1);
+  EXPECT_NE(r.err.find("event 2 ran out of memory"), std::string::npos) << r.err;
+}
+
+TEST(Cli, ReplayCanRecordTheAllocatorsEventLog) {
+  const std::string path = temp_path("record.json");
+  const CliRun r = trainmem("replay " + data("small_trace.json") + " --record '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json log = parse_json(read_file(path));
+  std::remove(path.c_str());
+  ASSERT_TRUE(log.contains("events"));
+  ASSERT_GE(log["events"].size(), 2u);
+  EXPECT_EQ(log["events"][0]["action"], "segment_alloc");
+  EXPECT_EQ(log["events"][1]["action"], "alloc");
+  EXPECT_EQ(log["events"][1]["size"], 1000);
+}
+
+// --- info
+
+TEST(Cli, InfoJsonDescribesTheDeviceAndItsBudget) {
+  const CliRun r = trainmem("info --device cpu --device-memory 8GiB --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = parse_json(r.out);
+  EXPECT_EQ(j["device"]["kind"], "cpu");
+  EXPECT_EQ(j["device"]["device_memory_bytes"], 8192 * kMiB);
+  const nlohmann::json& constants = j["allocator"]["constants"];
+  EXPECT_EQ(constants["min_block_size"], 512);
+  EXPECT_EQ(constants["small_size"], kMiB);
+  EXPECT_EQ(constants["small_buffer"], 2 * kMiB);
+  EXPECT_EQ(constants["min_large_alloc"], 10 * kMiB);
+  EXPECT_EQ(constants["large_buffer"], 20 * kMiB);
+  EXPECT_EQ(constants["round_large"], 2 * kMiB);
+  EXPECT_TRUE(j["allocator"]["max_split_size_bytes"].is_null());  // unlimited by default
+}
+
+TEST(Cli, InfoTextShowsTheAllocatorPolicy) {
+  const CliRun r = trainmem("info --device cpu --allocator-config max_split_size_mb:64");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* text : {"device cpu", "16.00 GiB", "512 B", "2.00 MiB", "20.00 MiB", "max_split_size", "64.00 MiB"})
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << " in\n" << r.out;
+}
+
+// --- train
+
+TEST(Cli, TrainPrintsAProgressLinePerStepAndWritesItsResult) {
+  const std::string json_path = temp_path("train_result.json");
+  const CliRun r = trainmem("train --device cpu --model tiny --steps 3 --batch 2 --json " + json_path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.out), 3) << r.out;
+  for (const char* text : {"step    3/3", "loss ", "ms", "tok/s", "mem ", "(peak "})
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << " in\n" << r.out;
+  const nlohmann::json j = parse_json(read_file(json_path));
+  EXPECT_EQ(j["config"]["model"]["name"], "tiny");
+  EXPECT_EQ(j["config"]["batch"], 2);
+  EXPECT_EQ(j["device"]["kind"], "cpu");
+  ASSERT_EQ(j["steps"].size(), 3u);
+  for (const char* key : {"step", "loss", "ms", "tokens_per_s", "allocated_bytes", "reserved_bytes"})
+    EXPECT_TRUE(j["steps"][0].contains(key)) << key;
+  EXPECT_GT(j["memory"]["peak_allocated_bytes"], 0);
+  EXPECT_GE(j["memory"]["peak_reserved_bytes"], j["memory"]["peak_allocated_bytes"]);
+  EXPECT_GT(j["memory"]["by_category"]["activations"]["peak_bytes"], 0);
+  EXPECT_TRUE(j["memory"]["stats"].contains("allocated_bytes.all.peak"));
+}
+
+TEST(Cli, TrainInputErrorsAreOneLine) {
+  expect_input_error("train --model gpt5", "unknown model 'gpt5'");
+  expect_input_error("train --data /nonexistent/corpus.txt", "no such file");
+  expect_input_error("train --model tiny --heads 5", "not divisible");
+  expect_input_error("train --batch 0", "--batch");
+}
+
+TEST(Cli, TrainThatCannotFitGivesTheOomReportAndExits1) {
+  const CliRun r = trainmem("train --device cpu --model small --batch 64 --device-memory 64MiB --steps 1");
+  EXPECT_EQ(r.exit_code, 1);
+  for (const char* text : {"out of memory", "activations=", "what would help", "--accum"})
+    EXPECT_NE(r.err.find(text), std::string::npos) << text << " in\n" << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,47 @@
+// Pieces every trainmem subcommand shares: the device flags, and how a subcommand plugs in.
+//
+// Exit codes (the same for every subcommand):
+//   0  success (and --help)
+//   1  the run itself failed: out of memory (the report goes to stderr), or an unexpected error
+//   2  the request is wrong: a bad flag or value, an unreadable or malformed input file, or a
+//      device that cannot be used (--device cuda without a GPU). One line on stderr,
+//      "trainmem: error: ...", says what to change.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "common/device/device.h"
+
+namespace trainmem::cli {
+
+// Each add_*_command registers a subcommand; when that subcommand is the one chosen on the
+// command line, its CLI11 callback stores the work to do in `run`, and main calls it after
+// parsing (so that errors of the work itself are not mistaken for parse errors).
+using Command = std::function<int()>;
+
+// --device auto|cpu|cuda, --device-memory SIZE, --allocator-config STR.
+// The values are checked while parsing (a bad one is a one-line parse error naming the flag), so
+// the conversions below cannot fail afterwards.
+struct DeviceFlags {
+  std::string device = "auto";
+  std::string device_memory;     // empty: the default (16 GiB budget on cpu, the whole card on cuda)
+  std::string allocator_config;  // empty: caching, unlimited max_split_size
+
+  DeviceOptions to_options() const;
+  std::size_t device_memory_or(std::size_t fallback) const;
+  AllocatorConfig allocator() const;
+};
+
+// All three flags (subcommands that open a device: info, and later train, bench, estimate).
+void add_device_flags(CLI::App& command, DeviceFlags& flags);
+// --device-memory and --allocator-config only (subcommands that simulate a device: replay).
+void add_memory_flags(CLI::App& command, DeviceFlags& flags);
+
+void add_info_command(CLI::App& app, Command& run);    // cli_info.cpp
+void add_replay_command(CLI::App& app, Command& run);  // cli_replay.cpp
+void add_train_command(CLI::App& app, Command& run);   // cli_train.cpp
+
+}  // namespace trainmem::cli

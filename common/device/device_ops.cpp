@@ -11,55 +11,41 @@
 namespace trainmem {
 
 namespace {
-#if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
-void cuda_check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-void cuda_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  cuda_check(cudaMemcpy(dst, src, bytes, kind), "cudaMemcpy");
-}
-#else
-[[noreturn]] void no_cuda() { throw DeviceError("trainmem was built without CUDA"); }
-#endif
-}  // namespace
 
-void copy_host_to_device(Device& device, void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
-  if (device.kind() == DeviceKind::cpu) {
-    std::memcpy(dst, src, bytes);
-    return;
-  }
-#if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
-  cuda_copy(dst, src, bytes, cudaMemcpyHostToDevice);
-#else
-  no_cuda();
-#endif
-}
+enum class Direction { host_to_device, device_to_host, device_to_device };
 
-void copy_device_to_host(Device& device, void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
-  if (device.kind() == DeviceKind::cpu) {
-    std::memcpy(dst, src, bytes);
-    return;
-  }
-#if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
-  cuda_copy(dst, src, bytes, cudaMemcpyDeviceToHost);
-#else
-  no_cuda();
-#endif
-}
-
-void copy_device_to_device(Device& device, void* dst, const void* src, std::size_t bytes) {
+// One copy, whatever the direction: memmove on the CPU backend (host and "device" memory are the
+// same kind), cudaMemcpy on a GPU.
+void transfer(Device& device, void* dst, const void* src, std::size_t bytes, Direction direction) {
   if (bytes == 0) return;
   if (device.kind() == DeviceKind::cpu) {
     std::memmove(dst, src, bytes);
     return;
   }
 #if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
-  cuda_copy(dst, src, bytes, cudaMemcpyDeviceToDevice);
+  const cudaMemcpyKind kind = direction == Direction::host_to_device   ? cudaMemcpyHostToDevice
+                              : direction == Direction::device_to_host ? cudaMemcpyDeviceToHost
+                                                                       : cudaMemcpyDeviceToDevice;
+  const cudaError_t status = cudaMemcpy(dst, src, bytes, kind);
+  if (status != cudaSuccess) throw std::runtime_error(std::string("cudaMemcpy: ") + cudaGetErrorString(status));
 #else
-  no_cuda();
+  (void)direction;
+  throw DeviceError("trainmem was built without CUDA");
 #endif
+}
+
+}  // namespace
+
+void copy_host_to_device(Device& device, void* dst, const void* src, std::size_t bytes) {
+  transfer(device, dst, src, bytes, Direction::host_to_device);
+}
+
+void copy_device_to_host(Device& device, void* dst, const void* src, std::size_t bytes) {
+  transfer(device, dst, src, bytes, Direction::device_to_host);
+}
+
+void copy_device_to_device(Device& device, void* dst, const void* src, std::size_t bytes) {
+  transfer(device, dst, src, bytes, Direction::device_to_device);
 }
 
 void zero_device_memory(Device& device, void* dst, std::size_t bytes) {
@@ -69,9 +55,10 @@ void zero_device_memory(Device& device, void* dst, std::size_t bytes) {
     return;
   }
 #if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
-  cuda_check(cudaMemset(dst, 0, bytes), "cudaMemset");
+  const cudaError_t status = cudaMemset(dst, 0, bytes);
+  if (status != cudaSuccess) throw std::runtime_error(std::string("cudaMemset: ") + cudaGetErrorString(status));
 #else
-  no_cuda();
+  throw DeviceError("trainmem was built without CUDA");
 #endif
 }
 

@@ -292,27 +292,22 @@ double GPT::loss(const Tensor& tokens, const Tensor& targets) {
 // host copies
 // ---------------------------------------------------------------------------------------------
 
-std::vector<float> GPT::parameter_values() const {
-  std::vector<float> out;
-  out.reserve(num_parameters());
-  for (const Parameter& p : params_) {
-    std::vector<float> host(static_cast<std::size_t>(p.value.numel()));
-    copy_device_to_host(device_, host.data(), p.value.data(), p.value.nbytes());
-    out.insert(out.end(), host.begin(), host.end());
+// Concatenates one member (value or grad) of every parameter into a host vector.
+static std::vector<float> gather(Device& device, const std::vector<Parameter>& params, Tensor Parameter::*member,
+                                 std::size_t total) {
+  std::vector<float> out(total);
+  std::size_t offset = 0;
+  for (const Parameter& p : params) {
+    const Tensor& t = p.*member;
+    copy_device_to_host(device, out.data() + offset, t.data(), t.nbytes());
+    offset += static_cast<std::size_t>(t.numel());
   }
   return out;
 }
 
-std::vector<float> GPT::gradient_values() const {
-  std::vector<float> out;
-  out.reserve(num_parameters());
-  for (const Parameter& p : params_) {
-    std::vector<float> host(static_cast<std::size_t>(p.grad.numel()));
-    copy_device_to_host(device_, host.data(), p.grad.data(), p.grad.nbytes());
-    out.insert(out.end(), host.begin(), host.end());
-  }
-  return out;
-}
+std::vector<float> GPT::parameter_values() const { return gather(device_, params_, &Parameter::value, num_parameters()); }
+
+std::vector<float> GPT::gradient_values() const { return gather(device_, params_, &Parameter::grad, num_parameters()); }
 
 void GPT::set_parameter_values(const std::vector<float>& values) {
   if (values.size() != num_parameters()) throw std::invalid_argument("set_parameter_values: wrong number of values");

@@ -6,6 +6,7 @@
 
 #include "common/allocator/host_device_memory.h"
 #include "common/allocator/trace_replay.h"
+#include "common/results/result_json.h"
 #include "suites/trainmem/cli_common.h"
 
 namespace trainmem::cli {
@@ -29,7 +30,13 @@ int run_replay(const ReplayFlags& flags) {
   const ReplayResult result = replay_trace(ops, allocator);
 
   // An OOM is still a result: the JSON (with "oom") goes to stdout, the report to stderr, exit 1.
-  std::cout << replay_result_to_json(result, config, budget).dump(2) << '\n';
+  // Like every result, it says what ran it: the host, and the simulated card's size.
+  DeviceInfo host = query_cpu_device_info();
+  host.device_memory_bytes = budget;
+  nlohmann::json json = replay_result_to_json(result, config, budget);
+  json["device"] = host.to_json();
+  json["device"]["name"] = "simulated: " + device.name();
+  std::cout << json.dump(2) << '\n';
   if (!flags.record.empty()) allocator.recorder().write_json(flags.record);
   if (result.oom) {
     std::cerr << "trainmem replay: event " << result.oom_event_index << " ran out of memory\n"

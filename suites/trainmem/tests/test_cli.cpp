@@ -151,6 +151,8 @@ TEST(Cli, ReplayPrintsStatisticsAsJson) {
   EXPECT_EQ(j["memory_stats"]["by_category.activations.peak"], 1024);
   EXPECT_EQ(j["memory_stats"]["by_category.parameters.peak"], 5 * kMiB);
   EXPECT_EQ(j["segments"].size(), 2u);
+  EXPECT_EQ(j["device"]["device_memory_bytes"], 1024 * kMiB);  // every result says what ran it
+  EXPECT_NE(j["device"]["name"].get<std::string>().find("simulated"), std::string::npos);
 }
 
 TEST(Cli, RawBackendAsksTheDeviceForEveryAllocation) {

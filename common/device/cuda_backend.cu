@@ -2,7 +2,9 @@
 // Compiled only where trainmem is built with CUDA (cuda_backend_stub.cpp stands in otherwise).
 #include <cuda_runtime.h>
 
-#include <cstdio>
+#include <algorithm>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -24,7 +26,7 @@ namespace {
 // or a broken machine, and says where it happened.
 void check(cudaError_t status, const char* what, const char* file, int line) {
   if (status != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
+    cudaGetLastError();  // clear it so the next call is not blamed (a sticky error stays: the context is lost)
     throw std::runtime_error(std::string(what) + " failed at " + file + ":" + std::to_string(line) + ": " +
                              cudaGetErrorString(status));
   }

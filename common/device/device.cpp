@@ -1,3 +1,5 @@
+// Device selection (--device auto|cpu|cuda), the device description recorded in results, and the
+// order in which a device's parts are built and torn down.
 #include "common/device/device.h"
 
 #include <ostream>
@@ -56,13 +58,18 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
   device->info_.device_memory_bytes = device->memory_->total_bytes();
   device->allocator_ = std::make_unique<CachingAllocator>(*device->memory_, options.allocator);
 
+  // One line that says which device was taken and, for auto falling back to cpu, why.
+  //   device: cuda:0 (NVIDIA H100 80GB HBM3, 79.19 GiB)
+  //   device: cpu (auto: no usable CUDA device: <reason>) with a 16.00 GiB device-memory budget
   if (log) {
     const DeviceInfo& i = device->info_;
     if (kind == DeviceKind::cuda) {
       *log << "device: " << i.label() << " (" << i.name << ", " << format_bytes(i.device_memory_bytes) << ")\n";
     } else {
-      *log << "device: cpu (" << (options.choice == "auto" ? "auto: " + no_cuda.value_or("") : std::string("chosen"))
-           << ") with a " << format_bytes(i.device_memory_bytes) << " device-memory budget\n";
+      const std::string why =
+          options.choice == "auto" ? "auto: no usable CUDA device: " + no_cuda.value_or("") : std::string("chosen");
+      *log << "device: cpu (" << why << ") with a " << format_bytes(i.device_memory_bytes)
+           << " device-memory budget\n";
     }
   }
   return device;

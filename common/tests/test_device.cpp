@@ -1,3 +1,5 @@
+// Device selection and description: --device cpu|auto|cuda, the budget the CPU backend draws
+// from, and the errors a user sees for a device that cannot be had.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -25,6 +27,25 @@ TEST(Device, CpuDrawsFromTheBudgetItWasGiven) {
   device->allocator().free(p);
 }
 
+TEST(Device, CpuSaysWhatItChoseAndDescribesTheHost) {
+  DeviceOptions options;
+  options.choice = "cpu";
+  options.backed = false;  // the default 16 GiB budget, never touched
+  std::ostringstream log;
+  auto device = Device::open(options, &log);
+  EXPECT_EQ(log.str(), "device: cpu (chosen) with a 16.00 GiB device-memory budget\n");
+  EXPECT_EQ(device->memory().total_bytes(), kDefaultDeviceMemory);
+  const DeviceInfo& info = device->info();
+  EXPECT_EQ(info.label(), "cpu");
+  EXPECT_EQ(info.device_memory_bytes, kDefaultDeviceMemory);
+  EXPECT_FALSE(info.cpu_model.empty());
+  EXPECT_EQ(info.name, info.cpu_model);
+  EXPECT_GE(info.cpu_cores, 1);
+  EXPECT_EQ(info.sm_count, 0);  // GPU fields stay empty on the CPU
+  EXPECT_TRUE(info.compute_capability.empty());
+  device->synchronize();  // nothing to wait for on the CPU, and no CUDA call
+}
+
 TEST(Device, CpuInfoIsFilledAndSerialized) {
   const DeviceInfo info = query_cpu_device_info();
   EXPECT_FALSE(info.cpu_model.empty());
@@ -48,10 +69,14 @@ TEST(Device, AutoPicksCudaOnlyWhenAGpuAnswersAndSaysWhy) {
   if (reason) {
     EXPECT_EQ(device->kind(), DeviceKind::cpu);
     EXPECT_NE(log.str().find("device: cpu"), std::string::npos) << log.str();
-    EXPECT_NE(log.str().find(*reason), std::string::npos) << log.str();
+    EXPECT_NE(log.str().find("auto: no usable CUDA device: " + *reason), std::string::npos) << log.str();
+    EXPECT_NE(log.str().find("256.00 MiB device-memory budget"), std::string::npos) << log.str();
   } else {
     EXPECT_EQ(device->kind(), DeviceKind::cuda);
-    EXPECT_NE(log.str().find("device: cuda:0"), std::string::npos) << log.str();
+    EXPECT_NE(log.str().find("device: cuda:0 (" + device->info().name), std::string::npos) << log.str();
+    EXPECT_EQ(device->memory().total_bytes(), 256 * MiB) << "--device-memory is a budget on the card too";
+    EXPECT_EQ(device->info().device_memory_bytes, 256 * MiB);
+    EXPECT_GT(device->info().sm_count, 0);
   }
 }
 
@@ -64,6 +89,7 @@ TEST(Device, AskingForCudaWithoutAGpuIsAClearError) {
     FAIL() << "expected DeviceError";
   } catch (const DeviceError& e) {
     EXPECT_NE(std::string(e.what()).find("use --device cpu"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(*cuda_unavailable_reason()), std::string::npos) << e.what();
   }
 }
 

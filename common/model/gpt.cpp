@@ -112,7 +112,11 @@ void GPT::embed_forward() {
                              f(params_[kWte].value), f(params_[kWpe].value), B_, T_, config_.dim);
 }
 
-void GPT::layer_forward(std::size_t l) {
+void GPT::layer_forward(std::size_t l) { forward_layer(l, /*produce_output=*/true); }
+
+void GPT::recompute_layer(std::size_t l) { forward_layer(l, /*produce_output=*/false); }
+
+void GPT::forward_layer(std::size_t l, bool produce_output) {
   const auto s = kernel_stream(device_);
   const std::size_t N = B_ * T_, C = config_.dim, NH = config_.heads;
   const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
@@ -153,6 +157,7 @@ void GPT::layer_forward(std::size_t l) {
   kernels::matmul_forward(s, f(a.fch), f(a.ln2), f(p(l, kFcW)), f(p(l, kFcB)), N, C, 4 * C);
   a.fch_gelu = make({B, T, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
   kernels::gelu_forward(s, f(a.fch_gelu), f(a.fch), N * 4 * C);
+  if (!produce_output) return;  // recomputing for backward: x_{l+1} is not needed again
   residual_[l + 1] = make({B, T, Ci}, MemoryCategory::activations, indexed("x", l + 1));
   {
     Tensor proj = make({B, T, Ci}, MemoryCategory::workspace, h + "mlp.proj.out");

@@ -68,6 +68,9 @@ class GPT {
 
   // For strategies that trade memory for compute:
   void release_layer_activations(std::size_t layer);  // keeps x_layer, the layer's input
+  // Makes the layer's saved tensors again from x_layer (the same kernels in the same order, so
+  // bit-identical), without making x_{layer+1}, which backward does not need.
+  void recompute_layer(std::size_t layer);
   bool has_layer_activations(std::size_t layer) const { return acts_[layer].present(); }
   const LayerActivations& layer_activations(std::size_t layer) const { return acts_[layer]; }
 
@@ -81,6 +84,7 @@ class GPT {
   void set_parameter_values(const std::vector<float>& values);
 
  private:
+  void forward_layer(std::size_t layer, bool produce_output);
   Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name,
               DType dtype = DType::f32);
   Parameter& param(std::size_t index) { return params_[index]; }

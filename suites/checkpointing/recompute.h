@@ -1,0 +1,58 @@
+// Activation checkpointing: trade compute for memory by not keeping a layer's activations from
+// forward to backward, and recomputing them from the layer's input just before its backward.
+//
+//   --recompute none       keep everything (the baseline)
+//   --recompute full       keep only each layer's input; recompute every layer in backward
+//   --recompute every:K    recompute layers 0, K, 2K, ...; keep the others
+//
+// Recomputing runs the same kernels on the same inputs in the same order, so the gradients are
+// bit-identical to `none` on the CPU (tested).
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "common/model/gpt.h"
+#include "common/train/strategy.h"
+
+namespace trainmem {
+
+struct RecomputePolicy {
+  enum class Kind { none, full, every };
+  Kind kind = Kind::none;
+  std::size_t every = 1;  // for Kind::every
+
+  static RecomputePolicy parse(const std::string& text);  // throws std::invalid_argument with the accepted forms
+  std::string to_string() const;
+  bool recomputes(std::size_t layer) const;
+  std::vector<bool> recomputed_layers(std::size_t layers) const;
+};
+
+class RecomputeStrategy : public Strategy {
+ public:
+  explicit RecomputeStrategy(RecomputePolicy policy) : policy_(policy) {}
+  std::string name() const override { return "recompute:" + policy_.to_string(); }
+  void after_layer_forward(StepContext& ctx, std::size_t layer) override;
+  void before_layer_backward(StepContext& ctx, std::size_t layer) override;
+
+ private:
+  RecomputePolicy policy_;
+};
+
+// The peak of the `activations` category during one training step, predicted exactly from the
+// model's tensor sizes: each saved tensor is a block of round_size(bytes) (exact while every
+// activation tensor is <= 1 MiB, i.e. in the small pool, which always splits to the rounded size;
+// larger blocks can be handed out whole, which the estimator models).
+//
+//   per layer, saved (fp32):   ln1 BTC, ln1 mean+rstd 2BT, qkv 3BTC, att (probs) B*H*T^2,
+//                              atty BTC, residual2 BTC, ln2 BTC, ln2 mean+rstd 2BT,
+//                              fc 4BTC, gelu 4BTC            = 16 BTC + 4 BT + B H T^2 floats
+//   residual stream x_l:       BTC per layer input (+ the final one)
+//   head:                      lnf BTC, mean+rstd 2BT, logits B T V
+//
+// The step is simulated tensor group by tensor group (forward, head, then each layer's backward
+// with its recompute) and the largest live total returned.
+std::size_t predicted_activation_peak(const GPTConfig& config, std::size_t B, std::size_t T,
+                                      const RecomputePolicy& policy);
+
+}  // namespace trainmem

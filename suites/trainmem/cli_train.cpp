@@ -15,6 +15,7 @@
 #include "common/results/result_json.h"
 #include "common/train/trainer.h"
 #include "common/util/byte_size.h"
+#include "suites/checkpointing/recompute.h"
 #include "suites/trainmem/cli_common.h"
 
 namespace trainmem::cli {
@@ -26,6 +27,8 @@ struct TrainFlags {
   std::string model = "tiny";
   std::size_t layers = 0, heads = 0, dim = 0, seq = 0, vocab = 0;  // 0: the preset's
   std::size_t batch = 4;
+  std::size_t accum = 1;
+  std::string recompute = "none";
   long steps = 50;
   float lr = 1e-3f;
   float weight_decay = 0.0f;
@@ -48,10 +51,10 @@ GPTConfig model_config(const TrainFlags& f) {
   return c;
 }
 
-std::string progress_line(const StepResult& r, long total) {
-  char line[256];
-  std::snprintf(line, sizeof line, "step %4ld/%ld | loss %.4f | %7.1f ms | %8.0f tok/s | mem %s/%s (peak %s/%s)", r.step,
-                total, r.loss, r.ms, r.tokens_per_s, format_bytes(static_cast<std::uint64_t>(r.allocated_bytes)).c_str(),
+std::string progress_line(const StepResult& r, long total, const std::string& techniques) {
+  char line[320];
+  std::snprintf(line, sizeof line, "step %4ld/%ld | %s | loss %.4f | %7.1f ms | %8.0f tok/s | mem %s/%s (peak %s/%s)", r.step,
+                total, techniques.c_str(), r.loss, r.ms, r.tokens_per_s, format_bytes(static_cast<std::uint64_t>(r.allocated_bytes)).c_str(),
                 format_bytes(static_cast<std::uint64_t>(r.reserved_bytes)).c_str(),
                 format_bytes(static_cast<std::uint64_t>(r.peak_allocated_bytes)).c_str(),
                 format_bytes(static_cast<std::uint64_t>(r.peak_reserved_bytes)).c_str());
@@ -61,6 +64,7 @@ std::string progress_line(const StepResult& r, long total) {
 int run_train(const TrainFlags& flags) {
   const GPTConfig config = model_config(flags);
   if (flags.steps < 1) throw std::invalid_argument("--steps must be at least 1");
+  const RecomputePolicy recompute = RecomputePolicy::parse(flags.recompute);
   const std::size_t T = config.seq;
   // Data first: a bad file is an input error, found before any memory is touched.
   std::vector<std::uint16_t> tokens = load_dataset(flags.data, flags.batch * T + 1, config.vocab, flags.seed);
@@ -70,7 +74,7 @@ int run_train(const TrainFlags& flags) {
   device->allocator().recorder().enable(!flags.record_memory.empty());
   std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
             << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab << "), batch "
-            << flags.batch << ", " << flags.steps << " steps\n";
+            << flags.batch << " x " << flags.accum << " accumulation steps, " << flags.steps << " steps\n";
 
   GPT model(*device, config, flags.seed);
   SequentialBatches data(*device, std::move(tokens), flags.batch, T);
@@ -80,7 +84,13 @@ int run_train(const TrainFlags& flags) {
   topt.adam.lr = flags.lr;
   topt.adam.weight_decay = flags.weight_decay;
   topt.max_grad_norm = flags.grad_clip;
-  Trainer trainer(model, data, topt);
+  topt.accumulation_steps = flags.accum;
+  // The techniques, as strategies on the trainer's hooks.
+  RecomputeStrategy recompute_strategy(recompute);
+  std::vector<Strategy*> strategies;
+  if (recompute.kind != RecomputePolicy::Kind::none) strategies.push_back(&recompute_strategy);
+  Trainer trainer(model, data, topt, strategies);
+  const std::string techniques = "fp32 accum=" + std::to_string(flags.accum) + " recompute=" + recompute.to_string();
 
   const bool terminal = isatty(STDOUT_FILENO);
   nlohmann::json steps = nlohmann::json::array();
@@ -94,7 +104,7 @@ int run_train(const TrainFlags& flags) {
                      {"allocated_bytes", r.allocated_bytes},
                      {"reserved_bytes", r.reserved_bytes}});
     // On a terminal, one line redrawn in place; in a log, one line per step.
-    std::cout << (terminal ? "\r" : "") << progress_line(r, flags.steps) << (terminal && i + 1 < flags.steps ? "" : "\n")
+    std::cout << (terminal ? "\r" : "") << progress_line(r, flags.steps, techniques) << (terminal && i + 1 < flags.steps ? "" : "\n")
               << std::flush;
   }
 
@@ -114,7 +124,9 @@ int run_train(const TrainFlags& flags) {
                         {"device_memory_bytes", device->info().device_memory_bytes},
                         {"allocator_config", options.allocator.to_string()},
                         {"precision", "fp32"},
-                        {"techniques", nlohmann::json::array({"baseline"})}};
+                        {"accum", flags.accum},
+                        {"recompute", recompute.to_string()},
+                        {"tokens_per_step", flags.batch * T * flags.accum}};
     result["steps"] = std::move(steps);
     result["memory"] = memory_json(device->allocator());
     std::ofstream out(flags.json);
@@ -139,6 +151,19 @@ void add_train_command(CLI::App& app, Command& run) {
   train->add_option("--seq", flags->seq, "Override the context length T (also the training sequence length)");
   train->add_option("--vocab", flags->vocab, "Override the vocabulary size V");
   train->add_option("--batch", flags->batch, "Micro-batch size B")->capture_default_str()->check(CLI::PositiveNumber);
+  train->add_option("--accum", flags->accum, "Gradient accumulation: micro-batches per optimizer step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  train->add_option("--recompute", flags->recompute, "Activation recompute: none, full or every:K")
+      ->capture_default_str()
+      ->check([](const std::string& value) {  // checked while parsing: a bad value is a one-line error
+        try {
+          RecomputePolicy::parse(value);
+          return std::string();
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      });
   train->add_option("--steps", flags->steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   train->add_option("--lr", flags->lr, "AdamW learning rate")->capture_default_str()->check(CLI::PositiveNumber);
   train->add_option("--weight-decay", flags->weight_decay, "AdamW weight decay")->capture_default_str();

@@ -227,7 +227,7 @@ TEST(Cli, TrainPrintsAProgressLinePerStepAndWritesItsResult) {
   const CliRun r = trainmem("train --device cpu --model tiny --steps 3 --batch 2 --json " + json_path);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(count_lines(r.out), 3) << r.out;
-  for (const char* text : {"step    3/3", "loss ", "ms", "tok/s", "mem ", "(peak "})
+  for (const char* text : {"step    3/3", "fp32 accum=1 recompute=none", "loss ", "ms", "tok/s", "mem ", "(peak "})
     EXPECT_NE(r.out.find(text), std::string::npos) << text << " in\n" << r.out;
   const nlohmann::json j = parse_json(read_file(json_path));
   EXPECT_EQ(j["config"]["model"]["name"], "tiny");
@@ -247,6 +247,8 @@ TEST(Cli, TrainInputErrorsAreOneLine) {
   expect_input_error("train --data /nonexistent/corpus.txt", "no such file");
   expect_input_error("train --model tiny --heads 5", "not divisible");
   expect_input_error("train --batch 0", "--batch");
+  expect_input_error("train --recompute half", "none, full or every:K");
+  expect_input_error("train --accum 0", "--accum");
 }
 
 TEST(Cli, TrainThatCannotFitGivesTheOomReportAndExits1) {

@@ -86,18 +86,8 @@ void register_benchmarks() {
 }  // namespace trainmem
 
 int main(int argc, char** argv) {
-  trainmem::g_device_choice = trainmem::take_device_flag(argc, argv);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  try {
-    trainmem::Device& device = trainmem::device_for(trainmem::AllocatorConfig::Backend::caching);
-    trainmem::add_benchmark_context(device.info(), device.allocator().config());
-  } catch (const std::exception& e) {
-    std::cerr << "bench_allocator_ops: " << e.what() << '\n';
-    return 2;
-  }
-  trainmem::register_benchmarks();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return trainmem::benchmark_main(argc, argv, "bench_allocator_ops", [](const std::string& device, bool) {
+    trainmem::g_device_choice = device;
+    trainmem::register_benchmarks();
+  });
 }

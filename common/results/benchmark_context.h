@@ -5,6 +5,8 @@
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <functional>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,30 @@ inline void set_memory_counters(benchmark::State& state, const MemoryStats& stat
     const auto peak = stats.by_category[index_of(c)].peak;
     if (peak > 0) state.counters[std::string(to_string(c)) + "_peak_bytes"] = bytes_counter(static_cast<double>(peak));
   }
+}
+
+// The main of every trainmem benchmark binary: takes --device=auto|cpu|cuda, opens that device
+// once to record its description as context (and print the choice), lets `register_benchmarks`
+// register what suits it (device choice, whether it is a GPU), and runs Google Benchmark.
+// The same flags for every binary, as nccl-tests does.
+inline int benchmark_main(int argc, char** argv, const char* name,
+                          const std::function<void(const std::string& device, bool gpu)>& register_benchmarks) {
+  const std::string device_choice = take_device_flag(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  try {
+    DeviceOptions options;
+    options.choice = device_choice;
+    auto device = Device::open(options, &std::cerr);
+    add_benchmark_context(device->info(), device->allocator().config());
+    register_benchmarks(device_choice, device->kind() == DeviceKind::cuda);
+  } catch (const std::exception& e) {
+    std::cerr << name << ": " << e.what() << '\n';
+    return 2;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace trainmem

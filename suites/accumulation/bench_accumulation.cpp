@@ -1,0 +1,38 @@
+// bench_accumulation: peak memory by category and time per optimizer step for (micro-batch, K)
+// pairs with the same effective batch of 32 sequences: 32x1, 16x2, 8x4, 4x8, 2x16, 1x32.
+//
+//   build/ci/suites/accumulation/bench_accumulation [--device=auto|cpu|cuda] --benchmark_out=acc.json --benchmark_out_format=json
+//
+// Model: tiny (T=64) on the CPU; gpt2-124m at T=1024 on a GPU (effective batch 32 as well).
+#include <benchmark/benchmark.h>
+
+#include "common/results/benchmark_context.h"
+#include "common/train/train_run.h"
+
+namespace trainmem {
+namespace {
+
+void BM_Accumulate(benchmark::State& state, const std::string& device, const GPTConfig& config) {
+  const auto micro = static_cast<std::size_t>(state.range(0));
+  const auto K = static_cast<std::size_t>(state.range(1));
+  TrainRun run = make_train_run(device, config, micro, K);
+  run.trainer->step();
+  run.device->allocator().reset_peak_stats();
+  for (auto _ : state) benchmark::DoNotOptimize(run.trainer->step().loss);
+  set_memory_counters(state, run.stats());
+  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(micro * K * config.seq),
+                                                      benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(config.name + " " + std::to_string(micro) + "x" + std::to_string(K));
+}
+
+}  // namespace
+}  // namespace trainmem
+
+int main(int argc, char** argv) {
+  return trainmem::benchmark_main(argc, argv, "bench_accumulation", [](const std::string& device, bool gpu) {
+    static const trainmem::GPTConfig config = trainmem::gpt_preset(gpu ? "gpt2-124m" : "tiny");
+    auto* b = benchmark::RegisterBenchmark(("BM_Accumulate/" + config.name).c_str(), trainmem::BM_Accumulate, device, config);
+    b->ArgNames({"micro", "K"})->Unit(benchmark::kMillisecond);
+    for (long micro = 32; micro >= 1; micro /= 2) b->Args({micro, 32 / micro});
+  });
+}

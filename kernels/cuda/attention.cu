@@ -1,0 +1,198 @@
+// CUDA: naive causal self-attention with the scores (preatt) and probabilities (att) materialized,
+// B*NH*T*T floats each (formulas in attention.h; the CPU reference is cpu/attention.cpp).
+//
+// The four products per (batch b, head h) are cuBLAS strided-batched GEMMs, one call per batch b
+// over its NH heads. Head h of q, k, v is a [T, hs] row-major matrix inside qkv[b] with leading
+// dimension 3C, and the next head starts hs floats further on (stride hs): no copy or permutation
+// is needed. As in matmul.cu, a row-major X[r, c] is the column-major X^T[c, r], so each row-major
+// product Y = A @ B is issued as Y^T = B^T @ A^T. All sizes are 64-bit until handed to cuBLAS.
+//
+// The GEMMs compute all T x T scores, the future (u > t) included; the softmax kernels then write
+// the causal result: att = preatt = 0 above the diagonal (forward), datt = dpreatt = 0 there
+// (backward). Since those zeros multiply v, k and q in the following GEMMs, the full-width
+// products equal the causal sums.
+#include <cublas_v2.h>
+
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/attention.h"
+#include "kernels/cuda/cublas_handle.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.cuh"
+
+namespace trainmem::kernels::cuda {
+
+namespace {
+
+constexpr unsigned kWarpsPerBlock = 8;
+constexpr unsigned kRowBlock = kWarpsPerBlock * detail::kWarpSize;  // 256 threads
+
+// Causal softmax of one row r = (b*NH + h)*T + t of preatt (one warp per row, t = r % T):
+//   att[r, u] = exp(preatt[r, u] - max) / sum_{w <= t} exp(preatt[r, w] - max)   for u <= t
+//   att[r, u] = preatt[r, u] = 0                                                 for u > t
+// where max = max_{u <= t} preatt[r, u]. Lanes stride over u; warp w of block b takes rows
+// b*8 + w, stepping by gridDim.x * 8 (the row is the same for all 32 lanes of a warp).
+__global__ void causal_softmax_forward_kernel(float* att, float* preatt, std::size_t rows, std::size_t T) {
+  const unsigned lane = threadIdx.x % detail::kWarpSize;
+  const std::size_t first_row = static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / detail::kWarpSize;
+  const std::size_t row_step = static_cast<std::size_t>(gridDim.x) * kWarpsPerBlock;
+  for (std::size_t r = first_row; r < rows; r += row_step) {
+    const std::size_t t = r % T;
+    float* pre = preatt + r * T;
+    float* a = att + r * T;
+    float maxval = -INFINITY;
+    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) maxval = fmaxf(maxval, pre[u]);
+    maxval = detail::warp_reduce(maxval, detail::MaxOp{});
+    float sum = 0.0f;
+    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) sum += expf(pre[u] - maxval);
+    sum = detail::warp_reduce(sum, detail::SumOp{});
+    // Each lane writes only the elements u it read itself (u = lane, lane + 32, ...).
+    for (std::size_t u = lane; u < T; u += detail::kWarpSize) {
+      if (u <= t) {
+        a[u] = expf(pre[u] - maxval) / sum;
+      } else {
+        a[u] = 0.0f;
+        pre[u] = 0.0f;
+      }
+    }
+  }
+}
+
+// Softmax backward of one row r = (b*NH + h)*T + t (one warp per row, t = r % T):
+//   dpreatt[r, u] = att[r, u] * (datt[r, u] - sum_{w <= t} att[r, w] * datt[r, w])   for u <= t
+//   dpreatt[r, u] = datt[r, u] = 0                                                  for u > t
+// The sum reads datt only at u <= t and the zeros go only to u > t, so no lane overwrites a value
+// another lane still reads. Same warp-to-row mapping as the forward.
+__global__ void causal_softmax_backward_kernel(float* dpreatt, float* datt, const float* att, std::size_t rows,
+                                               std::size_t T) {
+  const unsigned lane = threadIdx.x % detail::kWarpSize;
+  const std::size_t first_row = static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / detail::kWarpSize;
+  const std::size_t row_step = static_cast<std::size_t>(gridDim.x) * kWarpsPerBlock;
+  for (std::size_t r = first_row; r < rows; r += row_step) {
+    const std::size_t t = r % T;
+    const float* a = att + r * T;
+    float* da = datt + r * T;
+    float* dpre = dpreatt + r * T;
+    float weighted = 0.0f;
+    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) weighted += a[u] * da[u];
+    weighted = detail::warp_reduce(weighted, detail::SumOp{});
+    for (std::size_t u = lane; u < T; u += detail::kWarpSize) {
+      if (u <= t) {
+        dpre[u] = a[u] * (da[u] - weighted);
+      } else {
+        dpre[u] = 0.0f;
+        da[u] = 0.0f;
+      }
+    }
+  }
+}
+
+// The sizes every attention call hands to cuBLAS, checked once.
+struct Shapes {
+  int T, hs, C, C3;           // sequence length, head size, channels, 3C (qkv's leading dimension)
+  int NH;                     // heads = the batch count of each strided-batched GEMM
+  long long head_stride;      // hs: from one head to the next inside a row
+  long long scores_stride;    // T*T: from one head's score matrix to the next
+  std::size_t qkv_batch;      // T*3C: from one batch element of qkv to the next
+  std::size_t act_batch;      // T*C: from one batch element of out/dout to the next
+  std::size_t scores_batch;   // NH*T*T: from one batch element of preatt/att to the next
+};
+
+Shapes make_shapes(std::size_t T, std::size_t C, std::size_t NH, const char* op) {
+  if (NH == 0 || C % NH != 0)
+    throw std::invalid_argument(std::string(op) + ": C (" + std::to_string(C) + ") must be a multiple of NH (" +
+                                std::to_string(NH) + ")");
+  Shapes s{};
+  s.T = detail::cublas_int(T, op);
+  s.hs = detail::cublas_int(C / NH, op);
+  s.C = detail::cublas_int(C, op);
+  s.C3 = detail::cublas_int(3 * C, op);
+  s.NH = detail::cublas_int(NH, op);
+  s.head_stride = static_cast<long long>(C / NH);
+  s.scores_stride = static_cast<long long>(T * T);
+  s.qkv_batch = T * 3 * C;
+  s.act_batch = T * C;
+  s.scores_batch = NH * T * T;
+  return s;
+}
+
+}  // namespace
+
+void attention_forward(void* stream, float* out, float* preatt, float* att, const float* qkv, std::size_t B,
+                       std::size_t T, std::size_t C, std::size_t NH) {
+  if (B == 0 || T == 0 || C == 0) return;
+  const Shapes s = make_shapes(T, C, NH, "attention_forward");
+  cublasHandle_t handle = detail::cublas_handle(stream);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
+  const float one = 1.0f, zero = 0.0f;
+  // preatt[b,h][t, u] = scale * q[t] . k[u]:  preatt^T[u, t] = (K^T)^T[u, i] @ Q^T[i, t]
+  for (std::size_t b = 0; b < B; ++b) {
+    const float* q = qkv + b * s.qkv_batch;
+    const float* k = q + C;
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.T, s.T, s.hs, &scale, k, s.C3,
+                                           s.head_stride, q, s.C3, s.head_stride, &zero, preatt + b * s.scores_batch,
+                                           s.T, s.scores_stride, s.NH));
+  }
+  // att = causal softmax of preatt, row by row (and the masked future zeroed in both)
+  const std::size_t rows = B * NH * T;
+  causal_softmax_forward_kernel<<<detail::grid_for(rows, kWarpsPerBlock), kRowBlock, 0, detail::as_stream(stream)>>>(
+      att, preatt, rows, T);
+  CUDA_CHECK_LAUNCH("causal_softmax_forward_kernel");
+  // out[b, t, h*hs + i] = sum_u att[b,h][t, u] v[u, i]:  out^T[i, t] = V^T[i, u] @ att^T[u, t]
+  for (std::size_t b = 0; b < B; ++b) {
+    const float* v = qkv + b * s.qkv_batch + 2 * C;
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, s.hs, s.T, s.T, &one, v, s.C3,
+                                           s.head_stride, att + b * s.scores_batch, s.T, s.scores_stride, &zero,
+                                           out + b * s.act_batch, s.C, s.head_stride, s.NH));
+  }
+}
+
+void attention_backward(void* stream, float* dqkv, float* dpreatt, float* datt, const float* dout, const float* qkv,
+                        const float* att, std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  if (B == 0 || T == 0 || C == 0) return;
+  const Shapes s = make_shapes(T, C, NH, "attention_backward");
+  cublasHandle_t handle = detail::cublas_handle(stream);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
+  const float one = 1.0f, zero = 0.0f;
+  // datt[b,h][t, u] = dout[t] . v[u]:  datt^T[u, t] = (V^T)^T[u, i] @ dout^T[i, t]
+  for (std::size_t b = 0; b < B; ++b) {
+    const float* v = qkv + b * s.qkv_batch + 2 * C;
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.T, s.T, s.hs, &one, v, s.C3,
+                                           s.head_stride, dout + b * s.act_batch, s.C, s.head_stride, &zero,
+                                           datt + b * s.scores_batch, s.T, s.scores_stride, s.NH));
+  }
+  // dpreatt = att * (datt - rowsum(att * datt)), causal (zeros above the diagonal in both)
+  const std::size_t rows = B * NH * T;
+  causal_softmax_backward_kernel<<<detail::grid_for(rows, kWarpsPerBlock), kRowBlock, 0, detail::as_stream(stream)>>>(
+      dpreatt, datt, att, rows, T);
+  CUDA_CHECK_LAUNCH("causal_softmax_backward_kernel");
+  // dqkv is WRITTEN (beta = 0, never read): the three GEMMs below cover every (b, t, h, i) of its
+  // q, k and v thirds, so no zero fill is needed.
+  for (std::size_t b = 0; b < B; ++b) {
+    const float* q = qkv + b * s.qkv_batch;
+    const float* k = q + C;
+    const float* dout_b = dout + b * s.act_batch;
+    const float* att_b = att + b * s.scores_batch;
+    const float* dpre_b = dpreatt + b * s.scores_batch;
+    float* dq = dqkv + b * s.qkv_batch;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    // dq[t, i] = scale * sum_u dpreatt[t, u] k[u, i]:  dq^T[i, t] = K^T[i, u] @ dpreatt^T[u, t]
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, s.hs, s.T, s.T, &scale, k, s.C3,
+                                           s.head_stride, dpre_b, s.T, s.scores_stride, &zero, dq, s.C3,
+                                           s.head_stride, s.NH));
+    // dk[u, i] = scale * sum_t dpreatt[t, u] q[t, i]:  dk^T[i, u] = Q^T[i, t] @ (dpreatt^T)^T[t, u]
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_T, s.hs, s.T, s.T, &scale, q, s.C3,
+                                           s.head_stride, dpre_b, s.T, s.scores_stride, &zero, dk, s.C3,
+                                           s.head_stride, s.NH));
+    // dv[u, i] = sum_t att[t, u] dout[t, i]:  dv^T[i, u] = dout^T[i, t] @ (att^T)^T[t, u]
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_T, s.hs, s.T, s.T, &one, dout_b, s.C,
+                                           s.head_stride, att_b, s.T, s.scores_stride, &zero, dv, s.C3,
+                                           s.head_stride, s.NH));
+  }
+}
+
+}  // namespace trainmem::kernels::cuda

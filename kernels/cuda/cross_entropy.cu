@@ -1,0 +1,96 @@
+// CUDA: fused softmax + cross-entropy over V classes (formulas in cross_entropy.h; the CPU reference
+// is cpu/cross_entropy.cpp). One block per row: the row's max and sum of exponentials are block
+// reductions (the stable log-sum-exp, lse = max + log(sum_v exp(x_v - max))).
+//
+// In place: cross_entropy_backward may be called with dlogits == logits. That is safe here because
+//   1. every read that feeds the reductions happens before the reduction's barriers, so once any
+//      thread leaves block_reduce, all threads of the block have finished reading for the max and
+//      the sum (and no other block touches this row);
+//   2. in the write loop, each element v is read and then written by the same thread, and by no
+//      other thread.
+// For the same reason the two pointers carry no __restrict__ (the compiler must not assume they
+// differ, nor read logits through the read-only cache).
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cross_entropy.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.cuh"
+
+namespace trainmem::kernels::cuda {
+
+namespace {
+
+constexpr unsigned kBlock = 512;  // threads per row; a multiple of 32 (block_reduce needs full warps)
+constexpr std::size_t kMaxRowBlocks = 65535;
+
+struct RowStats {
+  float maxval;
+  float log_sum;  // log(sum_v exp(x_v - max))
+};
+
+// The stable log-sum-exp of one row, computed by the whole block; every thread gets the result.
+// Threads stride over the row (v = threadIdx.x, + blockDim.x, ...). Must be called by all threads.
+__device__ RowStats row_stats(const float* row, std::size_t V) {
+  float maxval = -INFINITY;
+  for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) maxval = fmaxf(maxval, row[v]);
+  maxval = detail::block_reduce(maxval, detail::MaxOp{}, -INFINITY);
+  float sum = 0.0f;
+  for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) sum += expf(row[v] - maxval);
+  sum = detail::block_reduce(sum, detail::SumOp{}, 0.0f);
+  return {maxval, logf(sum)};
+}
+
+// losses[n] = max + log(sum_v exp(logits[n,v] - max)) - logits[n, targets[n]].
+// Block -> row n (grid-stride over rows); thread 0 writes the loss. A target outside [0, V) gives
+// NaN instead of reading outside the row.
+__global__ void cross_entropy_forward_kernel(float* losses, const float* logits, const std::int32_t* targets,
+                                             std::size_t N, std::size_t V) {
+  for (std::size_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const float* row = logits + n * V;
+    const RowStats st = row_stats(row, V);
+    if (threadIdx.x == 0) {
+      const std::int32_t target = targets[n];
+      losses[n] = (target >= 0 && static_cast<std::size_t>(target) < V) ? st.maxval + st.log_sum - row[target] : NAN;
+    }
+  }
+}
+
+// dlogits[n,v] = dloss * (exp(logits[n,v] - max - log_sum) - [v == targets[n]]).
+// Block -> row n (grid-stride over rows); thread -> v = threadIdx.x, + blockDim.x, ... in the
+// write loop. dlogits may be logits (see the note at the top of the file).
+__global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits, const std::int32_t* targets,
+                                              float dloss, std::size_t N, std::size_t V) {
+  for (std::size_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const float* row = logits + n * V;
+    float* drow = dlogits + n * V;
+    const RowStats st = row_stats(row, V);  // all reads for the statistics end here (barriers inside)
+    const std::int64_t target = targets[n];
+    for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) {
+      const float p = expf(row[v] - st.maxval - st.log_sum);  // read element v ...
+      const float indicator = static_cast<std::int64_t>(v) == target ? 1.0f : 0.0f;
+      drow[v] = dloss * (p - indicator);                       // ... then overwrite it (same thread)
+    }
+  }
+}
+
+}  // namespace
+
+void cross_entropy_forward(void* stream, float* losses, const float* logits, const std::int32_t* targets, std::size_t N,
+                           std::size_t V) {
+  if (N == 0 || V == 0) return;
+  const unsigned grid = static_cast<unsigned>(N < kMaxRowBlocks ? N : kMaxRowBlocks);
+  cross_entropy_forward_kernel<<<grid, kBlock, 0, detail::as_stream(stream)>>>(losses, logits, targets, N, V);
+  CUDA_CHECK_LAUNCH("cross_entropy_forward_kernel");
+}
+
+void cross_entropy_backward(void* stream, float* dlogits, const float* logits, const std::int32_t* targets, float dloss,
+                            std::size_t N, std::size_t V) {
+  if (N == 0 || V == 0) return;
+  const unsigned grid = static_cast<unsigned>(N < kMaxRowBlocks ? N : kMaxRowBlocks);
+  cross_entropy_backward_kernel<<<grid, kBlock, 0, detail::as_stream(stream)>>>(dlogits, logits, targets, dloss, N, V);
+  CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
+}
+
+}  // namespace trainmem::kernels::cuda

@@ -280,6 +280,29 @@ void GPT::end() {
 
 void GPT::release_layer_activations(std::size_t layer) { acts_[layer] = LayerActivations{}; }
 
+void GPT::release_selective(std::size_t layer) {
+  acts_[layer].att.reset();
+  acts_[layer].fch_gelu.reset();
+}
+
+void GPT::recompute_selective(std::size_t l) {
+  const auto s = kernel_stream(device_);
+  const std::size_t N = B_ * T_, C = config_.dim, NH = config_.heads;
+  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
+             H = static_cast<std::int64_t>(NH);
+  const std::string h = indexed("h", l, ".");
+  LayerActivations& a = acts_[l];
+  a.att = make({B, H, T, T}, MemoryCategory::activations, h + "attn.probs");
+  {
+    // attention_forward also writes the scores and the output; both are already known: workspace.
+    Tensor preatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores");
+    Tensor out = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.out.recomputed");
+    kernels::attention_forward(s, f(out), f(preatt), f(a.att), f(a.qkv), B_, T_, C, NH);
+  }
+  a.fch_gelu = make({B, T, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
+  kernels::gelu_forward(s, f(a.fch_gelu), f(a.fch), N * 4 * C);
+}
+
 double GPT::loss(const Tensor& tokens, const Tensor& targets) {
   begin(tokens, targets);
   embed_forward();

@@ -71,6 +71,11 @@ class GPT {
   // Makes the layer's saved tensors again from x_layer (the same kernels in the same order, so
   // bit-identical), without making x_{layer+1}, which backward does not need.
   void recompute_layer(std::size_t layer);
+  // Selective recompute (Korthikanti et al. 2022): drops only the attention probabilities
+  // (B*H*T^2) and the GELU output (4BTC), which are large and cheap to rebuild from the kept qkv
+  // and fc output; recompute_selective rebuilds them with the same kernels.
+  void release_selective(std::size_t layer);
+  void recompute_selective(std::size_t layer);
   bool has_layer_activations(std::size_t layer) const { return acts_[layer].present(); }
   const LayerActivations& layer_activations(std::size_t layer) const { return acts_[layer]; }
 

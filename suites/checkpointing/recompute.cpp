@@ -14,6 +14,10 @@ RecomputePolicy RecomputePolicy::parse(const std::string& text) {
     p.kind = Kind::full;
     return p;
   }
+  if (text == "selective") {
+    p.kind = Kind::selective;
+    return p;
+  }
   if (text.rfind("every:", 0) == 0) {
     try {
       std::size_t used = 0;
@@ -26,7 +30,7 @@ RecomputePolicy RecomputePolicy::parse(const std::string& text) {
     } catch (const std::exception&) {
     }
   }
-  throw std::invalid_argument("--recompute must be none, full or every:K (K >= 1), not '" + text + "'");
+  throw std::invalid_argument("--recompute must be none, full, selective or every:K (K >= 1), not '" + text + "'");
 }
 
 std::string RecomputePolicy::to_string() const {
@@ -34,6 +38,7 @@ std::string RecomputePolicy::to_string() const {
     case Kind::none: return "none";
     case Kind::full: return "full";
     case Kind::every: return "every:" + std::to_string(every);
+    case Kind::selective: return "selective";
   }
   return "?";
 }
@@ -43,6 +48,7 @@ bool RecomputePolicy::recomputes(std::size_t layer) const {
     case Kind::none: return false;
     case Kind::full: return true;
     case Kind::every: return layer % every == 0;
+    case Kind::selective: return true;
   }
   return false;
 }
@@ -54,11 +60,13 @@ std::vector<bool> RecomputePolicy::recomputed_layers(std::size_t layers) const {
 }
 
 void RecomputeStrategy::after_layer_forward(StepContext& ctx, std::size_t layer) {
-  if (policy_.recomputes(layer)) ctx.model.release_layer_activations(layer);
+  if (policy_.selective()) ctx.model.release_selective(layer);
+  else if (policy_.recomputes(layer)) ctx.model.release_layer_activations(layer);
 }
 
 void RecomputeStrategy::before_layer_backward(StepContext& ctx, std::size_t layer) {
-  if (policy_.recomputes(layer)) ctx.model.recompute_layer(layer);
+  if (policy_.selective()) ctx.model.recompute_selective(layer);
+  else if (policy_.recomputes(layer)) ctx.model.recompute_layer(layer);
 }
 
 std::size_t predicted_activation_peak(const GPTConfig& c, std::size_t B, std::size_t T, const RecomputePolicy& policy) {
@@ -69,6 +77,9 @@ std::size_t predicted_activation_peak(const GPTConfig& c, std::size_t B, std::si
   const std::size_t layer = btc /*ln1*/ + 2 * bt + block(3 * B * T * C * f) /*qkv*/ + block(B * H * T * T * f) /*att*/ +
                             btc /*atty*/ + btc /*residual2*/ + btc /*ln2*/ + 2 * bt + 2 * block(4 * B * T * C * f);
   const std::size_t head = btc + 2 * bt + block(B * T * V * f);
+  // What a recomputed layer gives up between its forward and its backward.
+  const std::size_t dropped = policy.selective() ? block(B * H * T * T * f) /*att*/ + block(4 * B * T * C * f) /*gelu*/
+                                                 : layer;
   const std::vector<bool> recomputed = policy.recomputed_layers(L);
 
   // Forward: x0, then per layer its saved tensors (dropped at once if recomputed) and x_{l+1}.
@@ -77,7 +88,7 @@ std::size_t predicted_activation_peak(const GPTConfig& c, std::size_t B, std::si
   for (std::size_t l = 0; l < L; ++l) {
     live += layer + x;
     peak = std::max(peak, live);
-    if (recomputed[l]) live -= layer;
+    if (recomputed[l]) live -= dropped;
     kept[l] = !recomputed[l];
   }
   live += head;
@@ -86,7 +97,7 @@ std::size_t predicted_activation_peak(const GPTConfig& c, std::size_t B, std::si
   live -= head + x;
   for (std::size_t l = L; l-- > 0;) {
     if (recomputed[l]) {
-      live += layer;
+      live += dropped;
       peak = std::max(peak, live);
     }
     live -= layer + x;

@@ -4,6 +4,8 @@
 //   --recompute none       keep everything (the baseline)
 //   --recompute full       keep only each layer's input; recompute every layer in backward
 //   --recompute every:K    recompute layers 0, K, 2K, ...; keep the others
+//   --recompute selective  every layer drops only its attention probabilities and GELU output
+//                          (memory-heavy, cheap to rebuild: no matmul) and rebuilds them
 //
 // Recomputing runs the same kernels on the same inputs in the same order, so the gradients are
 // bit-identical to `none` on the CPU (tested).
@@ -18,7 +20,7 @@
 namespace trainmem {
 
 struct RecomputePolicy {
-  enum class Kind { none, full, every };
+  enum class Kind { none, full, every, selective };
   Kind kind = Kind::none;
   std::size_t every = 1;  // for Kind::every
 
@@ -26,6 +28,7 @@ struct RecomputePolicy {
   std::string to_string() const;
   bool recomputes(std::size_t layer) const;
   std::vector<bool> recomputed_layers(std::size_t layers) const;
+  bool selective() const { return kind == Kind::selective; }
 };
 
 class RecomputeStrategy : public Strategy {

@@ -55,6 +55,7 @@ TEST(Checkpointing, PoliciesParseAndSayWhatIsAccepted) {
   EXPECT_EQ(RecomputePolicy::parse("none").kind, RecomputePolicy::Kind::none);
   EXPECT_EQ(RecomputePolicy::parse("full").kind, RecomputePolicy::Kind::full);
   EXPECT_EQ(RecomputePolicy::parse("every:3").every, 3u);
+  EXPECT_EQ(RecomputePolicy::parse("selective").kind, RecomputePolicy::Kind::selective);
   EXPECT_EQ(RecomputePolicy::parse("every:2").recomputed_layers(5), (std::vector<bool>{true, false, true, false, true}));
   for (const char* bad : {"half", "every:0", "every:x", "every:2x", ""}) EXPECT_THROW(RecomputePolicy::parse(bad), std::invalid_argument) << bad;
 }
@@ -62,7 +63,7 @@ TEST(Checkpointing, PoliciesParseAndSayWhatIsAccepted) {
 TEST(Checkpointing, GradientsAndParametersAreBitIdenticalToNoRecompute) {
   const GPTConfig config = four_layers();
   const StepOutcome baseline = run(config, RecomputePolicy::parse("none"), 2, 32);
-  for (const char* policy : {"full", "every:2", "every:3"}) {
+  for (const char* policy : {"full", "every:2", "every:3", "selective"}) {
     const StepOutcome r = run(config, RecomputePolicy::parse(policy), 2, 32);
     EXPECT_EQ(r.gradients, baseline.gradients) << policy;  // bitwise: same kernels, same order
     EXPECT_EQ(r.parameters, baseline.parameters) << policy;
@@ -71,7 +72,7 @@ TEST(Checkpointing, GradientsAndParametersAreBitIdenticalToNoRecompute) {
 
 TEST(Checkpointing, MeasuredActivationPeakEqualsThePrediction) {
   const GPTConfig config = four_layers();
-  for (const char* policy : {"none", "full", "every:2", "every:3"}) {
+  for (const char* policy : {"none", "full", "every:2", "every:3", "selective"}) {
     const RecomputePolicy p = RecomputePolicy::parse(policy);
     const StepOutcome r = run(config, p, 2, 32);
     EXPECT_EQ(static_cast<std::size_t>(r.activation_peak), predicted_activation_peak(config, 2, 32, p)) << policy;

@@ -154,7 +154,7 @@ void add_train_command(CLI::App& app, Command& run) {
   train->add_option("--accum", flags->accum, "Gradient accumulation: micro-batches per optimizer step")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  train->add_option("--recompute", flags->recompute, "Activation recompute: none, full or every:K")
+  train->add_option("--recompute", flags->recompute, "Activation recompute: none, full, selective or every:K")
       ->capture_default_str()
       ->check([](const std::string& value) {  // checked while parsing: a bad value is a one-line error
         try {

@@ -247,7 +247,7 @@ TEST(Cli, TrainInputErrorsAreOneLine) {
   expect_input_error("train --data /nonexistent/corpus.txt", "no such file");
   expect_input_error("train --model tiny --heads 5", "not divisible");
   expect_input_error("train --batch 0", "--batch");
-  expect_input_error("train --recompute half", "none, full or every:K");
+  expect_input_error("train --recompute half", "none, full, selective or every:K");
   expect_input_error("train --accum 0", "--accum");
 }
 

@@ -22,7 +22,8 @@ struct StepOutcome {
 };
 
 // One step's gradients (taken before the optimizer clears them) and parameters after 3 steps.
-StepOutcome run(const GPTConfig& config, const RecomputePolicy& policy, std::size_t B, std::size_t T) {
+StepOutcome run(const GPTConfig& config, const RecomputePolicy& policy, std::size_t B, std::size_t T,
+                std::size_t accumulation_steps = 1) {
   DeviceOptions options;
   options.choice = "cpu";
   options.device_memory = std::size_t{1} << 30;
@@ -32,6 +33,7 @@ StepOutcome run(const GPTConfig& config, const RecomputePolicy& policy, std::siz
   TrainerOptions topt;
   topt.batch = B;
   topt.seq = T;
+  topt.accumulation_steps = accumulation_steps;
   RecomputeStrategy recompute(policy);
 
   struct GradientCapture : Strategy {
@@ -80,6 +82,21 @@ TEST(Checkpointing, MeasuredActivationPeakEqualsThePrediction) {
   // And the saving is real: full recompute keeps far less than none.
   EXPECT_LT(predicted_activation_peak(config, 2, 32, RecomputePolicy::parse("full")) * 2,
             predicted_activation_peak(config, 2, 32, RecomputePolicy::parse("none")));
+}
+
+// Techniques compose: accumulation x recompute gives the gradients of accumulation alone (bit for
+// bit: recompute changes nothing numerically), and the activation peak that recompute predicts
+// for one micro-batch (accumulation does not change what one micro-batch keeps).
+TEST(Checkpointing, ComposesWithGradientAccumulation) {
+  const GPTConfig config = four_layers();
+  const StepOutcome accum_only = run(config, RecomputePolicy::parse("none"), 2, 32, 3);
+  for (const char* policy : {"full", "selective"}) {
+    const RecomputePolicy p = RecomputePolicy::parse(policy);
+    const StepOutcome both = run(config, p, 2, 32, 3);
+    EXPECT_EQ(both.gradients, accum_only.gradients) << policy;
+    EXPECT_EQ(both.parameters, accum_only.parameters) << policy;
+    EXPECT_EQ(static_cast<std::size_t>(both.activation_peak), predicted_activation_peak(config, 2, 32, p)) << policy;
+  }
 }
 
 }  // namespace

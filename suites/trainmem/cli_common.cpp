@@ -4,51 +4,19 @@
 
 namespace trainmem::cli {
 
-namespace {
-
-// CLI11 validators: return "" when the text is fine, else the reason. CLI11 turns the reason
-// into a ValidationError "--flag: reason", which main prints as one line.
-CLI::Validator byte_size_check() {
-  return CLI::Validator(
-      [](std::string& text) {
-        try {
-          parse_byte_size(text);
-          return std::string();
-        } catch (const ByteSizeError& e) {
-          return std::string(e.what());
-        }
-      },
-      "");
-}
-
-CLI::Validator allocator_config_check() {
-  return CLI::Validator(
-      [](std::string& text) {
-        try {
-          AllocatorConfig::parse(text);
-          return std::string();
-        } catch (const AllocatorConfigError& e) {
-          return std::string(e.what());
-        }
-      },
-      "");
-}
-
-}  // namespace
-
 void add_memory_flags(CLI::App& command, DeviceFlags& flags) {
   command
       .add_option("--device-memory", flags.device_memory,
                   "Device memory to draw from, e.g. 16GiB, 80GB: the emulated card on cpu and in replay "
                   "(default 16GiB), a cap on the real card on cuda (default: all of it)")
       ->type_name("SIZE")
-      ->check(byte_size_check());
+      ->check(parses_with(parse_byte_size));
   command
       .add_option("--allocator-config", flags.allocator_config,
                   "Allocator options, written as PYTORCH_CUDA_ALLOC_CONF: backend:caching|raw, max_split_size_mb:N "
                   "(comma-separated)")
       ->type_name("STR")
-      ->check(allocator_config_check());
+      ->check(parses_with(AllocatorConfig::parse));
 }
 
 void add_device_flags(CLI::App& command, DeviceFlags& flags) {

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 #include "common/device/device.h"
@@ -34,6 +35,23 @@ struct DeviceFlags {
   std::size_t device_memory_or(std::size_t fallback) const;
   AllocatorConfig allocator() const;
 };
+
+// A CLI11 check from a parse function that throws std::invalid_argument (sizes, allocator
+// configs, recompute policies): "" when `parse(text)` accepts the text, else its message, which
+// CLI11 turns into the one-line error "--flag: message".
+template <typename Parse>
+CLI::Validator parses_with(Parse parse) {
+  return CLI::Validator(
+      [parse](std::string& text) {
+        try {
+          parse(text);
+          return std::string();
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      },
+      "");
+}
 
 // All three flags (subcommands that open a device: info, and later train, bench, estimate).
 void add_device_flags(CLI::App& command, DeviceFlags& flags);

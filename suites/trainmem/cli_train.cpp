@@ -156,14 +156,7 @@ void add_train_command(CLI::App& app, Command& run) {
       ->check(CLI::PositiveNumber);
   train->add_option("--recompute", flags->recompute, "Activation recompute: none, full, selective or every:K")
       ->capture_default_str()
-      ->check([](const std::string& value) {  // checked while parsing: a bad value is a one-line error
-        try {
-          RecomputePolicy::parse(value);
-          return std::string();
-        } catch (const std::invalid_argument& e) {
-          return std::string(e.what());
-        }
-      });
+      ->check(parses_with(RecomputePolicy::parse));  // checked while parsing: a one-line error
   train->add_option("--steps", flags->steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   train->add_option("--lr", flags->lr, "AdamW learning rate")->capture_default_str()->check(CLI::PositiveNumber);
   train->add_option("--weight-decay", flags->weight_decay, "AdamW weight decay")->capture_default_str();

@@ -92,7 +92,6 @@ class GPT {
   void forward_layer(std::size_t layer, bool produce_output);
   Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name,
               DType dtype = DType::f32);
-  Parameter& param(std::size_t index) { return params_[index]; }
   Tensor& p(std::size_t layer, std::size_t which) { return params_[2 + layer * 12 + which].value; }
   Tensor& g(std::size_t layer, std::size_t which) { return params_[2 + layer * 12 + which].grad; }
 

@@ -21,7 +21,7 @@ inline void add_benchmark_context(const DeviceInfo& device, const AllocatorConfi
   for (const auto& [key, value] : context["device"].items())
     benchmark::AddCustomContext("trainmem.device." + key, value.is_string() ? value.get<std::string>() : value.dump());
   benchmark::AddCustomContext("trainmem.allocator.config", allocator.to_string());
-  benchmark::AddCustomContext("trainmem.version", context["trainmem_version"].get<std::string>());
+  benchmark::AddCustomContext("trainmem.version", trainmem_version());
   benchmark::AddCustomContext("trainmem.cuda_compiled", context["cuda_compiled"].dump());
 }
 

@@ -2,9 +2,7 @@
 
 namespace trainmem {
 
-#ifndef TRAINMEM_VERSION
-#define TRAINMEM_VERSION "0.1.0"
-#endif
+const char* trainmem_version() { return TRAINMEM_VERSION; }  // defined by common/CMakeLists.txt
 
 nlohmann::json allocator_config_json(const AllocatorConfig& config) {
   return {
@@ -83,7 +81,7 @@ nlohmann::json memory_json(const CachingAllocator& allocator) {
 }
 
 nlohmann::json run_context_json(const DeviceInfo& device, const AllocatorConfig& allocator) {
-  return {{"trainmem_version", TRAINMEM_VERSION},
+  return {{"trainmem_version", trainmem_version()},
 #ifdef NDEBUG
           {"build_type", "release"},
 #else

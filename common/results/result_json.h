@@ -28,6 +28,9 @@ nlohmann::json segments_json(const std::vector<SegmentSnapshot>& segments);
 nlohmann::json memory_json(const MemoryStats& stats, const FragmentationInfo& fragmentation);
 nlohmann::json memory_json(const CachingAllocator& allocator);
 
+// The project's version (CMake's project(VERSION)), e.g. "0.1.0".
+const char* trainmem_version();
+
 // {"trainmem_version", "build_type", "cuda_compiled", "device": DeviceInfo, "allocator": ...}
 nlohmann::json run_context_json(const DeviceInfo& device, const AllocatorConfig& allocator);
 

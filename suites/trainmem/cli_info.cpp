@@ -23,7 +23,7 @@ void print_text(const Device& device, const AllocatorConfig& config) {
   auto row = [](const char* name, const std::string& value) {
     if (!value.empty()) std::cout << "  " << std::left << std::setw(20) << name << value << '\n';
   };
-  std::cout << "trainmem " << run_context_json(d, config)["trainmem_version"].get<std::string>()
+  std::cout << "trainmem " << trainmem_version()
             << " (CUDA compiled: " << (cuda_compiled() ? "yes" : "no") << ")\n"
             << "device " << d.label() << '\n';
   row("name", d.name);

@@ -13,6 +13,9 @@
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
+// Which 16-bit format a uint16_t buffer holds (kernels that take 16-bit inputs).
+enum class Half16 { bf16, fp16 };
+
 namespace cpu {
 std::uint16_t float_to_bf16(float x);
 float bf16_to_float(std::uint16_t b);

@@ -1,15 +1,18 @@
 #include "common/model/gpt.h"
 
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "common/device/device_ops.h"
+#include "common/model/compute_views.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul16.h"
 #include "kernels/residual.h"
 
 namespace trainmem {
@@ -30,15 +33,19 @@ std::string indexed(const char* prefix, std::size_t index, const char* suffix = 
   return s;
 }
 
-float* f(Tensor& t) { return t.data_as<float>(); }
-const float* f(const Tensor& t) { return t.data_as<float>(); }
+float* f(Tensor& t) { return t.data_as<float>(); }  // fp32-only tensors (layernorm statistics, losses)
 }  // namespace
 
-Tensor GPT::make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name, DType dtype) {
-  return Tensor(device_.allocator(), std::move(shape), dtype, category, name);
+Tensor GPT::make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name) {
+  return Tensor(device_.allocator(), std::move(shape), dtype_, category, name);
 }
 
-GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed) : device_(device), config_(std::move(config)) {
+Tensor GPT::make_f32(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name) {
+  return Tensor(device_.allocator(), std::move(shape), DType::f32, category, name);
+}
+
+GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions options)
+    : device_(device), config_(std::move(config)), options_(options), dtype_(storage_dtype(options.precision)) {
   config_.validate();
   const auto V = static_cast<std::int64_t>(config_.vocab), T = static_cast<std::int64_t>(config_.seq),
              C = static_cast<std::int64_t>(config_.dim), L = static_cast<std::int64_t>(config_.layers);
@@ -69,6 +76,7 @@ GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed) : device_(device)
   specs.push_back({"lnf.bias", {C}, '0'});
 
   std::mt19937_64 rng(seed);
+  std::vector<float> all_values;
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L));
   for (const Spec& s : specs) {
     Parameter p{s.name, make(s.shape, MemoryCategory::parameters, s.name),
@@ -76,10 +84,11 @@ GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed) : device_(device)
     std::vector<float> host(static_cast<std::size_t>(p.value.numel()));
     std::normal_distribution<float> normal(0.0f, s.init == 'r' ? residual_std : 0.02f);
     for (float& x : host) x = s.init == '1' ? 1.0f : s.init == '0' ? 0.0f : normal(rng);
-    copy_host_to_device(device_, p.value.data(), host.data(), p.value.nbytes());
     zero_device_memory(device_, p.grad.data(), p.grad.nbytes());
     params_.push_back(std::move(p));
+    all_values.insert(all_values.end(), host.begin(), host.end());
   }
+  set_parameter_values(all_values);  // rounds to the storage type
   acts_.resize(config_.layers);
 }
 
@@ -105,11 +114,53 @@ void GPT::begin(const Tensor& tokens, const Tensor& targets) {
   residual_.resize(config_.layers + 1);
 }
 
+// fp32 views of the model's tensors (compute_views.h): identity in fp32, widen/round in 16 bits.
+Read GPT::in(const Tensor& t) { return Read(device_, t); }
+Write GPT::out(Tensor& t) { return Write(device_, t); }
+Update GPT::inout(Tensor& t) { return Update(device_, t); }
+
+void GPT::linear_forward(Tensor& y, const Tensor& x, const Tensor& weight, const Tensor* bias, std::size_t N,
+                         std::size_t C, std::size_t OC) {
+  const auto s = kernel_stream(device_);
+  if (dtype_ != DType::f32 && s.backend == kernels::Backend::cuda) {
+    // 16-bit operands straight into the tensor cores, fp32 accumulation (cuBLASLt).
+    TRAINMEM_CUDA_KERNEL("matmul16_forward",
+                         kernels::cuda::matmul16_forward(
+                             s.cuda_stream, dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16,
+                             y.data_as<std::uint16_t>(), x.data_as<std::uint16_t>(),
+                             weight.data_as<std::uint16_t>(), bias ? bias->data_as<std::uint16_t>() : nullptr, N, C, OC));
+    return;
+  }
+  if (bias) kernels::matmul_forward(s, out(y), in(x), in(weight), in(*bias), N, C, OC);
+  else kernels::matmul_forward(s, out(y), in(x), in(weight), nullptr, N, C, OC);
+}
+
+void GPT::linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
+                          const Tensor& weight, std::size_t N, std::size_t C, std::size_t OC) {
+  const auto s = kernel_stream(device_);
+  if (dtype_ != DType::f32 && s.backend == kernels::Backend::cuda) {
+    [[maybe_unused]] auto h = [](Tensor* t) { return t ? t->data_as<std::uint16_t>() : nullptr; };
+    TRAINMEM_CUDA_KERNEL("matmul16_backward",
+                         kernels::cuda::matmul16_backward(
+                             s.cuda_stream, dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16,
+                             h(dinp), dweight.data_as<std::uint16_t>(), h(dbias), dout.data_as<std::uint16_t>(),
+                             inp.data_as<std::uint16_t>(), weight.data_as<std::uint16_t>(), N, C, OC));
+    return;
+  }
+  // Optional outputs: a view only where there is a tensor.
+  std::optional<Write> dinp_view;
+  std::optional<Update> dbias_view;
+  if (dinp) dinp_view.emplace(device_, *dinp);
+  if (dbias) dbias_view.emplace(device_, *dbias);
+  kernels::matmul_backward(s, dinp ? static_cast<float*>(*dinp_view) : nullptr, inout(dweight),
+                           dbias ? static_cast<float*>(*dbias_view) : nullptr, in(dout), in(inp), in(weight), N, C, OC);
+}
+
 void GPT::embed_forward() {
   const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), C = static_cast<std::int64_t>(config_.dim);
   residual_[0] = make({B, T, C}, MemoryCategory::activations, "x0");
-  kernels::embedding_forward(kernel_stream(device_), f(residual_[0]), tokens_->data_as<std::int32_t>(),
-                             f(params_[kWte].value), f(params_[kWpe].value), B_, T_, config_.dim);
+  kernels::embedding_forward(kernel_stream(device_), out(residual_[0]), tokens_->data_as<std::int32_t>(),
+                             in(params_[kWte].value), in(params_[kWpe].value), B_, T_, config_.dim);
 }
 
 void GPT::layer_forward(std::size_t l) { forward_layer(l, /*produce_output=*/true); }
@@ -128,41 +179,41 @@ void GPT::forward_layer(std::size_t l, bool produce_output) {
 
   // attention branch
   a.ln1 = make({B, T, Ci}, MemoryCategory::activations, h + "ln1");
-  a.ln1_mean = make({B, T}, MemoryCategory::activations, h + "ln1.mean");
-  a.ln1_rstd = make({B, T}, MemoryCategory::activations, h + "ln1.rstd");
-  kernels::layernorm_forward(s, f(a.ln1), f(a.ln1_mean), f(a.ln1_rstd), f(x), f(p(l, kLn1W)), f(p(l, kLn1B)), N, C);
+  a.ln1_mean = make_f32({B, T}, MemoryCategory::activations, h + "ln1.mean");
+  a.ln1_rstd = make_f32({B, T}, MemoryCategory::activations, h + "ln1.rstd");
+  kernels::layernorm_forward(s, out(a.ln1), f(a.ln1_mean), f(a.ln1_rstd), in(x), in(p(l, kLn1W)), in(p(l, kLn1B)), N, C);
   a.qkv = make({B, T, 3 * Ci}, MemoryCategory::activations, h + "qkv");
-  kernels::matmul_forward(s, f(a.qkv), f(a.ln1), f(p(l, kQkvW)), f(p(l, kQkvB)), N, C, 3 * C);
+  linear_forward(a.qkv, a.ln1, p(l, kQkvW), &p(l, kQkvB), N, C, 3 * C);
   a.att = make({B, H, T, T}, MemoryCategory::activations, h + "attn.probs");
   a.atty = make({B, T, Ci}, MemoryCategory::activations, h + "attn.out");
   {
     // The scores are needed only to compute the probabilities: workspace, freed at once.
     Tensor preatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores");
-    kernels::attention_forward(s, f(a.atty), f(preatt), f(a.att), f(a.qkv), B_, T_, C, NH);
+    kernels::attention_forward(s, out(a.atty), out(preatt), out(a.att), in(a.qkv), B_, T_, C, NH);
   }
   a.residual2 = make({B, T, Ci}, MemoryCategory::activations, h + "residual2");
   {
     Tensor proj = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.proj.out");
-    kernels::matmul_forward(s, f(proj), f(a.atty), f(p(l, kAttProjW)), f(p(l, kAttProjB)), N, C, C);
-    kernels::residual_forward(s, f(a.residual2), f(x), f(proj), N * C);
+    linear_forward(proj, a.atty, p(l, kAttProjW), &p(l, kAttProjB), N, C, C);
+    kernels::residual_forward(s, out(a.residual2), in(x), in(proj), N * C);
   }
 
   // MLP branch
   a.ln2 = make({B, T, Ci}, MemoryCategory::activations, h + "ln2");
-  a.ln2_mean = make({B, T}, MemoryCategory::activations, h + "ln2.mean");
-  a.ln2_rstd = make({B, T}, MemoryCategory::activations, h + "ln2.rstd");
-  kernels::layernorm_forward(s, f(a.ln2), f(a.ln2_mean), f(a.ln2_rstd), f(a.residual2), f(p(l, kLn2W)),
-                             f(p(l, kLn2B)), N, C);
+  a.ln2_mean = make_f32({B, T}, MemoryCategory::activations, h + "ln2.mean");
+  a.ln2_rstd = make_f32({B, T}, MemoryCategory::activations, h + "ln2.rstd");
+  kernels::layernorm_forward(s, out(a.ln2), f(a.ln2_mean), f(a.ln2_rstd), in(a.residual2), in(p(l, kLn2W)),
+                             in(p(l, kLn2B)), N, C);
   a.fch = make({B, T, 4 * Ci}, MemoryCategory::activations, h + "mlp.fc.out");
-  kernels::matmul_forward(s, f(a.fch), f(a.ln2), f(p(l, kFcW)), f(p(l, kFcB)), N, C, 4 * C);
+  linear_forward(a.fch, a.ln2, p(l, kFcW), &p(l, kFcB), N, C, 4 * C);
   a.fch_gelu = make({B, T, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
-  kernels::gelu_forward(s, f(a.fch_gelu), f(a.fch), N * 4 * C);
+  kernels::gelu_forward(s, out(a.fch_gelu), in(a.fch), N * 4 * C);
   if (!produce_output) return;  // recomputing for backward: x_{l+1} is not needed again
   residual_[l + 1] = make({B, T, Ci}, MemoryCategory::activations, indexed("x", l + 1));
   {
     Tensor proj = make({B, T, Ci}, MemoryCategory::workspace, h + "mlp.proj.out");
-    kernels::matmul_forward(s, f(proj), f(a.fch_gelu), f(p(l, kFcProjW)), f(p(l, kFcProjB)), N, 4 * C, C);
-    kernels::residual_forward(s, f(residual_[l + 1]), f(a.residual2), f(proj), N * C);
+    linear_forward(proj, a.fch_gelu, p(l, kFcProjW), &p(l, kFcProjB), N, 4 * C, C);
+    kernels::residual_forward(s, out(residual_[l + 1]), in(a.residual2), in(proj), N * C);
   }
 }
 
@@ -174,15 +225,15 @@ double GPT::head_forward() {
   const Tensor& x = residual_[config_.layers];
   const std::size_t lnf = 2 + config_.layers * kPerLayer;
   lnf_ = make({B, T, Ci}, MemoryCategory::activations, "lnf");
-  lnf_mean_ = make({B, T}, MemoryCategory::activations, "lnf.mean");
-  lnf_rstd_ = make({B, T}, MemoryCategory::activations, "lnf.rstd");
-  kernels::layernorm_forward(s, f(lnf_), f(lnf_mean_), f(lnf_rstd_), f(x), f(params_[lnf].value),
-                             f(params_[lnf + 1].value), N, C);
+  lnf_mean_ = make_f32({B, T}, MemoryCategory::activations, "lnf.mean");
+  lnf_rstd_ = make_f32({B, T}, MemoryCategory::activations, "lnf.rstd");
+  kernels::layernorm_forward(s, out(lnf_), f(lnf_mean_), f(lnf_rstd_), in(x), in(params_[lnf].value),
+                             in(params_[lnf + 1].value), N, C);
   logits_ = make({B, T, Vi}, MemoryCategory::activations, "logits");
-  kernels::matmul_forward(s, f(logits_), f(lnf_), f(params_[kWte].value), nullptr, N, C, V);
+  linear_forward(logits_, lnf_, params_[kWte].value, nullptr, N, C, V);
 
-  Tensor losses = make({B, T}, MemoryCategory::workspace, "losses");
-  kernels::cross_entropy_forward(s, f(losses), f(logits_), targets_->data_as<std::int32_t>(), N, V);
+  Tensor losses = make_f32({B, T}, MemoryCategory::workspace, "losses");
+  kernels::cross_entropy_forward(s, f(losses), in(logits_), targets_->data_as<std::int32_t>(), N, V);
   std::vector<float> host(N);
   copy_device_to_host(device_, host.data(), losses.data(), losses.nbytes());
   double sum = 0;
@@ -201,16 +252,18 @@ void GPT::head_backward(float dloss) {
   const std::size_t lnf = 2 + config_.layers * kPerLayer;
 
   // dlogits overwrites the logits (they are not needed any more): no second [B,T,V] tensor.
-  kernels::cross_entropy_backward(s, f(logits_), f(logits_), targets_->data_as<std::int32_t>(), dloss, N, V);
+  {
+    Update logits(device_, logits_);
+    kernels::cross_entropy_backward(s, logits, logits, targets_->data_as<std::int32_t>(), dloss, N, V);
+  }
   Tensor dlnf = make({B, T, Ci}, MemoryCategory::workspace, "lnf.grad");
-  kernels::matmul_backward(s, f(dlnf), f(params_[kWte].grad), nullptr, f(logits_), f(lnf_), f(params_[kWte].value), N,
-                           C, V);
+  linear_backward(&dlnf, params_[kWte].grad, nullptr, logits_, lnf_, params_[kWte].value, N, C, V);
   logits_.reset();
   // The residual stream's gradient starts here and flows down through every layer.
   dresidual_ = make({B, T, Ci}, MemoryCategory::workspace, "residual.grad");
   zero_device_memory(device_, dresidual_.data(), dresidual_.nbytes());
-  kernels::layernorm_backward(s, f(dresidual_), f(params_[lnf].grad), f(params_[lnf + 1].grad), f(dlnf),
-                              f(residual_[config_.layers]), f(params_[lnf].value), f(lnf_mean_), f(lnf_rstd_), N, C);
+  kernels::layernorm_backward(s, inout(dresidual_), inout(params_[lnf].grad), inout(params_[lnf + 1].grad), in(dlnf),
+                              in(residual_[config_.layers]), in(params_[lnf].value), f(lnf_mean_), f(lnf_rstd_), N, C);
   lnf_.reset();
   lnf_mean_.reset();
   lnf_rstd_.reset();
@@ -227,34 +280,35 @@ void GPT::layer_backward(std::size_t l) {
              H = static_cast<std::int64_t>(NH);
   const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
   LayerActivations& a = acts_[l];
-  float* dres = f(dresidual_);  // d x_{l+1} on entry, d x_l on exit
+  Tensor& dres = dresidual_;  // d x_{l+1} on entry, d x_l on exit
 
   // MLP branch: x_{l+1} = residual2 + fc_proj(gelu(fc(ln2(residual2))))
   {
     Tensor dfch = make({B, T, 4 * Ci}, MemoryCategory::workspace, h + "mlp.gelu.out.grad");
-    kernels::matmul_backward(s, f(dfch), f(g(l, kFcProjW)), f(g(l, kFcProjB)), dres, f(a.fch_gelu), f(p(l, kFcProjW)),
-                             N, 4 * C, C);
-    kernels::gelu_backward(s, f(dfch), f(a.fch), f(dfch), N * 4 * C);  // in place: d gelu.out -> d fc.out
+    linear_backward(&dfch, g(l, kFcProjW), &g(l, kFcProjB), dres, a.fch_gelu, p(l, kFcProjW), N, 4 * C, C);
+    {
+      Update d(device_, dfch);  // in place: d gelu.out -> d fc.out
+      kernels::gelu_backward(s, d, in(a.fch), d, N * 4 * C);
+    }
     Tensor dln2 = make({B, T, Ci}, MemoryCategory::workspace, h + "ln2.grad");
-    kernels::matmul_backward(s, f(dln2), f(g(l, kFcW)), f(g(l, kFcB)), f(dfch), f(a.ln2), f(p(l, kFcW)), N, C, 4 * C);
+    linear_backward(&dln2, g(l, kFcW), &g(l, kFcB), dfch, a.ln2, p(l, kFcW), N, C, 4 * C);
     // d residual2 = d x_{l+1} (skip path) + ln2's backward (accumulated into the same buffer)
-    kernels::layernorm_backward(s, dres, f(g(l, kLn2W)), f(g(l, kLn2B)), f(dln2), f(a.residual2), f(p(l, kLn2W)),
+    kernels::layernorm_backward(s, inout(dres), inout(g(l, kLn2W)), inout(g(l, kLn2B)), in(dln2), in(a.residual2), in(p(l, kLn2W)),
                                 f(a.ln2_mean), f(a.ln2_rstd), N, C);
   }
   // Attention branch: residual2 = x_l + attn_proj(attention(qkv(ln1(x_l))))
   {
     Tensor datty = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.out.grad");
-    kernels::matmul_backward(s, f(datty), f(g(l, kAttProjW)), f(g(l, kAttProjB)), dres, f(a.atty), f(p(l, kAttProjW)),
-                             N, C, C);
+    linear_backward(&datty, g(l, kAttProjW), &g(l, kAttProjB), dres, a.atty, p(l, kAttProjW), N, C, C);
     Tensor dqkv = make({B, T, 3 * Ci}, MemoryCategory::workspace, h + "qkv.grad");
     {
       Tensor dpreatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores.grad");
       Tensor datt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.probs.grad");
-      kernels::attention_backward(s, f(dqkv), f(dpreatt), f(datt), f(datty), f(a.qkv), f(a.att), B_, T_, C, NH);
+      kernels::attention_backward(s, out(dqkv), out(dpreatt), out(datt), in(datty), in(a.qkv), in(a.att), B_, T_, C, NH);
     }
     Tensor dln1 = make({B, T, Ci}, MemoryCategory::workspace, h + "ln1.grad");
-    kernels::matmul_backward(s, f(dln1), f(g(l, kQkvW)), f(g(l, kQkvB)), f(dqkv), f(a.ln1), f(p(l, kQkvW)), N, C, 3 * C);
-    kernels::layernorm_backward(s, dres, f(g(l, kLn1W)), f(g(l, kLn1B)), f(dln1), f(residual_[l]), f(p(l, kLn1W)),
+    linear_backward(&dln1, g(l, kQkvW), &g(l, kQkvB), dqkv, a.ln1, p(l, kQkvW), N, C, 3 * C);
+    kernels::layernorm_backward(s, inout(dres), inout(g(l, kLn1W)), inout(g(l, kLn1B)), in(dln1), in(residual_[l]), in(p(l, kLn1W)),
                                 f(a.ln1_mean), f(a.ln1_rstd), N, C);
   }
   a = LayerActivations{};  // this layer's saved tensors are no longer needed,
@@ -262,7 +316,7 @@ void GPT::layer_backward(std::size_t l) {
 }
 
 void GPT::embed_backward() {
-  kernels::embedding_backward(kernel_stream(device_), f(params_[kWte].grad), f(params_[kWpe].grad), f(dresidual_),
+  kernels::embedding_backward(kernel_stream(device_), inout(params_[kWte].grad), inout(params_[kWpe].grad), in(dresidual_),
                               tokens_->data_as<std::int32_t>(), B_, T_, config_.dim);
   dresidual_.reset();
 }
@@ -296,11 +350,11 @@ void GPT::recompute_selective(std::size_t l) {
   {
     // attention_forward also writes the scores and the output; both are already known: workspace.
     Tensor preatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores");
-    Tensor out = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.out.recomputed");
-    kernels::attention_forward(s, f(out), f(preatt), f(a.att), f(a.qkv), B_, T_, C, NH);
+    Tensor atty = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.out.recomputed");
+    kernels::attention_forward(s, out(atty), out(preatt), out(a.att), in(a.qkv), B_, T_, C, NH);
   }
   a.fch_gelu = make({B, T, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
-  kernels::gelu_forward(s, f(a.fch_gelu), f(a.fch), N * 4 * C);
+  kernels::gelu_forward(s, out(a.fch_gelu), in(a.fch), N * 4 * C);
 }
 
 double GPT::loss(const Tensor& tokens, const Tensor& targets) {
@@ -320,14 +374,15 @@ double GPT::loss(const Tensor& tokens, const Tensor& targets) {
 // host copies
 // ---------------------------------------------------------------------------------------------
 
-// Concatenates one member (value or grad) of every parameter into a host vector.
+// Concatenates one member (value or grad) of every parameter into a host vector, widened to fp32.
 static std::vector<float> gather(Device& device, const std::vector<Parameter>& params, Tensor Parameter::*member,
                                  std::size_t total) {
   std::vector<float> out(total);
   std::size_t offset = 0;
   for (const Parameter& p : params) {
     const Tensor& t = p.*member;
-    copy_device_to_host(device, out.data() + offset, t.data(), t.nbytes());
+    const Read fp32(device, t);
+    copy_device_to_host(device, out.data() + offset, fp32, static_cast<std::size_t>(t.numel()) * sizeof(float));
     offset += static_cast<std::size_t>(t.numel());
   }
   return out;
@@ -341,8 +396,10 @@ void GPT::set_parameter_values(const std::vector<float>& values) {
   if (values.size() != num_parameters()) throw std::invalid_argument("set_parameter_values: wrong number of values");
   std::size_t offset = 0;
   for (Parameter& p : params_) {
-    copy_host_to_device(device_, p.value.data(), values.data() + offset, p.value.nbytes());
-    offset += static_cast<std::size_t>(p.value.numel());
+    const auto n = static_cast<std::size_t>(p.value.numel());
+    const Write fp32(device_, p.value);  // rounds to the storage type when it goes
+    copy_host_to_device(device_, fp32, values.data() + offset, n * sizeof(float));
+    offset += n;
   }
 }
 

@@ -6,6 +6,10 @@
 //   logits  = lnf(x_L) @ wte^T                                    (tied LM head)
 //   loss    = mean over the B*T positions of cross-entropy(logits, targets)
 //
+// --precision bf16|fp16 stores weights, weight gradients, activations and activation gradients
+// in 16 bits and computes in fp32 (common/model/precision.h, compute_views.h); the fp32 master
+// weights belong to the optimizer.
+//
 // Every tensor lives in the device's caching allocator under a category: weights `parameters`,
 // their gradients `gradients`, tensors saved in forward for backward `activations`, and tensors
 // that live only inside one op or one backward step (activation gradients, attention scores,
@@ -19,7 +23,9 @@
 #include <vector>
 
 #include "common/device/device.h"
+#include "common/model/compute_views.h"
 #include "common/model/gpt_config.h"
+#include "common/model/precision.h"
 #include "common/tensor/tensor.h"
 
 namespace trainmem {
@@ -44,13 +50,21 @@ struct LayerActivations {
   bool present() const { return qkv.data() != nullptr; }
 };
 
+// How the model is stored and computed (the techniques that change the model itself).
+struct ModelOptions {
+  Precision precision = Precision::fp32;
+};
+
 class GPT {
  public:
   // Allocates and initializes the parameters (GPT-2's init: N(0, 0.02), residual projections
-  // scaled by 1/sqrt(2L), biases 0, layernorm weights 1) and zeroed gradients.
-  GPT(Device& device, GPTConfig config, std::uint64_t seed);
+  // scaled by 1/sqrt(2L), biases 0, layernorm weights 1; drawn in fp32 and rounded to the
+  // storage type) and zeroed gradients.
+  GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions options = {});
 
   const GPTConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  DType dtype() const { return dtype_; }  // of weights, gradients and activations
   Device& device() { return device_; }
   std::vector<Parameter>& parameters() { return params_; }
   std::size_t num_parameters() const { return config_.num_parameters(); }
@@ -83,20 +97,33 @@ class GPT {
   // Evaluation helper: forward only, returns the mean loss and frees everything it made.
   double loss(const Tensor& tokens, const Tensor& targets);
 
-  // Host copies of all parameter values / gradients, concatenated in parameters() order.
+  // Host copies of all parameter values / gradients (widened to fp32), concatenated in
+  // parameters() order. set_parameter_values rounds to the storage type; with 16-bit storage it
+  // must be called before an optimizer copies the weights into its fp32 master weights.
   std::vector<float> parameter_values() const;
   std::vector<float> gradient_values() const;
   void set_parameter_values(const std::vector<float>& values);
 
  private:
   void forward_layer(std::size_t layer, bool produce_output);
-  Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name,
-              DType dtype = DType::f32);
+  // A tensor in the model's storage type (f32 only where stated: layernorm statistics, losses).
+  Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);
+  Tensor make_f32(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);
+  Read in(const Tensor& t);    // fp32 views of a tensor (compute_views.h)
+  Write out(Tensor& t);
+  Update inout(Tensor& t);
+  // The linear layer (kernels/matmul.h): tensor cores in 16 bits on a GPU, fp32 views otherwise.
+  void linear_forward(Tensor& y, const Tensor& x, const Tensor& weight, const Tensor* bias, std::size_t N,
+                      std::size_t C, std::size_t OC);
+  void linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
+                       const Tensor& weight, std::size_t N, std::size_t C, std::size_t OC);
   Tensor& p(std::size_t layer, std::size_t which) { return params_[2 + layer * 12 + which].value; }
   Tensor& g(std::size_t layer, std::size_t which) { return params_[2 + layer * 12 + which].grad; }
 
   Device& device_;
   GPTConfig config_;
+  ModelOptions options_;
+  DType dtype_;
   std::vector<Parameter> params_;  // wte, wpe, 12 per layer, lnf.weight, lnf.bias
 
   // This micro-step

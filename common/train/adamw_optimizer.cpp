@@ -3,26 +3,35 @@
 #include <cmath>
 
 #include "common/device/device_ops.h"
+#include "common/model/compute_views.h"
 #include "kernels/grad_norm.h"
 
 namespace trainmem {
 
 AdamWOptimizer::AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_grad_norm)
-    : model_(model), hyper_(hyper), max_grad_norm_(max_grad_norm) {}
+    : model_(model), hyper_(hyper), max_grad_norm_(max_grad_norm) {
+  if (model.dtype() == DType::f32) return;
+  Device& device = model.device();
+  for (Parameter& p : model.parameters()) {
+    master_.emplace_back(device.allocator(), p.value.shape(), DType::f32, MemoryCategory::optimizer_state,
+                         p.name + ".master");
+    widen_to_f32(device, master_.back().data_as<float>(), p.value);
+  }
+}
 
 double AdamWOptimizer::global_grad_norm() {
   Device& device = model_.device();
   double sum = 0;
   if (device.kind() == DeviceKind::cpu) {
     for (Parameter& p : model_.parameters())
-      sum += kernels::cpu::sum_of_squares(p.grad.data_as<float>(), static_cast<std::size_t>(p.grad.numel()));
+      sum += kernels::cpu::sum_of_squares(Read(device, p.grad), static_cast<std::size_t>(p.grad.numel()));
   } else {
     // One float on the device collects every tensor's sum of squares; read once.
     Tensor acc(device.allocator(), {1}, DType::f32, MemoryCategory::workspace, "grad_norm.accumulator");
     zero_device_memory(device, acc.data(), acc.nbytes());
     for ([[maybe_unused]] Parameter& p : model_.parameters())  // unused where CUDA is not compiled
       TRAINMEM_CUDA_KERNEL("sum_of_squares", kernels::cuda::sum_of_squares_accumulate(
-                                                 nullptr, acc.data_as<float>(), p.grad.data_as<float>(),
+                                                 nullptr, acc.data_as<float>(), Read(device, p.grad),
                                                  static_cast<std::size_t>(p.grad.numel())));
     float host = 0;
     copy_device_to_host(device, &host, acc.data(), sizeof host);
@@ -31,7 +40,14 @@ double AdamWOptimizer::global_grad_norm() {
   return std::sqrt(sum);
 }
 
-double AdamWOptimizer::step() {
+AdamWOptimizer::StepOutcome AdamWOptimizer::step(double loss_scale) {
+  StepOutcome outcome;
+  const double scaled_norm = global_grad_norm();
+  outcome.grad_norm = scaled_norm / loss_scale;
+  if (!std::isfinite(scaled_norm)) {  // an inf or NaN anywhere makes the sum of squares inf or NaN
+    outcome.skipped = true;
+    return outcome;
+  }
   Device& device = model_.device();
   auto& params = model_.parameters();
   if (m_.empty()) {
@@ -42,15 +58,33 @@ double AdamWOptimizer::step() {
       zero_device_memory(device, v_.back().data(), v_.back().nbytes());
     }
   }
-  const double norm = global_grad_norm();
-  const float scale = kernels::clip_scale(norm, max_grad_norm_);
+  // g = grad * grad_scale with grad_scale = clip / loss_scale: unscaling and clipping in one factor.
+  const float grad_scale = static_cast<float>(kernels::clip_scale(outcome.grad_norm, max_grad_norm_) / loss_scale);
   ++step_;
   const auto stream = kernel_stream(device);
-  for (std::size_t i = 0; i < params.size(); ++i)
-    kernels::adamw_update(stream, params[i].value.data_as<float>(), params[i].grad.data_as<float>(),
-                          m_[i].data_as<float>(), v_[i].data_as<float>(), static_cast<std::size_t>(params[i].value.numel()),
-                          hyper_, step_, scale);
-  return norm;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto n = static_cast<std::size_t>(params[i].value.numel());
+    if (master_.empty()) {
+      kernels::adamw_update(stream, params[i].value.data_as<float>(), params[i].grad.data_as<float>(),
+                            m_[i].data_as<float>(), v_[i].data_as<float>(), n, hyper_, step_, grad_scale);
+    } else {
+      // Update the fp32 master weights, then round them into the 16-bit weights the model computes with.
+      kernels::adamw_update(stream, master_[i].data_as<float>(), Read(device, params[i].grad), m_[i].data_as<float>(),
+                            v_[i].data_as<float>(), n, hyper_, step_, grad_scale);
+      narrow_from_f32(device, params[i].value, master_[i].data_as<float>());
+    }
+  }
+  return outcome;
+}
+
+std::vector<float> AdamWOptimizer::master_values() const {
+  std::vector<float> out;
+  for (const Tensor& t : master_) {
+    const std::size_t offset = out.size();
+    out.resize(offset + static_cast<std::size_t>(t.numel()));
+    copy_device_to_host(model_.device(), out.data() + offset, t.data(), t.nbytes());
+  }
+  return out;
 }
 
 }  // namespace trainmem

@@ -1,8 +1,13 @@
-// AdamW over the model's parameters, with gradient-norm clipping.
+// AdamW over the model's parameters, with gradient-norm clipping, fp32 master weights for a
+// 16-bit model, and the unscaling and skip rule that loss scaling needs.
 //
-// The moments m and v (8 bytes per parameter, category optimizer_state) are allocated at the
-// first step, as PyTorch's optimizers do — so the first step's peak is higher than the ones
-// before it, and a memory result must say which step it measured.
+// Memory (category optimizer_state): the moments m and v, 8 bytes per parameter, allocated at
+// the first step as PyTorch's optimizers do — so the first step's peak is higher than the ones
+// before it, and a memory result must say which step it measured. A model stored in bf16/fp16
+// also gets fp32 master weights (4 bytes per parameter, allocated with the optimizer): the update
+// is applied to them in fp32 and the 16-bit weights are their rounded copy. Updating the 16-bit
+// weights directly would lose every update smaller than half a unit in the last place
+// (bf16: 2^-8 relative), which is most of them late in training.
 #pragma once
 #include <vector>
 
@@ -15,19 +20,28 @@ class AdamWOptimizer {
  public:
   AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_grad_norm);
 
-  // One update from the accumulated gradients; returns the global gradient norm (before clipping).
-  double step();
+  struct StepOutcome {
+    double grad_norm = 0;  // global norm of the unscaled gradients, before clipping
+    bool skipped = false;  // an inf or NaN gradient: nothing was updated
+  };
+  // One update from the accumulated gradients, which carry a factor `loss_scale` (1 without loss
+  // scaling): g = grad / loss_scale, clipped. If any gradient is inf or NaN nothing changes — no
+  // update, no Adam step counted — and the outcome says skipped (the loss scaler then backs off).
+  StepOutcome step(double loss_scale = 1.0);
   long steps_taken() const { return step_; }
   const kernels::AdamWHyper& hyper() const { return hyper_; }
   float max_grad_norm() const { return max_grad_norm_; }
+  bool has_master_weights() const { return !master_.empty(); }
+  std::vector<float> master_values() const;  // host copy, parameters() order (empty without master weights)
 
  private:
-  double global_grad_norm();
+  double global_grad_norm();  // of the gradients as stored (still scaled)
 
   GPT& model_;
   kernels::AdamWHyper hyper_;
   float max_grad_norm_;
   long step_ = 0;
+  std::vector<Tensor> master_;  // fp32 weights of a 16-bit model
   std::vector<Tensor> m_, v_;
 };
 

@@ -6,6 +6,8 @@
 //   before/after_layer_forward(l)       around each layer's forward
 //   before/after_layer_backward(l)      around each layer's backward
 //   before/after_optimizer_step         around the update
+//   loss_scale()                        a factor on the loss before backward (loss scaling);
+//                                       the optimizer divides it out again
 #pragma once
 #include <cstddef>
 #include <string>
@@ -20,6 +22,7 @@ struct StepContext {
   Trainer& trainer;
   long step;               // 1, 2, ... (the optimizer step being built)
   std::size_t micro_step;  // 0 .. accumulation steps - 1
+  bool step_skipped = false;  // set for after_optimizer_step: inf/NaN gradients, no update made
 };
 
 class Strategy {
@@ -33,6 +36,7 @@ class Strategy {
   virtual void after_layer_backward(StepContext&, std::size_t /*layer*/) {}
   virtual void before_optimizer_step(StepContext&) {}
   virtual void after_optimizer_step(StepContext&) {}
+  virtual double loss_scale() const { return 1.0; }
 };
 
 // The baseline: no technique. Everything forward saves stays until backward frees it.

@@ -23,12 +23,12 @@ struct TrainRun {
 // without wrapping.
 inline TrainRun make_train_run(const std::string& device_choice, const GPTConfig& config, std::size_t batch,
                                std::size_t accumulation_steps = 1, std::vector<Strategy*> strategies = {},
-                               std::size_t steps = 8) {
+                               std::size_t steps = 8, ModelOptions model_options = {}) {
   TrainRun run;
   DeviceOptions options;
   options.choice = device_choice;
   run.device = Device::open(options);
-  run.model = std::make_unique<GPT>(*run.device, config, 1);
+  run.model = std::make_unique<GPT>(*run.device, config, 1, model_options);
   run.data = std::make_unique<SequentialBatches>(
       *run.device, synthetic_corpus(batch * accumulation_steps * config.seq * steps + 1, 1), batch, config.seq);
   TrainerOptions topt;

@@ -24,7 +24,13 @@ void Trainer::each(Hook&& hook) {
   for (Strategy* s : strategies_) hook(*s);
 }
 
-double Trainer::micro_step(std::size_t micro) {
+double Trainer::loss_scale() {
+  double scale = 1.0;
+  each([&](Strategy& s) { scale *= s.loss_scale(); });
+  return scale;
+}
+
+double Trainer::micro_step(std::size_t micro, double loss_scale) {
   StepContext ctx{model_, *this, step_ + 1, micro};
   MemoryRecorder& recorder = model_.device().allocator().recorder();
   const std::size_t L = model_.config().layers;
@@ -43,8 +49,8 @@ double Trainer::micro_step(std::size_t micro) {
   const double loss = model_.head_forward();
 
   recorder.set_phase("backward");
-  // mean over B*T positions and over the micro-batches of this step
-  const double dloss = 1.0 / static_cast<double>(options_.batch * options_.seq * options_.accumulation_steps);
+  // mean over B*T positions and over the micro-batches of this step, times the loss scale
+  const double dloss = loss_scale / static_cast<double>(options_.batch * options_.seq * options_.accumulation_steps);
   model_.head_backward(static_cast<float>(dloss));
   for (std::size_t l = L; l-- > 0;) {
     each([&](Strategy& s) { s.before_layer_backward(ctx, l); });
@@ -61,14 +67,16 @@ StepResult Trainer::step() {
   CachingAllocator& allocator = model_.device().allocator();
   allocator.recorder().set_step(step_ + 1);
 
+  const double scale = loss_scale();  // fixed for the whole step: every micro-batch the same
   double loss = 0;
-  for (std::size_t micro = 0; micro < options_.accumulation_steps; ++micro) loss += micro_step(micro);
+  for (std::size_t micro = 0; micro < options_.accumulation_steps; ++micro) loss += micro_step(micro, scale);
   loss /= static_cast<double>(options_.accumulation_steps);
 
   StepContext ctx{model_, *this, step_ + 1, options_.accumulation_steps - 1};
   allocator.recorder().set_phase("optimizer");
   each([&](Strategy& s) { s.before_optimizer_step(ctx); });
-  const double norm = optimizer_.step();
+  const AdamWOptimizer::StepOutcome outcome = optimizer_.step(scale);
+  ctx.step_skipped = outcome.skipped;
   model_.zero_grad();
   each([&](Strategy& s) { s.after_optimizer_step(ctx); });
   model_.device().synchronize();
@@ -77,7 +85,9 @@ StepResult Trainer::step() {
   StepResult r;
   r.step = step_;
   r.loss = loss;
-  r.grad_norm = norm;
+  r.grad_norm = outcome.grad_norm;
+  r.loss_scale = scale;
+  r.skipped = outcome.skipped;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   r.tokens_per_s = static_cast<double>(options_.batch * options_.seq * options_.accumulation_steps) / (r.ms / 1000.0);
   const MemoryStats s = allocator.stats();

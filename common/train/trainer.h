@@ -29,7 +29,9 @@ struct TrainerOptions {
 struct StepResult {
   long step = 0;
   double loss = 0;           // mean over the step's micro-batches
-  double grad_norm = 0;
+  double grad_norm = 0;      // of the unscaled gradients, before clipping
+  double loss_scale = 1;     // the factor the loss was multiplied by in backward
+  bool skipped = false;      // inf/NaN gradients: the optimizer made no update
   double ms = 0;
   double tokens_per_s = 0;
   std::int64_t allocated_bytes = 0, reserved_bytes = 0;  // at the end of the step
@@ -47,7 +49,8 @@ class Trainer {
   long steps_taken() const { return step_; }
 
  private:
-  double micro_step(std::size_t micro);
+  double micro_step(std::size_t micro, double loss_scale);
+  double loss_scale();  // the product of the strategies' factors
   template <typename Hook>
   void each(Hook&& hook);
 

@@ -16,6 +16,7 @@
 #include "common/train/trainer.h"
 #include "common/util/byte_size.h"
 #include "suites/checkpointing/recompute.h"
+#include "suites/mixed_precision/loss_scaler.h"
 #include "suites/trainmem/cli_common.h"
 
 namespace trainmem::cli {
@@ -29,6 +30,9 @@ struct TrainFlags {
   std::size_t batch = 4;
   std::size_t accum = 1;
   std::string recompute = "none";
+  std::string precision = "fp32";
+  LossScalerOptions loss_scaler;
+  bool loss_scaler_flag_given = false;
   long steps = 50;
   float lr = 1e-3f;
   float weight_decay = 0.0f;
@@ -51,8 +55,14 @@ GPTConfig model_config(const TrainFlags& f) {
   return c;
 }
 
-std::string progress_line(const StepResult& r, long total, const std::string& techniques) {
-  char line[320];
+std::string progress_line(const StepResult& r, long total, std::string techniques) {
+  if (r.loss_scale != 1.0) {
+    char scale[48];
+    std::snprintf(scale, sizeof scale, " scale=%g", r.loss_scale);
+    techniques += scale;
+  }
+  if (r.skipped) techniques += " SKIPPED(inf/nan grads)";
+  char line[400];
   std::snprintf(line, sizeof line, "step %4ld/%ld | %s | loss %.4f | %7.1f ms | %8.0f tok/s | mem %s/%s (peak %s/%s)", r.step,
                 total, techniques.c_str(), r.loss, r.ms, r.tokens_per_s, format_bytes(static_cast<std::uint64_t>(r.allocated_bytes)).c_str(),
                 format_bytes(static_cast<std::uint64_t>(r.reserved_bytes)).c_str(),
@@ -65,6 +75,9 @@ int run_train(const TrainFlags& flags) {
   const GPTConfig config = model_config(flags);
   if (flags.steps < 1) throw std::invalid_argument("--steps must be at least 1");
   const RecomputePolicy recompute = RecomputePolicy::parse(flags.recompute);
+  const Precision precision = parse_precision(flags.precision);
+  if (flags.loss_scaler_flag_given && precision != Precision::fp16)
+    throw std::invalid_argument("--loss-scale* options apply only to --precision fp16 (bf16 and fp32 need no loss scaling)");
   const std::size_t T = config.seq;
   // Data first: a bad file is an input error, found before any memory is touched.
   std::vector<std::uint16_t> tokens = load_dataset(flags.data, flags.batch * T + 1, config.vocab, flags.seed);
@@ -76,7 +89,9 @@ int run_train(const TrainFlags& flags) {
             << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab << "), batch "
             << flags.batch << " x " << flags.accum << " accumulation steps, " << flags.steps << " steps\n";
 
-  GPT model(*device, config, flags.seed);
+  ModelOptions model_options;
+  model_options.precision = precision;
+  GPT model(*device, config, flags.seed, model_options);
   SequentialBatches data(*device, std::move(tokens), flags.batch, T);
   TrainerOptions topt;
   topt.batch = flags.batch;
@@ -87,10 +102,16 @@ int run_train(const TrainFlags& flags) {
   topt.accumulation_steps = flags.accum;
   // The techniques, as strategies on the trainer's hooks.
   RecomputeStrategy recompute_strategy(recompute);
+  DynamicLossScaler loss_scaler(flags.loss_scaler);
   std::vector<Strategy*> strategies;
   if (recompute.kind != RecomputePolicy::Kind::none) strategies.push_back(&recompute_strategy);
+  if (precision == Precision::fp16) strategies.push_back(&loss_scaler);
   Trainer trainer(model, data, topt, strategies);
-  const std::string techniques = "fp32 accum=" + std::to_string(flags.accum) + " recompute=" + recompute.to_string();
+  std::string techniques = to_string(precision);
+  techniques += " accum=";
+  techniques += std::to_string(flags.accum);
+  techniques += " recompute=";
+  techniques += recompute.to_string();
 
   const bool terminal = isatty(STDOUT_FILENO);
   nlohmann::json steps = nlohmann::json::array();
@@ -99,6 +120,8 @@ int run_train(const TrainFlags& flags) {
     steps.push_back({{"step", r.step},
                      {"loss", r.loss},
                      {"grad_norm", r.grad_norm},
+                     {"loss_scale", r.loss_scale},
+                     {"skipped", r.skipped},
                      {"ms", r.ms},
                      {"tokens_per_s", r.tokens_per_s},
                      {"allocated_bytes", r.allocated_bytes},
@@ -123,10 +146,16 @@ int run_train(const TrainFlags& flags) {
                         {"device", flags.device.device},
                         {"device_memory_bytes", device->info().device_memory_bytes},
                         {"allocator_config", options.allocator.to_string()},
-                        {"precision", "fp32"},
+                        {"precision", to_string(precision)},
                         {"accum", flags.accum},
                         {"recompute", recompute.to_string()},
                         {"tokens_per_step", flags.batch * T * flags.accum}};
+    if (precision == Precision::fp16)
+      result["config"]["loss_scaler"] = {{"init_scale", flags.loss_scaler.init_scale},
+                                         {"growth_factor", flags.loss_scaler.growth_factor},
+                                         {"backoff_factor", flags.loss_scaler.backoff_factor},
+                                         {"growth_interval", flags.loss_scaler.growth_interval},
+                                         {"skipped_steps", loss_scaler.skipped_steps()}};
     result["steps"] = std::move(steps);
     result["memory"] = memory_json(device->allocator());
     std::ofstream out(flags.json);
@@ -157,6 +186,22 @@ void add_train_command(CLI::App& app, Command& run) {
   train->add_option("--recompute", flags->recompute, "Activation recompute: none, full, selective or every:K")
       ->capture_default_str()
       ->check(parses_with(RecomputePolicy::parse));  // checked while parsing: a one-line error
+  train->add_option("--precision", flags->precision,
+                    "fp32, or bf16/fp16: 16-bit weights, gradients and activations with fp32 master weights")
+      ->capture_default_str()
+      ->check(parses_with(parse_precision));
+  // Dynamic loss scaling (fp16 only), PyTorch GradScaler's defaults.
+  auto given = [flags](auto) { flags->loss_scaler_flag_given = true; };
+  train->add_option("--loss-scale", flags->loss_scaler.init_scale, "fp16: initial loss scale")
+      ->capture_default_str()->check(CLI::PositiveNumber)->each(given);
+  train->add_option("--loss-scale-interval", flags->loss_scaler.growth_interval,
+                    "fp16: clean steps in a row before the scale grows")
+      ->capture_default_str()->check(CLI::PositiveNumber)->each(given);
+  train->add_option("--loss-scale-growth", flags->loss_scaler.growth_factor, "fp16: factor on growth (> 1)")
+      ->capture_default_str()->check(CLI::Range(1.000001, 1e6))->each(given);
+  train->add_option("--loss-scale-backoff", flags->loss_scaler.backoff_factor,
+                    "fp16: factor after an inf/NaN step (between 0 and 1)")
+      ->capture_default_str()->check(CLI::Range(1e-6, 0.999999))->each(given);
   train->add_option("--steps", flags->steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   train->add_option("--lr", flags->lr, "AdamW learning rate")->capture_default_str()->check(CLI::PositiveNumber);
   train->add_option("--weight-decay", flags->weight_decay, "AdamW weight decay")->capture_default_str();

@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
     return input_error(e);  // an unknown preset or an impossible shape
   } catch (const trainmem::DeviceError& e) {
     return input_error(e);  // a device that was asked for and is not there: change the flag
+  } catch (const std::invalid_argument& e) {
+    return input_error(e);  // a flag value that cannot work (e.g. --loss-scale without fp16)
   } catch (const trainmem::OutOfMemoryError& e) {
     std::cerr << "trainmem: " << e.what() << '\n';  // the full multi-line report
     return 1;

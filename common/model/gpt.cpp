@@ -165,7 +165,7 @@ void GPT::embed_forward() {
 
 void GPT::layer_forward(std::size_t l) { forward_layer(l, /*produce_output=*/true); }
 
-void GPT::recompute_layer(std::size_t l) { forward_layer(l, /*produce_output=*/false); }
+void GPT::recompute_layer(std::size_t l, bool remake_output) { forward_layer(l, remake_output); }
 
 void GPT::forward_layer(std::size_t l, bool produce_output) {
   const auto s = kernel_stream(device_);

@@ -83,8 +83,11 @@ class GPT {
   // For strategies that trade memory for compute:
   void release_layer_activations(std::size_t layer);  // keeps x_layer, the layer's input
   // Makes the layer's saved tensors again from x_layer (the same kernels in the same order, so
-  // bit-identical), without making x_{layer+1}, which backward does not need.
-  void recompute_layer(std::size_t layer);
+  // bit-identical); x_{layer+1} only when asked (segment recompute needs it as the next input).
+  void recompute_layer(std::size_t layer, bool remake_output = false);
+  // Drops x_layer, the layer's input, after its forward (sqrt checkpointing keeps it only for
+  // the first layer of each segment); recompute_layer(layer - 1, true) makes it again.
+  void release_layer_input(std::size_t layer) { residual_[layer].reset(); }
   // Selective recompute (Korthikanti et al. 2022): drops only the attention probabilities
   // (B*H*T^2) and the GELU output (4BTC), which are large and cheap to rebuild from the kept qkv
   // and fc output; recompute_selective rebuilds them with the same kernels.

@@ -18,6 +18,10 @@ RecomputePolicy RecomputePolicy::parse(const std::string& text) {
     p.kind = Kind::selective;
     return p;
   }
+  if (text == "sqrt") {
+    p.kind = Kind::sqrt;
+    return p;
+  }
   if (text.rfind("every:", 0) == 0) {
     try {
       std::size_t used = 0;
@@ -30,7 +34,7 @@ RecomputePolicy RecomputePolicy::parse(const std::string& text) {
     } catch (const std::exception&) {
     }
   }
-  throw std::invalid_argument("--recompute must be none, full, selective or every:K (K >= 1), not '" + text + "'");
+  throw std::invalid_argument("--recompute must be none, full, selective, sqrt or every:K (K >= 1), not '" + text + "'");
 }
 
 std::string RecomputePolicy::to_string() const {
@@ -39,6 +43,7 @@ std::string RecomputePolicy::to_string() const {
     case Kind::full: return "full";
     case Kind::every: return "every:" + std::to_string(every);
     case Kind::selective: return "selective";
+    case Kind::sqrt: return "sqrt";
   }
   return "?";
 }
@@ -49,6 +54,7 @@ bool RecomputePolicy::recomputes(std::size_t layer) const {
     case Kind::full: return true;
     case Kind::every: return layer % every == 0;
     case Kind::selective: return true;
+    case Kind::sqrt: return true;
   }
   return false;
 }
@@ -59,44 +65,78 @@ std::vector<bool> RecomputePolicy::recomputed_layers(std::size_t layers) const {
   return out;
 }
 
+std::size_t RecomputePolicy::sqrt_segment(std::size_t layers) {
+  std::size_t k = 1;
+  while (k * k < layers) ++k;  // ceil(sqrt(L)), exactly
+  return k;
+}
+
 void RecomputeStrategy::after_layer_forward(StepContext& ctx, std::size_t layer) {
-  if (policy_.selective()) ctx.model.release_selective(layer);
-  else if (policy_.recomputes(layer)) ctx.model.release_layer_activations(layer);
+  if (policy_.selective()) {
+    ctx.model.release_selective(layer);
+  } else if (policy_.kind == RecomputePolicy::Kind::sqrt) {
+    ctx.model.release_layer_activations(layer);
+    const std::size_t k = RecomputePolicy::sqrt_segment(ctx.model.config().layers);
+    if (layer % k != 0) ctx.model.release_layer_input(layer);  // not a segment's first layer
+  } else if (policy_.recomputes(layer)) {
+    ctx.model.release_layer_activations(layer);
+  }
 }
 
 void RecomputeStrategy::before_layer_backward(StepContext& ctx, std::size_t layer) {
-  if (policy_.selective()) ctx.model.recompute_selective(layer);
-  else if (policy_.recomputes(layer)) ctx.model.recompute_layer(layer);
+  if (policy_.selective()) {
+    ctx.model.recompute_selective(layer);
+  } else if (policy_.kind == RecomputePolicy::Kind::sqrt) {
+    // Backward reaches a segment at its last layer: rebuild the segment from its checkpoint,
+    // each layer's output being the next one's input (the last one's output is not needed).
+    const std::size_t L = ctx.model.config().layers, k = RecomputePolicy::sqrt_segment(L);
+    const std::size_t first = layer / k * k, last = std::min(first + k, L) - 1;
+    if (layer != last) return;
+    for (std::size_t l = first; l <= last; ++l) ctx.model.recompute_layer(l, /*remake_output=*/l < last);
+  } else if (policy_.recomputes(layer)) {
+    ctx.model.recompute_layer(layer);
+  }
 }
 
-std::size_t predicted_activation_peak(const GPTConfig& c, std::size_t B, std::size_t T, const RecomputePolicy& policy) {
-  const std::size_t C = c.dim, H = c.heads, L = c.layers, V = c.vocab, f = sizeof(float);
+std::size_t predicted_activation_peak(const GPTConfig& c, std::size_t B, std::size_t T, const RecomputePolicy& policy,
+                                      DType dtype) {
+  const std::size_t C = c.dim, H = c.heads, L = c.layers, V = c.vocab, e = dtype_size(dtype), f32 = 4;
   auto block = [](std::size_t bytes) { return round_size(bytes); };
-  const std::size_t btc = block(B * T * C * f), bt = block(B * T * f);
+  const std::size_t btc = block(B * T * C * e), bt = block(B * T * f32);  // mean and rstd stay fp32
   const std::size_t x = btc;  // one entry of the residual stream
-  const std::size_t layer = btc /*ln1*/ + 2 * bt + block(3 * B * T * C * f) /*qkv*/ + block(B * H * T * T * f) /*att*/ +
-                            btc /*atty*/ + btc /*residual2*/ + btc /*ln2*/ + 2 * bt + 2 * block(4 * B * T * C * f);
-  const std::size_t head = btc + 2 * bt + block(B * T * V * f);
+  const std::size_t layer = btc /*ln1*/ + 2 * bt + block(3 * B * T * C * e) /*qkv*/ + block(B * H * T * T * e) /*att*/ +
+                            btc /*atty*/ + btc /*residual2*/ + btc /*ln2*/ + 2 * bt + 2 * block(4 * B * T * C * e);
+  const std::size_t head = btc + 2 * bt + block(B * T * V * e);
   // What a recomputed layer gives up between its forward and its backward.
-  const std::size_t dropped = policy.selective() ? block(B * H * T * T * f) /*att*/ + block(4 * B * T * C * f) /*gelu*/
+  const std::size_t dropped = policy.selective() ? block(B * H * T * T * e) /*att*/ + block(4 * B * T * C * e) /*gelu*/
                                                  : layer;
   const std::vector<bool> recomputed = policy.recomputed_layers(L);
+  const bool sqrt = policy.kind == RecomputePolicy::Kind::sqrt;
+  const std::size_t k = RecomputePolicy::sqrt_segment(L);
 
-  // Forward: x0, then per layer its saved tensors (dropped at once if recomputed) and x_{l+1}.
+  // Forward: x0, then per layer its saved tensors and x_{l+1}; a recomputed layer drops its
+  // tensors at once (sqrt: and its input x_l, unless it starts a segment).
   std::size_t live = x, peak = x;
-  std::vector<bool> kept(L);
   for (std::size_t l = 0; l < L; ++l) {
     live += layer + x;
     peak = std::max(peak, live);
     if (recomputed[l]) live -= dropped;
-    kept[l] = !recomputed[l];
+    if (sqrt && l % k != 0) live -= x;
   }
   live += head;
   peak = std::max(peak, live);
   // Backward: the head and x_L go first; layer l is recomputed (if dropped), then it and x_l go.
+  // sqrt: at a segment's last layer, the whole segment comes back (its inner inputs too).
   live -= head + x;
   for (std::size_t l = L; l-- > 0;) {
-    if (recomputed[l]) {
+    if (sqrt) {
+      const std::size_t first = l / k * k, last = std::min(first + k, L) - 1;
+      if (l == last)
+        for (std::size_t j = first; j <= last; ++j) {
+          live += layer + (j < last ? x : 0);
+          peak = std::max(peak, live);
+        }
+    } else if (recomputed[l]) {
       live += dropped;
       peak = std::max(peak, live);
     }

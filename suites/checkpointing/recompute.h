@@ -6,6 +6,9 @@
 //   --recompute every:K    recompute layers 0, K, 2K, ...; keep the others
 //   --recompute selective  every layer drops only its attention probabilities and GELU output
 //                          (memory-heavy, cheap to rebuild: no matmul) and rebuilds them
+//   --recompute sqrt       Chen et al. 2016: segments of k = ceil(sqrt(L)) layers; only each
+//                          segment's input is kept (about sqrt(L) checkpoints), and the whole
+//                          segment is recomputed before its backward
 //
 // Recomputing runs the same kernels on the same inputs in the same order, so the gradients are
 // bit-identical to `none` on the CPU (tested).
@@ -20,7 +23,7 @@
 namespace trainmem {
 
 struct RecomputePolicy {
-  enum class Kind { none, full, every, selective };
+  enum class Kind { none, full, every, selective, sqrt };
   Kind kind = Kind::none;
   std::size_t every = 1;  // for Kind::every
 
@@ -29,6 +32,9 @@ struct RecomputePolicy {
   bool recomputes(std::size_t layer) const;
   std::vector<bool> recomputed_layers(std::size_t layers) const;
   bool selective() const { return kind == Kind::selective; }
+  // sqrt: the segment length k = ceil(sqrt(L)); layer l belongs to segment l / k, whose input
+  // x_{k * (l / k)} is the checkpoint.
+  static std::size_t sqrt_segment(std::size_t layers);
 };
 
 class RecomputeStrategy : public Strategy {
@@ -53,9 +59,12 @@ class RecomputeStrategy : public Strategy {
 //   residual stream x_l:       BTC per layer input (+ the final one)
 //   head:                      lnf BTC, mean+rstd 2BT, logits B T V
 //
+// Elements are `dtype` (4 bytes in fp32, 2 in bf16/fp16) except the layernorm mean and rstd,
+// which stay fp32 in every precision.
+//
 // The step is simulated tensor group by tensor group (forward, head, then each layer's backward
 // with its recompute) and the largest live total returned.
 std::size_t predicted_activation_peak(const GPTConfig& config, std::size_t B, std::size_t T,
-                                      const RecomputePolicy& policy);
+                                      const RecomputePolicy& policy, DType dtype = DType::f32);
 
 }  // namespace trainmem

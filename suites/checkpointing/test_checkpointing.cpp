@@ -58,6 +58,11 @@ TEST(Checkpointing, PoliciesParseAndSayWhatIsAccepted) {
   EXPECT_EQ(RecomputePolicy::parse("full").kind, RecomputePolicy::Kind::full);
   EXPECT_EQ(RecomputePolicy::parse("every:3").every, 3u);
   EXPECT_EQ(RecomputePolicy::parse("selective").kind, RecomputePolicy::Kind::selective);
+  EXPECT_EQ(RecomputePolicy::parse("sqrt").kind, RecomputePolicy::Kind::sqrt);
+  EXPECT_EQ(RecomputePolicy::sqrt_segment(4), 2u);
+  EXPECT_EQ(RecomputePolicy::sqrt_segment(5), 3u);
+  EXPECT_EQ(RecomputePolicy::sqrt_segment(9), 3u);
+  EXPECT_EQ(RecomputePolicy::sqrt_segment(12), 4u);
   EXPECT_EQ(RecomputePolicy::parse("every:2").recomputed_layers(5), (std::vector<bool>{true, false, true, false, true}));
   for (const char* bad : {"half", "every:0", "every:x", "every:2x", ""}) EXPECT_THROW(RecomputePolicy::parse(bad), std::invalid_argument) << bad;
 }
@@ -65,7 +70,7 @@ TEST(Checkpointing, PoliciesParseAndSayWhatIsAccepted) {
 TEST(Checkpointing, GradientsAndParametersAreBitIdenticalToNoRecompute) {
   const GPTConfig config = four_layers();
   const StepOutcome baseline = run(config, RecomputePolicy::parse("none"), 2, 32);
-  for (const char* policy : {"full", "every:2", "every:3", "selective"}) {
+  for (const char* policy : {"full", "every:2", "every:3", "selective", "sqrt"}) {
     const StepOutcome r = run(config, RecomputePolicy::parse(policy), 2, 32);
     EXPECT_EQ(r.gradients, baseline.gradients) << policy;  // bitwise: same kernels, same order
     EXPECT_EQ(r.parameters, baseline.parameters) << policy;
@@ -74,7 +79,7 @@ TEST(Checkpointing, GradientsAndParametersAreBitIdenticalToNoRecompute) {
 
 TEST(Checkpointing, MeasuredActivationPeakEqualsThePrediction) {
   const GPTConfig config = four_layers();
-  for (const char* policy : {"none", "full", "every:2", "every:3", "selective"}) {
+  for (const char* policy : {"none", "full", "every:2", "every:3", "selective", "sqrt"}) {
     const RecomputePolicy p = RecomputePolicy::parse(policy);
     const StepOutcome r = run(config, p, 2, 32);
     EXPECT_EQ(static_cast<std::size_t>(r.activation_peak), predicted_activation_peak(config, 2, 32, p)) << policy;
@@ -82,6 +87,33 @@ TEST(Checkpointing, MeasuredActivationPeakEqualsThePrediction) {
   // And the saving is real: full recompute keeps far less than none.
   EXPECT_LT(predicted_activation_peak(config, 2, 32, RecomputePolicy::parse("full")) * 2,
             predicted_activation_peak(config, 2, 32, RecomputePolicy::parse("none")));
+}
+
+// sqrt on a deeper, narrow model: 9 layers in 3 segments (checkpoints x0, x3, x6), with segments
+// of 2 and 3 layers (L = 5 -> k = 3: segments [0,3) and [3,5)): bit-identical and exactly
+// predicted, and it keeps fewer layer inputs than `full` (3 instead of 9 during backward's start).
+TEST(Checkpointing, SqrtSegmentsOfUnequalLengthAreExactToo) {
+  for (std::size_t layers : {5u, 9u}) {
+    GPTConfig config = gpt_preset("tiny");
+    config.layers = layers;
+    const StepOutcome baseline = run(config, RecomputePolicy::parse("none"), 2, 16);
+    const RecomputePolicy p = RecomputePolicy::parse("sqrt");
+    const StepOutcome r = run(config, p, 2, 16);
+    EXPECT_EQ(r.gradients, baseline.gradients) << "L=" << layers;
+    EXPECT_EQ(r.parameters, baseline.parameters) << "L=" << layers;
+    EXPECT_EQ(static_cast<std::size_t>(r.activation_peak), predicted_activation_peak(config, 2, 16, p)) << "L=" << layers;
+    EXPECT_LT(r.activation_peak, baseline.activation_peak) << "L=" << layers;
+  }
+}
+
+// The prediction in 16 bits: every saved tensor but the layernorm statistics halves.
+TEST(Checkpointing, PredictionInSixteenBitsHalvesAllButTheStatistics) {
+  const GPTConfig config = four_layers();
+  const RecomputePolicy none = RecomputePolicy::parse("none");
+  const std::size_t f32 = predicted_activation_peak(config, 2, 32, none, DType::f32);
+  const std::size_t b16 = predicted_activation_peak(config, 2, 32, none, DType::bf16);
+  EXPECT_LT(b16, f32);
+  EXPECT_GT(b16, f32 / 2);  // the fp32 statistics (and 512-byte rounding) do not halve
 }
 
 // Techniques compose: accumulation x recompute gives the gradients of accumulation alone (bit for

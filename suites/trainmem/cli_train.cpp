@@ -183,7 +183,7 @@ void add_train_command(CLI::App& app, Command& run) {
   train->add_option("--accum", flags->accum, "Gradient accumulation: micro-batches per optimizer step")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  train->add_option("--recompute", flags->recompute, "Activation recompute: none, full, selective or every:K")
+  train->add_option("--recompute", flags->recompute, "Activation recompute: none, full, selective, sqrt or every:K")
       ->capture_default_str()
       ->check(parses_with(RecomputePolicy::parse));  // checked while parsing: a one-line error
   train->add_option("--precision", flags->precision,

@@ -247,8 +247,35 @@ TEST(Cli, TrainInputErrorsAreOneLine) {
   expect_input_error("train --data /nonexistent/corpus.txt", "no such file");
   expect_input_error("train --model tiny --heads 5", "not divisible");
   expect_input_error("train --batch 0", "--batch");
-  expect_input_error("train --recompute half", "none, full, selective or every:K");
+  expect_input_error("train --recompute half", "none, full, selective, sqrt or every:K");
   expect_input_error("train --accum 0", "--accum");
+  expect_input_error("train --precision fp8", "fp32, fp16 or bf16");
+  expect_input_error("train --precision bf16 --loss-scale 1024", "only to --precision fp16");
+  expect_input_error("train --precision fp16 --loss-scale-backoff 2", "--loss-scale-backoff");
+}
+
+// The three single-device techniques on one command line: the progress line and the JSON config
+// name each setting, and the run trains (loss falls) in 16 bits.
+TEST(Cli, TrainComposesPrecisionRecomputeAndAccumulation) {
+  const std::string json_path = temp_path("composed.json");
+  const CliRun r = trainmem("train --device cpu --model tiny --precision bf16 --recompute selective --accum 8 --batch 1 "
+                            "--steps 4 --json " + json_path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("bf16 accum=8 recompute=selective"), std::string::npos) << r.out;
+  const nlohmann::json j = parse_json(read_file(json_path));
+  EXPECT_EQ(j["config"]["precision"], "bf16");
+  EXPECT_EQ(j["config"]["recompute"], "selective");
+  EXPECT_EQ(j["config"]["accum"], 8);
+  EXPECT_EQ(j["config"]["tokens_per_step"], 8 * 64);
+  EXPECT_LT(j["steps"][3]["loss"].get<double>(), j["steps"][0]["loss"].get<double>());
+
+  const CliRun fp16 = trainmem("train --device cpu --model tiny --precision fp16 --loss-scale 512 --steps 2 --json " + json_path);
+  ASSERT_EQ(fp16.exit_code, 0) << fp16.err;
+  EXPECT_NE(fp16.out.find("scale=512"), std::string::npos) << fp16.out;
+  const nlohmann::json k = parse_json(read_file(json_path));
+  EXPECT_EQ(k["config"]["loss_scaler"]["init_scale"], 512.0);
+  EXPECT_EQ(k["config"]["loss_scaler"]["growth_interval"], 2000);
+  EXPECT_EQ(k["steps"][0]["loss_scale"], 512.0);
 }
 
 TEST(Cli, TrainThatCannotFitGivesTheOomReportAndExits1) {

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     }
     if (gpu) models.emplace_back(trainmem::gpt_preset("gpt2-124m"), 8);
     for (const auto& [config, batch] : models)
-      for (const char* policy : {"none", "selective", "every:2", "full"})
+      for (const char* policy : {"none", "selective", "every:2", "full", "sqrt"})
         benchmark::RegisterBenchmark(("BM_Recompute/" + config.name + "/L" + std::to_string(config.layers) + "/" + policy).c_str(),
                                      trainmem::BM_Recompute, device, config, batch, policy)
             ->Unit(benchmark::kMillisecond);

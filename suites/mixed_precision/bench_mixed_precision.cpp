@@ -33,7 +33,7 @@ void BM_Precision(benchmark::State& state, const std::string& device, const GPTC
   state.counters["predicted_parameters_bytes"] = bytes_counter(static_cast<double>(w.parameters));
   state.counters["predicted_gradients_bytes"] = bytes_counter(static_cast<double>(w.gradients));
   state.counters["predicted_optimizer_state_bytes"] = bytes_counter(static_cast<double>(w.optimizer_state));
-  state.counters["loss_scale"] = scaler.loss_scale();
+  state.counters["loss_scale"] = precision == Precision::fp16 ? scaler.loss_scale() : 1.0;
   state.counters["tokens_per_s"] =
       benchmark::Counter(static_cast<double>(batch * config.seq), benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(config.name + " B=" + std::to_string(batch) + " " + to_string(precision));

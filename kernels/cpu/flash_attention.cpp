@@ -1,0 +1,305 @@
+// CPU reference: flash attention (formulas in kernels/flash_attention.h) and the materialized
+// softmax attention it must equal. The loops are the definition, written to be read: one
+// (batch, head) at a time, and inside it one tile at a time.
+//
+// Tiles. Queries are cut into tiles Q_i of block_q rows, keys and values into tiles K_j, V_j of
+// block_k rows (the last tile of each is shorter when T is not a multiple). With a causal mask a
+// tile (i, j) is one of three kinds:
+//   below the diagonal   every key <= every query: computed as is;
+//   on the diagonal      some keys after some queries: computed, those scores masked to -inf;
+//   above the diagonal   every key after every query (first key > last query): SKIPPED.
+// Without a mask every tile is of the first kind.
+//
+// Memory. The forward keeps, besides out, only lse (one number per query row); its scratch is
+// one tile of scores and the running (m, l, unnormalized O) of one query tile. The backward
+// rebuilds each tile of probabilities from lse; its scratch is D = rowsum(dO * O) [B, H, T] and a
+// few tiles. Nothing of size T x T exists, unlike attention_reference_* at the end of this file.
+#include "kernels/flash_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace trainmem::kernels::cpu {
+namespace {
+
+// Where row t of head h of batch b lives: q, k, v in qkv[B, T, 3C]; o in out or dout [B, T, C];
+// the row's statistic in lse[B, H, T]. dqkv has qkv's layout.
+struct Layout {
+  std::size_t Tn, H, C, D;
+  explicit Layout(const AttentionShape& s) : Tn(s.T), H(s.H), C(s.C()), D(s.D) {}
+  std::size_t q(std::size_t b, std::size_t h, std::size_t t) const { return (b * Tn + t) * 3 * C + h * D; }
+  std::size_t k(std::size_t b, std::size_t h, std::size_t t) const { return q(b, h, t) + C; }
+  std::size_t v(std::size_t b, std::size_t h, std::size_t t) const { return q(b, h, t) + 2 * C; }
+  std::size_t o(std::size_t b, std::size_t h, std::size_t t) const { return (b * Tn + t) * C + h * D; }
+  std::size_t row(std::size_t b, std::size_t h, std::size_t t) const { return (b * H + h) * Tn + t; }
+};
+
+template <typename T>
+T dot(const T* a, const T* b, std::size_t n) {
+  T s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y += a * x
+template <typename T>
+void axpy(T* y, T a, const T* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Flash forward: for each query tile, run over the key tiles keeping per row
+//   m = the largest score seen so far,  l = sum of exp(score - m),  O = sum of exp(score - m) v,
+// and rescale l and O by exp(m_old - m_new) whenever a tile raises the max. At the end
+// O / l is the softmax-weighted sum, and m + log(l) the log-sum-exp.
+template <typename T>
+void flash_attention_forward(T* out, T* lse, const T* qkv, const AttentionShape& shape, std::size_t block_q,
+                             std::size_t block_k) {
+  const Layout at(shape);
+  const std::size_t Tn = shape.T, D = shape.D;
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  // The whole scratch: one tile of scores (then probabilities), and per query row m, l, O.
+  std::vector<T> S(block_q * block_k), m(block_q), l(block_q), O(block_q * D);
+
+  for (std::size_t b = 0; b < shape.B; ++b)
+    for (std::size_t h = 0; h < shape.H; ++h)
+      for (std::size_t i0 = 0; i0 < Tn; i0 += block_q) {  // query tile Q_i: rows i0 .. i0+nq-1
+        const std::size_t nq = std::min(block_q, Tn - i0);
+        std::fill(m.begin(), m.end(), minus_inf);
+        std::fill(l.begin(), l.end(), T(0));
+        std::fill(O.begin(), O.end(), T(0));
+
+        // Causal: a key tile whose first key j0 is after the last query i0+nq-1 is skipped.
+        const std::size_t keys_end = shape.causal ? i0 + nq : Tn;
+        for (std::size_t j0 = 0; j0 < keys_end; j0 += block_k) {  // key tile K_j, V_j: rows j0 .. j0+nk-1
+          const std::size_t nk = std::min(block_k, Tn - j0);
+          const bool diagonal = shape.causal && j0 + nk - 1 > i0;  // some key after some query
+
+          // (1) S_ij = Q_i K_j^T / sqrt(D), -inf where the key u is after the query t
+          for (std::size_t r = 0; r < nq; ++r)
+            for (std::size_t c = 0; c < nk; ++c) {
+              const std::size_t t = i0 + r, u = j0 + c;
+              S[r * block_k + c] =
+                  diagonal && u > t ? minus_inf : scale * dot(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D);
+            }
+
+          for (std::size_t r = 0; r < nq; ++r) {
+            T* s = &S[r * block_k];
+            T* o = &O[r * D];
+            // (2) m_new = max(m, rowmax(S_ij)). Finite: key 0 <= t is in the first tile visited.
+            T m_new = m[r];
+            for (std::size_t c = 0; c < nk; ++c) m_new = std::max(m_new, s[c]);
+            // (3) P_ij = exp(S_ij - m_new)   (exp(-inf) = 0 where masked)
+            T row_sum = 0;
+            for (std::size_t c = 0; c < nk; ++c) {
+              s[c] = std::exp(s[c] - m_new);
+              row_sum += s[c];
+            }
+            // (4) l = exp(m - m_new) * l + rowsum(P_ij);   O_i = exp(m - m_new) * O_i + P_ij V_j
+            //     (exp(m - m_new) = 0 on the first tile, where m = -inf: l and O start from 0)
+            const T rescale = std::exp(m[r] - m_new);
+            l[r] = rescale * l[r] + row_sum;
+            for (std::size_t d = 0; d < D; ++d) o[d] *= rescale;
+            for (std::size_t c = 0; c < nk; ++c) axpy(o, s[c], qkv + at.v(b, h, j0 + c), D);
+            m[r] = m_new;
+          }
+        }
+
+        // (5) O_i = O_i / l;   lse_i = m + log(l)
+        for (std::size_t r = 0; r < nq; ++r) {
+          const std::size_t t = i0 + r;
+          T* dst = out + at.o(b, h, t);
+          for (std::size_t d = 0; d < D; ++d) dst[d] = O[r * D + d] / l[r];
+          lse[at.row(b, h, t)] = m[r] + std::log(l[r]);
+        }
+      }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flash backward, in FlashAttention-2's order: the outer loop runs over key tiles, so dK_j and
+// dV_j are summed in a local tile and written once; the inner loop over query tiles adds each
+// tile's share into dQ_i. Probabilities are rebuilt from lse, P_ij = exp(S_ij - lse_i), which is
+// exactly the forward's softmax (lse_i = log of the row's normalizer).
+// Softmax backward: dS = P * (dP - rowsum(P * dP)), and rowsum(P * dP) = rowsum(P * (dO V^T))
+// = rowsum(dO * (P V)) = rowsum(dO * O) = D_i — computed once per row from O, no T x T needed.
+template <typename T>
+void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
+                              const AttentionShape& shape, std::size_t block_q, std::size_t block_k) {
+  const Layout at(shape);
+  const std::size_t Tn = shape.T, D = shape.D;
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+
+  // (0) D_i = rowsum(dO_i * O_i), one number per query row [B, H, T] ("Dvec": D is the head dim)
+  std::vector<T> Dvec(shape.B * shape.H * Tn);
+  for (std::size_t b = 0; b < shape.B; ++b)
+    for (std::size_t h = 0; h < shape.H; ++h)
+      for (std::size_t t = 0; t < Tn; ++t)
+        Dvec[at.row(b, h, t)] = dot(dout + at.o(b, h, t), out + at.o(b, h, t), D);
+
+  std::fill(dqkv, dqkv + shape.B * Tn * 3 * shape.C(), T(0));  // dQ is accumulated in place
+  std::vector<T> P(block_q * block_k), dS(block_q * block_k), dK(block_k * D), dV(block_k * D);
+
+  for (std::size_t b = 0; b < shape.B; ++b)
+    for (std::size_t h = 0; h < shape.H; ++h)
+      for (std::size_t j0 = 0; j0 < Tn; j0 += block_k) {  // key tile K_j, V_j: rows j0 .. j0+nk-1
+        const std::size_t nk = std::min(block_k, Tn - j0);
+        std::fill(dK.begin(), dK.end(), T(0));
+        std::fill(dV.begin(), dV.end(), T(0));
+
+        // Causal: a query tile whose last query is before the first key j0 is skipped; the
+        // first one kept is the tile that holds query j0.
+        const std::size_t queries_begin = shape.causal ? (j0 / block_q) * block_q : 0;
+        for (std::size_t i0 = queries_begin; i0 < Tn; i0 += block_q) {  // query tile Q_i: rows i0 .. i0+nq-1
+          const std::size_t nq = std::min(block_q, Tn - i0);
+          const bool diagonal = shape.causal && j0 + nk - 1 > i0;  // some key after some query
+
+          // (1) P_ij = exp(S_ij - lse_i),  S_ij = Q_i K_j^T / sqrt(D);  0 where the key is after the query
+          for (std::size_t r = 0; r < nq; ++r)
+            for (std::size_t c = 0; c < nk; ++c) {
+              const std::size_t t = i0 + r, u = j0 + c;
+              P[r * block_k + c] =
+                  diagonal && u > t
+                      ? T(0)
+                      : std::exp(scale * dot(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D) - lse[at.row(b, h, t)]);
+            }
+
+          // (2) dV_j += P_ij^T dO_i
+          for (std::size_t r = 0; r < nq; ++r)
+            for (std::size_t c = 0; c < nk; ++c) axpy(&dV[c * D], P[r * block_k + c], dout + at.o(b, h, i0 + r), D);
+
+          // (3) dP_ij = dO_i V_j^T;   dS_ij = P_ij * (dP_ij - D_i)
+          for (std::size_t r = 0; r < nq; ++r)
+            for (std::size_t c = 0; c < nk; ++c) {
+              const std::size_t t = i0 + r, u = j0 + c;
+              const T dP = dot(dout + at.o(b, h, t), qkv + at.v(b, h, u), D);
+              dS[r * block_k + c] = P[r * block_k + c] * (dP - Dvec[at.row(b, h, t)]);
+            }
+
+          // (4) dQ_i += dS_ij K_j / sqrt(D)        (5) dK_j += dS_ij^T Q_i / sqrt(D)
+          for (std::size_t r = 0; r < nq; ++r)
+            for (std::size_t c = 0; c < nk; ++c) {
+              const std::size_t t = i0 + r, u = j0 + c;
+              const T g = dS[r * block_k + c] * scale;
+              axpy(dqkv + at.q(b, h, t), g, qkv + at.k(b, h, u), D);
+              axpy(&dK[c * D], g, qkv + at.q(b, h, t), D);
+            }
+        }
+
+        // (6) write dK_j, dV_j
+        for (std::size_t c = 0; c < nk; ++c) {
+          std::copy_n(&dK[c * D], D, dqkv + at.k(b, h, j0 + c));
+          std::copy_n(&dV[c * D], D, dqkv + at.v(b, h, j0 + c));
+        }
+      }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The materialized reference: the textbook formulas with every T x T array in memory.
+//   S = Q K^T / sqrt(D)   (-inf where masked)        [B, H, T, T]
+//   P = softmax over each row of S                  [B, H, T, T]
+//   O = P V;   lse = log(rowsum(exp S))
+// Backward: dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(P * dP));
+//           dQ = dS K / sqrt(D);  dK = dS^T Q / sqrt(D).
+namespace {
+
+// S and P for every (b, h), and lse. P is indexed [(b*H + h)*T + t][u].
+template <typename T>
+std::vector<T> reference_probabilities(T* lse, const T* qkv, const AttentionShape& shape) {
+  const Layout at(shape);
+  const std::size_t Tn = shape.T, D = shape.D;
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  const std::size_t rows = shape.B * shape.H * Tn;
+  std::vector<T> S(rows * Tn), P(rows * Tn);
+  for (std::size_t b = 0; b < shape.B; ++b)
+    for (std::size_t h = 0; h < shape.H; ++h)
+      for (std::size_t t = 0; t < Tn; ++t) {
+        T* s = &S[at.row(b, h, t) * Tn];
+        T* p = &P[at.row(b, h, t) * Tn];
+        T max = -std::numeric_limits<T>::infinity();
+        for (std::size_t u = 0; u < Tn; ++u) {
+          const bool masked = shape.causal && u > t;
+          s[u] = masked ? -std::numeric_limits<T>::infinity()
+                        : scale * dot(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D);
+          max = std::max(max, s[u]);
+        }
+        T sum = 0;  // softmax, with the max subtracted for stability
+        for (std::size_t u = 0; u < Tn; ++u) {
+          p[u] = std::exp(s[u] - max);  // 0 where masked
+          sum += p[u];
+        }
+        for (std::size_t u = 0; u < Tn; ++u) p[u] /= sum;
+        lse[at.row(b, h, t)] = max + std::log(sum);
+      }
+  return P;
+}
+
+}  // namespace
+
+template <typename T>
+void attention_reference_forward(T* out, T* lse, const T* qkv, const AttentionShape& shape) {
+  const Layout at(shape);
+  const std::size_t Tn = shape.T, D = shape.D;
+  const std::vector<T> P = reference_probabilities(lse, qkv, shape);
+  // O = P V
+  for (std::size_t b = 0; b < shape.B; ++b)
+    for (std::size_t h = 0; h < shape.H; ++h)
+      for (std::size_t t = 0; t < Tn; ++t) {
+        T* o = out + at.o(b, h, t);
+        std::fill(o, o + D, T(0));
+        for (std::size_t u = 0; u < Tn; ++u) axpy(o, P[at.row(b, h, t) * Tn + u], qkv + at.v(b, h, u), D);
+      }
+}
+
+template <typename T>
+void attention_reference_backward(T* dqkv, const T* dout, const T* qkv, const AttentionShape& shape) {
+  const Layout at(shape);
+  const std::size_t Tn = shape.T, D = shape.D;
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  // The forward's probabilities, rebuilt (this signature keeps nothing from the forward).
+  std::vector<T> lse(shape.B * shape.H * Tn);
+  const std::vector<T> P = reference_probabilities(lse.data(), qkv, shape);
+  std::vector<T> dP(P.size()), dS(P.size());
+
+  std::fill(dqkv, dqkv + shape.B * Tn * 3 * shape.C(), T(0));
+  for (std::size_t b = 0; b < shape.B; ++b)
+    for (std::size_t h = 0; h < shape.H; ++h)
+      for (std::size_t t = 0; t < Tn; ++t) {
+        const T* p = &P[at.row(b, h, t) * Tn];
+        T* dp = &dP[at.row(b, h, t) * Tn];
+        T* ds = &dS[at.row(b, h, t) * Tn];
+        const T* dO = dout + at.o(b, h, t);
+        // dP = dO V^T;   dV += P^T dO
+        for (std::size_t u = 0; u < Tn; ++u) {
+          dp[u] = dot(dO, qkv + at.v(b, h, u), D);
+          axpy(dqkv + at.v(b, h, u), p[u], dO, D);
+        }
+        // dS = P * (dP - rowsum(P * dP))
+        const T weighted = dot(p, dp, Tn);
+        for (std::size_t u = 0; u < Tn; ++u) ds[u] = p[u] * (dp[u] - weighted);
+        // dQ = dS K / sqrt(D);   dK += dS^T Q / sqrt(D)
+        for (std::size_t u = 0; u < Tn; ++u) {
+          axpy(dqkv + at.q(b, h, t), ds[u] * scale, qkv + at.k(b, h, u), D);
+          axpy(dqkv + at.k(b, h, u), ds[u] * scale, qkv + at.q(b, h, t), D);
+        }
+      }
+}
+
+template void flash_attention_forward<float>(float*, float*, const float*, const AttentionShape&, std::size_t,
+                                             std::size_t);
+template void flash_attention_forward<double>(double*, double*, const double*, const AttentionShape&, std::size_t,
+                                              std::size_t);
+template void flash_attention_backward<float>(float*, const float*, const float*, const float*, const float*,
+                                              const AttentionShape&, std::size_t, std::size_t);
+template void flash_attention_backward<double>(double*, const double*, const double*, const double*, const double*,
+                                               const AttentionShape&, std::size_t, std::size_t);
+template void attention_reference_forward<float>(float*, float*, const float*, const AttentionShape&);
+template void attention_reference_forward<double>(double*, double*, const double*, const AttentionShape&);
+template void attention_reference_backward<float>(float*, const float*, const float*, const AttentionShape&);
+template void attention_reference_backward<double>(double*, const double*, const double*, const AttentionShape&);
+
+}  // namespace trainmem::kernels::cpu

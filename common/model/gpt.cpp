@@ -7,8 +7,12 @@
 #include "common/device/device_ops.h"
 #include "common/model/compute_views.h"
 #include "kernels/attention.h"
+#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
+#include "kernels/cudnn_attention.h"
+#endif
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
+#include "kernels/flash_attention.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -47,6 +51,11 @@ Tensor GPT::make_f32(std::vector<std::int64_t> shape, MemoryCategory category, c
 GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions options)
     : device_(device), config_(std::move(config)), options_(options), dtype_(storage_dtype(options.precision)) {
   config_.validate();
+  if (options_.attention != AttentionKind::naive && device_.kind() == DeviceKind::cuda && dtype_ == DType::f32)
+    throw std::invalid_argument("--attention " + to_string(options_.attention) +
+                                " runs on a GPU in 16 bits: add --precision bf16 (or fp16)");
+  if (options_.attention == AttentionKind::cudnn && device_.kind() != DeviceKind::cuda)
+    throw std::invalid_argument("--attention cudnn needs a CUDA device; on the CPU use --attention flash");
   const auto V = static_cast<std::int64_t>(config_.vocab), T = static_cast<std::int64_t>(config_.seq),
              C = static_cast<std::int64_t>(config_.dim), L = static_cast<std::int64_t>(config_.layers);
 
@@ -156,6 +165,102 @@ void GPT::linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Te
                            dbias ? static_cast<float*>(*dbias_view) : nullptr, in(dout), in(inp), in(weight), N, C, OC);
 }
 
+kernels::AttentionShape GPT::attention_shape() const {
+  kernels::AttentionShape shape;
+  shape.B = B_;
+  shape.T = T_;
+  shape.H = config_.heads;
+  shape.D = config_.dim / config_.heads;
+  shape.causal = true;
+  return shape;
+}
+
+// naive: out, scores (workspace) and probabilities (saved) -- kernels/attention.h.
+// flash / cudnn: out and the log-sum-exp per row (saved, fp32) -- kernels/flash_attention.h.
+void GPT::attention_forward(LayerActivations& a, const std::string& h) {
+  const auto s = kernel_stream(device_);
+  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_),
+             C = static_cast<std::int64_t>(config_.dim), H = static_cast<std::int64_t>(config_.heads);
+  if (options_.attention == AttentionKind::naive) {
+    a.att = make({B, H, T, T}, MemoryCategory::activations, h + "attn.probs");
+    a.atty = make({B, T, C}, MemoryCategory::activations, h + "attn.out");
+    // The scores are needed only to compute the probabilities: workspace, freed at once.
+    Tensor preatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores");
+    kernels::attention_forward(s, out(a.atty), out(preatt), out(a.att), in(a.qkv), B_, T_, config_.dim, config_.heads);
+    return;
+  }
+  a.atty = make({B, T, C}, MemoryCategory::activations, h + "attn.out");
+  a.lse = make_f32({B, H, T}, MemoryCategory::activations, h + "attn.lse");
+  const kernels::AttentionShape shape = attention_shape();
+  if (s.backend == kernels::Backend::cpu) {
+    kernels::cpu::flash_attention_forward<float>(out(a.atty), f(a.lse), in(a.qkv), shape);
+    return;
+  }
+  const kernels::Half16 half = dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16;
+  if (options_.attention == AttentionKind::flash) {
+    TRAINMEM_CUDA_KERNEL("flash_attention_forward",
+                         kernels::cuda::flash_attention_forward(s.cuda_stream, kernels::cuda::flash_attention_versions(),
+                                                                half, a.atty.data_as<std::uint16_t>(), f(a.lse),
+                                                                a.qkv.data_as<std::uint16_t>(), shape));
+    return;
+  }
+#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
+  Tensor workspace = make_bytes(kernels::cudnn::attention_forward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
+  kernels::cudnn::attention_forward(s.cuda_stream, half, a.atty.data_as<std::uint16_t>(), f(a.lse),
+                                    a.qkv.data_as<std::uint16_t>(), workspace.data(), shape);
+#else
+  (void)half;
+  throw std::invalid_argument("--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
+#endif
+}
+
+// dqkv is written from d(attention output).
+void GPT::attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations& a, const std::string& h) {
+  const auto s = kernel_stream(device_);
+  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), H = static_cast<std::int64_t>(config_.heads);
+  if (options_.attention == AttentionKind::naive) {
+    Tensor dpreatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores.grad");
+    Tensor datt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.probs.grad");
+    kernels::attention_backward(s, out(dqkv), out(dpreatt), out(datt), in(datty), in(a.qkv), in(a.att), B_, T_,
+                                config_.dim, config_.heads);
+    return;
+  }
+  const kernels::AttentionShape shape = attention_shape();
+  if (s.backend == kernels::Backend::cpu) {
+    kernels::cpu::flash_attention_backward<float>(out(dqkv), in(datty), in(a.qkv), in(a.atty), f(a.lse), shape);
+    return;
+  }
+  const kernels::Half16 half = dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16;
+  if (options_.attention == AttentionKind::flash) {
+#if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
+    const int version = kernels::cuda::flash_attention_versions();
+    Tensor workspace =
+        make_bytes(kernels::cuda::flash_attention_backward_workspace_bytes(version, shape), h + "attn.flash.workspace");
+    kernels::cuda::flash_attention_backward(s.cuda_stream, version, half, dqkv.data_as<std::uint16_t>(),
+                                            datty.data_as<std::uint16_t>(), a.qkv.data_as<std::uint16_t>(),
+                                            a.atty.data_as<std::uint16_t>(), f(a.lse), workspace.data(), shape);
+    return;
+#else
+    kernels::no_cuda_kernels("flash_attention_backward");
+#endif
+  }
+#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
+  Tensor workspace = make_bytes(kernels::cudnn::attention_backward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
+  kernels::cudnn::attention_backward(s.cuda_stream, half, dqkv.data_as<std::uint16_t>(), datty.data_as<std::uint16_t>(),
+                                     a.qkv.data_as<std::uint16_t>(), a.atty.data_as<std::uint16_t>(), f(a.lse),
+                                     workspace.data(), shape);
+#else
+  (void)half;
+  throw std::invalid_argument("--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
+#endif
+}
+
+Tensor GPT::make_bytes(std::size_t bytes, const std::string& name) {
+  // Scratch of a byte size, as 4-byte elements (the allocator sees the bytes, rounded up to 512 anyway).
+  return Tensor(device_.allocator(), {static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, MemoryCategory::workspace,
+                name);
+}
+
 void GPT::embed_forward() {
   const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), C = static_cast<std::int64_t>(config_.dim);
   residual_[0] = make({B, T, C}, MemoryCategory::activations, "x0");
@@ -169,9 +274,8 @@ void GPT::recompute_layer(std::size_t l, bool remake_output) { forward_layer(l, 
 
 void GPT::forward_layer(std::size_t l, bool produce_output) {
   const auto s = kernel_stream(device_);
-  const std::size_t N = B_ * T_, C = config_.dim, NH = config_.heads;
-  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
-             H = static_cast<std::int64_t>(NH);
+  const std::size_t N = B_ * T_, C = config_.dim;
+  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
   const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
   const Tensor& x = residual_[l];
   LayerActivations& a = acts_[l];
@@ -184,13 +288,7 @@ void GPT::forward_layer(std::size_t l, bool produce_output) {
   kernels::layernorm_forward(s, out(a.ln1), f(a.ln1_mean), f(a.ln1_rstd), in(x), in(p(l, kLn1W)), in(p(l, kLn1B)), N, C);
   a.qkv = make({B, T, 3 * Ci}, MemoryCategory::activations, h + "qkv");
   linear_forward(a.qkv, a.ln1, p(l, kQkvW), &p(l, kQkvB), N, C, 3 * C);
-  a.att = make({B, H, T, T}, MemoryCategory::activations, h + "attn.probs");
-  a.atty = make({B, T, Ci}, MemoryCategory::activations, h + "attn.out");
-  {
-    // The scores are needed only to compute the probabilities: workspace, freed at once.
-    Tensor preatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores");
-    kernels::attention_forward(s, out(a.atty), out(preatt), out(a.att), in(a.qkv), B_, T_, C, NH);
-  }
+  attention_forward(a, h);
   a.residual2 = make({B, T, Ci}, MemoryCategory::activations, h + "residual2");
   {
     Tensor proj = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.proj.out");
@@ -275,9 +373,8 @@ void GPT::layer_backward(std::size_t l) {
     throw std::logic_error("GPT::layer_backward(" + std::to_string(l) + "): the layer's activations are gone; "
                            "a recompute strategy must call layer_forward first");
   const auto s = kernel_stream(device_);
-  const std::size_t N = B_ * T_, C = config_.dim, NH = config_.heads;
-  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
-             H = static_cast<std::int64_t>(NH);
+  const std::size_t N = B_ * T_, C = config_.dim;
+  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
   const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
   LayerActivations& a = acts_[l];
   Tensor& dres = dresidual_;  // d x_{l+1} on entry, d x_l on exit
@@ -301,11 +398,7 @@ void GPT::layer_backward(std::size_t l) {
     Tensor datty = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.out.grad");
     linear_backward(&datty, g(l, kAttProjW), &g(l, kAttProjB), dres, a.atty, p(l, kAttProjW), N, C, C);
     Tensor dqkv = make({B, T, 3 * Ci}, MemoryCategory::workspace, h + "qkv.grad");
-    {
-      Tensor dpreatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores.grad");
-      Tensor datt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.probs.grad");
-      kernels::attention_backward(s, out(dqkv), out(dpreatt), out(datt), in(datty), in(a.qkv), in(a.att), B_, T_, C, NH);
-    }
+    attention_backward(dqkv, datty, a, h);
     Tensor dln1 = make({B, T, Ci}, MemoryCategory::workspace, h + "ln1.grad");
     linear_backward(&dln1, g(l, kQkvW), &g(l, kQkvB), dqkv, a.ln1, p(l, kQkvW), N, C, 3 * C);
     kernels::layernorm_backward(s, inout(dres), inout(g(l, kLn1W)), inout(g(l, kLn1B)), in(dln1), in(residual_[l]), in(p(l, kLn1W)),
@@ -346,8 +439,8 @@ void GPT::recompute_selective(std::size_t l) {
              H = static_cast<std::int64_t>(NH);
   const std::string h = indexed("h", l, ".");
   LayerActivations& a = acts_[l];
-  a.att = make({B, H, T, T}, MemoryCategory::activations, h + "attn.probs");
-  {
+  if (options_.attention == AttentionKind::naive) {
+    a.att = make({B, H, T, T}, MemoryCategory::activations, h + "attn.probs");
     // attention_forward also writes the scores and the output; both are already known: workspace.
     Tensor preatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores");
     Tensor atty = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.out.recomputed");

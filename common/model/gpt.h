@@ -23,10 +23,12 @@
 #include <vector>
 
 #include "common/device/device.h"
+#include "common/model/attention_kind.h"
 #include "common/model/compute_views.h"
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
 #include "common/tensor/tensor.h"
+#include "kernels/flash_attention.h"
 
 namespace trainmem {
 
@@ -41,7 +43,8 @@ struct Parameter {
 struct LayerActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // ln1 output [B,T,C]; mean, rstd [B,T]
   Tensor qkv;                      // [B,T,3C]
-  Tensor att;                      // softmax probabilities [B,NH,T,T]
+  Tensor att;                      // softmax probabilities [B,NH,T,T] (naive attention only)
+  Tensor lse;                      // log-sum-exp per query row [B,NH,T], fp32 (flash, cudnn only)
   Tensor atty;                     // attention output before the projection [B,T,C]
   Tensor residual2;                // x_l + attention branch [B,T,C]
   Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C]; [B,T]; [B,T]
@@ -53,6 +56,7 @@ struct LayerActivations {
 // How the model is stored and computed (the techniques that change the model itself).
 struct ModelOptions {
   Precision precision = Precision::fp32;
+  AttentionKind attention = AttentionKind::naive;
 };
 
 class GPT {
@@ -90,7 +94,8 @@ class GPT {
   void release_layer_input(std::size_t layer) { residual_[layer].reset(); }
   // Selective recompute (Korthikanti et al. 2022): drops only the attention probabilities
   // (B*H*T^2) and the GELU output (4BTC), which are large and cheap to rebuild from the kept qkv
-  // and fc output; recompute_selective rebuilds them with the same kernels.
+  // and fc output; recompute_selective rebuilds them with the same kernels. (With flash or cudnn
+  // attention there are no probabilities to drop: only the GELU output goes.)
   void release_selective(std::size_t layer);
   void recompute_selective(std::size_t layer);
   bool has_layer_activations(std::size_t layer) const { return acts_[layer].present(); }
@@ -109,6 +114,11 @@ class GPT {
 
  private:
   void forward_layer(std::size_t layer, bool produce_output);
+  // Attention of one layer: atty from qkv, saving what its backward needs (att or lse).
+  void attention_forward(LayerActivations& a, const std::string& h);
+  void attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations& a, const std::string& h);
+  kernels::AttentionShape attention_shape() const;  // of the current micro-batch (causal)
+  Tensor make_bytes(std::size_t bytes, const std::string& name);  // workspace for a library
   // A tensor in the model's storage type (f32 only where stated: layernorm statistics, losses).
   Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);
   Tensor make_f32(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);

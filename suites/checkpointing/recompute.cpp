@@ -99,17 +99,19 @@ void RecomputeStrategy::before_layer_backward(StepContext& ctx, std::size_t laye
 }
 
 std::size_t predicted_activation_peak(const GPTConfig& c, std::size_t B, std::size_t T, const RecomputePolicy& policy,
-                                      DType dtype) {
+                                      DType dtype, AttentionKind attention) {
   const std::size_t C = c.dim, H = c.heads, L = c.layers, V = c.vocab, e = dtype_size(dtype), f32 = 4;
   auto block = [](std::size_t bytes) { return round_size(bytes); };
   const std::size_t btc = block(B * T * C * e), bt = block(B * T * f32);  // mean and rstd stay fp32
   const std::size_t x = btc;  // one entry of the residual stream
-  const std::size_t layer = btc /*ln1*/ + 2 * bt + block(3 * B * T * C * e) /*qkv*/ + block(B * H * T * T * e) /*att*/ +
-                            btc /*atty*/ + btc /*residual2*/ + btc /*ln2*/ + 2 * bt + 2 * block(4 * B * T * C * e);
+  // naive attention saves the probabilities; flash/cudnn the log-sum-exp per row (fp32)
+  const std::size_t probs = attention == AttentionKind::naive ? block(B * H * T * T * e) : 0;
+  const std::size_t lse = attention == AttentionKind::naive ? 0 : block(B * H * T * f32);
+  const std::size_t layer = btc /*ln1*/ + 2 * bt + block(3 * B * T * C * e) /*qkv*/ + probs + lse + btc /*atty*/ +
+                            btc /*residual2*/ + btc /*ln2*/ + 2 * bt + 2 * block(4 * B * T * C * e);
   const std::size_t head = btc + 2 * bt + block(B * T * V * e);
   // What a recomputed layer gives up between its forward and its backward.
-  const std::size_t dropped = policy.selective() ? block(B * H * T * T * e) /*att*/ + block(4 * B * T * C * e) /*gelu*/
-                                                 : layer;
+  const std::size_t dropped = policy.selective() ? probs + block(4 * B * T * C * e) /*gelu*/ : layer;
   const std::vector<bool> recomputed = policy.recomputed_layers(L);
   const bool sqrt = policy.kind == RecomputePolicy::Kind::sqrt;
   const std::size_t k = RecomputePolicy::sqrt_segment(L);

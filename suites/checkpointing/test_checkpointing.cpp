@@ -116,6 +116,34 @@ TEST(Checkpointing, PredictionInSixteenBitsHalvesAllButTheStatistics) {
   EXPECT_GT(b16, f32 / 2);  // the fp32 statistics (and 512-byte rounding) do not halve
 }
 
+// With flash attention the probabilities are not saved (a log-sum-exp per row instead), so
+// selective recompute has only the GELU output left to drop; the prediction follows.
+TEST(Checkpointing, PredictionWithFlashAttentionSavesTheLogSumExpInstead) {
+  const GPTConfig config = four_layers();
+  for (const char* policy : {"none", "selective", "full"}) {
+    const RecomputePolicy p = RecomputePolicy::parse(policy);
+    const std::size_t naive = predicted_activation_peak(config, 2, 32, p, DType::f32, AttentionKind::naive);
+    const std::size_t flash = predicted_activation_peak(config, 2, 32, p, DType::f32, AttentionKind::flash);
+    EXPECT_LT(flash, naive) << policy;
+  }
+  DeviceOptions options;
+  options.choice = "cpu";
+  auto device = Device::open(options);
+  ModelOptions mo;
+  mo.attention = AttentionKind::flash;
+  GPT model(*device, config, 3, mo);
+  SequentialBatches data(*device, synthetic_corpus(100000, 5), 2, 32);
+  TrainerOptions topt;
+  topt.batch = 2;
+  topt.seq = 32;
+  const RecomputePolicy selective = RecomputePolicy::parse("selective");
+  RecomputeStrategy recompute(selective);
+  Trainer trainer(model, data, topt, {&recompute});
+  trainer.step();
+  EXPECT_EQ(static_cast<std::size_t>(device->allocator().stats().by_category[index_of(MemoryCategory::activations)].peak),
+            predicted_activation_peak(config, 2, 32, selective, DType::f32, AttentionKind::flash));
+}
+
 // Techniques compose: accumulation x recompute gives the gradients of accumulation alone (bit for
 // bit: recompute changes nothing numerically), and the activation peak that recompute predicts
 // for one micro-batch (accumulation does not change what one micro-batch keeps).

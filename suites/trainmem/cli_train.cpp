@@ -31,6 +31,7 @@ struct TrainFlags {
   std::size_t accum = 1;
   std::string recompute = "none";
   std::string precision = "fp32";
+  std::string attention = "naive";
   LossScalerOptions loss_scaler;
   bool loss_scaler_flag_given = false;
   long steps = 50;
@@ -91,6 +92,7 @@ int run_train(const TrainFlags& flags) {
 
   ModelOptions model_options;
   model_options.precision = precision;
+  model_options.attention = parse_attention(flags.attention);
   GPT model(*device, config, flags.seed, model_options);
   SequentialBatches data(*device, std::move(tokens), flags.batch, T);
   TrainerOptions topt;
@@ -112,6 +114,8 @@ int run_train(const TrainFlags& flags) {
   techniques += std::to_string(flags.accum);
   techniques += " recompute=";
   techniques += recompute.to_string();
+  techniques += " attention=";
+  techniques += flags.attention;
 
   const bool terminal = isatty(STDOUT_FILENO);
   nlohmann::json steps = nlohmann::json::array();
@@ -147,6 +151,7 @@ int run_train(const TrainFlags& flags) {
                         {"device_memory_bytes", device->info().device_memory_bytes},
                         {"allocator_config", options.allocator.to_string()},
                         {"precision", to_string(precision)},
+                        {"attention", flags.attention},
                         {"accum", flags.accum},
                         {"recompute", recompute.to_string()},
                         {"tokens_per_step", flags.batch * T * flags.accum}};
@@ -190,6 +195,11 @@ void add_train_command(CLI::App& app, Command& run) {
                     "fp32, or bf16/fp16: 16-bit weights, gradients and activations with fp32 master weights")
       ->capture_default_str()
       ->check(parses_with(parse_precision));
+  train->add_option("--attention", flags->attention,
+                    "naive (saves B*H*T^2 probabilities), flash (saves O and a log-sum-exp per row), "
+                    "cudnn (GPU, bf16/fp16)")
+      ->capture_default_str()
+      ->check(parses_with(parse_attention));
   // Dynamic loss scaling (fp16 only), PyTorch GradScaler's defaults.
   auto given = [flags](auto) { flags->loss_scaler_flag_given = true; };
   train->add_option("--loss-scale", flags->loss_scaler.init_scale, "fp16: initial loss scale")

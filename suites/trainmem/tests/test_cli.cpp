@@ -227,7 +227,7 @@ TEST(Cli, TrainPrintsAProgressLinePerStepAndWritesItsResult) {
   const CliRun r = trainmem("train --device cpu --model tiny --steps 3 --batch 2 --json " + json_path);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(count_lines(r.out), 3) << r.out;
-  for (const char* text : {"step    3/3", "fp32 accum=1 recompute=none", "loss ", "ms", "tok/s", "mem ", "(peak "})
+  for (const char* text : {"step    3/3", "fp32 accum=1 recompute=none attention=naive", "loss ", "ms", "tok/s", "mem ", "(peak "})
     EXPECT_NE(r.out.find(text), std::string::npos) << text << " in\n" << r.out;
   const nlohmann::json j = parse_json(read_file(json_path));
   EXPECT_EQ(j["config"]["model"]["name"], "tiny");
@@ -250,8 +250,19 @@ TEST(Cli, TrainInputErrorsAreOneLine) {
   expect_input_error("train --recompute half", "none, full, selective, sqrt or every:K");
   expect_input_error("train --accum 0", "--accum");
   expect_input_error("train --precision fp8", "fp32, fp16 or bf16");
+  expect_input_error("train --attention sparse", "naive, flash or cudnn");
   expect_input_error("train --precision bf16 --loss-scale 1024", "only to --precision fp16");
   expect_input_error("train --precision fp16 --loss-scale-backoff 2", "--loss-scale-backoff");
+}
+
+// A flag that cannot work on the device found: exit 2 and the reason, after the device line.
+TEST(Cli, CudnnAttentionOnTheCpuIsAnInputError) {
+  const CliRun r = trainmem("train --device cpu --attention cudnn --steps 1");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("trainmem: error: --attention cudnn needs a CUDA device; on the CPU use --attention flash"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
 // The three single-device techniques on one command line: the progress line and the JSON config

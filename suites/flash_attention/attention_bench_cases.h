@@ -70,7 +70,8 @@ inline void set_counters(benchmark::State& state, const kernels::AttentionShape&
   state.counters["causal"] = s.causal ? 1 : 0;
 }
 
-// Registered by bench_flash_attention_cuda.cu where CUDA is compiled (a no-op otherwise).
+// Defined in bench_flash_attention_cuda.cu, which is linked only where CUDA is compiled; the CPU
+// part calls it only then (TRAINMEM_FLASH_ATTENTION_CUDA_BENCH).
 void register_cuda_benchmarks();
 
 }  // namespace trainmem::attention_bench

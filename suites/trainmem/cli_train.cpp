@@ -16,6 +16,8 @@
 #include "common/train/trainer.h"
 #include "common/util/byte_size.h"
 #include "suites/checkpointing/recompute.h"
+#include "suites/lazy_loading/eager_loader.h"
+#include "suites/lazy_loading/lazy_loader.h"
 #include "suites/mixed_precision/loss_scaler.h"
 #include "suites/trainmem/cli_common.h"
 
@@ -32,6 +34,9 @@ struct TrainFlags {
   std::string recompute = "none";
   std::string precision = "fp32";
   std::string attention = "naive";
+  std::string loader = "sequential";  // sequential | eager | lazy
+  std::size_t prefetch = 2;
+  bool pinned = true;
   LossScalerOptions loss_scaler;
   bool loss_scaler_flag_given = false;
   long steps = 50;
@@ -94,7 +99,22 @@ int run_train(const TrainFlags& flags) {
   model_options.precision = precision;
   model_options.attention = parse_attention(flags.attention);
   GPT model(*device, config, flags.seed, model_options);
-  SequentialBatches data(*device, std::move(tokens), flags.batch, T);
+  // Where the dataset lives (suites/lazy_loading): on the host read in order (sequential), all on
+  // the device (eager), or on the host with batches prefetched by a background thread (lazy).
+  std::unique_ptr<BatchSource> data;
+  if (flags.loader == "sequential") {
+    data = std::make_unique<SequentialBatches>(*device, std::move(tokens), flags.batch, T);
+  } else if (flags.loader == "eager") {
+    data = std::make_unique<lazy_loading::EagerLoader>(*device, lazy_loading::HostTokens(std::move(tokens)), flags.batch,
+                                                      T, lazy_loading::EagerLoaderOptions{flags.seed, true});
+  } else {
+    lazy_loading::LazyLoaderOptions lo;
+    lo.prefetch = flags.prefetch;
+    lo.pinned = flags.pinned;
+    lo.seed = flags.seed;
+    data = std::make_unique<lazy_loading::LazyLoader>(*device, lazy_loading::HostTokens(std::move(tokens)), flags.batch,
+                                                     T, lo);
+  }
   TrainerOptions topt;
   topt.batch = flags.batch;
   topt.seq = T;
@@ -108,7 +128,7 @@ int run_train(const TrainFlags& flags) {
   std::vector<Strategy*> strategies;
   if (recompute.kind != RecomputePolicy::Kind::none) strategies.push_back(&recompute_strategy);
   if (precision == Precision::fp16) strategies.push_back(&loss_scaler);
-  Trainer trainer(model, data, topt, strategies);
+  Trainer trainer(model, *data, topt, strategies);
   std::string techniques = to_string(precision);
   techniques += " accum=";
   techniques += std::to_string(flags.accum);
@@ -116,6 +136,10 @@ int run_train(const TrainFlags& flags) {
   techniques += recompute.to_string();
   techniques += " attention=";
   techniques += flags.attention;
+  if (flags.loader != "sequential") {
+    techniques += " loader=";
+    techniques += flags.loader;
+  }
 
   const bool terminal = isatty(STDOUT_FILENO);
   nlohmann::json steps = nlohmann::json::array();
@@ -152,6 +176,9 @@ int run_train(const TrainFlags& flags) {
                         {"allocator_config", options.allocator.to_string()},
                         {"precision", to_string(precision)},
                         {"attention", flags.attention},
+                        {"loader", flags.loader},
+                        {"prefetch", flags.prefetch},
+                        {"pinned", flags.pinned},
                         {"accum", flags.accum},
                         {"recompute", recompute.to_string()},
                         {"tokens_per_step", flags.batch * T * flags.accum}};
@@ -200,6 +227,14 @@ void add_train_command(CLI::App& app, Command& run) {
                     "cudnn (GPU, bf16/fp16)")
       ->capture_default_str()
       ->check(parses_with(parse_attention));
+  train->add_option("--loader", flags->loader,
+                    "Where the dataset lives: sequential (host, in order), eager (all of it on the device) or "
+                    "lazy (host, shuffled batches prefetched by a background thread)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sequential", "eager", "lazy"}));
+  train->add_option("--prefetch", flags->prefetch, "lazy: device batch buffers filled ahead (0: synchronous)")
+      ->capture_default_str();
+  train->add_option("--pinned", flags->pinned, "lazy: pinned host staging memory (GPU only)")->capture_default_str();
   // Dynamic loss scaling (fp16 only), PyTorch GradScaler's defaults.
   auto given = [flags](auto) { flags->loss_scaler_flag_given = true; };
   train->add_option("--loss-scale", flags->loss_scaler.init_scale, "fp16: initial loss scale")

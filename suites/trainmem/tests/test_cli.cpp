@@ -251,6 +251,7 @@ TEST(Cli, TrainInputErrorsAreOneLine) {
   expect_input_error("train --accum 0", "--accum");
   expect_input_error("train --precision fp8", "fp32, fp16 or bf16");
   expect_input_error("train --attention sparse", "naive, flash or cudnn");
+  expect_input_error("train --loader cloud", "--loader");
   expect_input_error("train --precision bf16 --loss-scale 1024", "only to --precision fp16");
   expect_input_error("train --precision fp16 --loss-scale-backoff 2", "--loss-scale-backoff");
 }
@@ -263,6 +264,17 @@ TEST(Cli, CudnnAttentionOnTheCpuIsAnInputError) {
             std::string::npos)
       << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// Lazy and eager loaders from the command line: both train, and the JSON config names them.
+TEST(Cli, TrainWithEagerAndLazyLoaders) {
+  const std::string json_path = temp_path("loader.json");
+  for (const char* loader : {"eager", "lazy"}) {
+    const CliRun r = trainmem(std::string("train --device cpu --model tiny --steps 2 --loader ") + loader + " --json " + json_path);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find(std::string("loader=") + loader), std::string::npos) << r.out;
+    EXPECT_EQ(parse_json(read_file(json_path))["config"]["loader"], loader);
+  }
 }
 
 // The three single-device techniques on one command line: the progress line and the JSON config

@@ -1,0 +1,98 @@
+#include "suites/lazy_loading/host_tokens.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/data/token_file.h"
+
+namespace trainmem::lazy_loading {
+
+HostTokens::HostTokens(std::vector<std::uint16_t> tokens)
+    : owned_(std::move(tokens)), data_(owned_.data()), size_(owned_.size()) {}
+
+HostTokens HostTokens::map_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw DataError(path + ": cannot open the file (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw DataError(path + ": cannot stat the file");
+  }
+  const auto file_bytes = static_cast<std::size_t>(st.st_size);
+  if (file_bytes < kTokenFileHeaderBytes) {
+    ::close(fd);
+    throw DataError(path + ": too short to be a token file (a 32-byte header is needed)");
+  }
+  void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);  // the mapping keeps the file
+  if (map == MAP_FAILED) throw DataError(path + ": mmap failed (" + std::strerror(errno) + ")");
+  auto fail = [&](const std::string& message) {
+    ::munmap(map, file_bytes);
+    throw DataError(path + ": " + message);
+  };
+  const char* header = static_cast<const char*>(map);
+  if (std::memcmp(header, kTokenFileMagic, sizeof kTokenFileMagic) != 0)
+    fail("not a trainmem token file (wrong magic; to train on text, give a file that does not end in .tok and "
+         "it is tokenized byte by byte)");
+  std::uint32_t version = 0, dtype = 0;
+  std::uint64_t count = 0;
+  std::memcpy(&version, header + 8, 4);
+  std::memcpy(&dtype, header + 12, 4);
+  std::memcpy(&count, header + 16, 8);
+  if (version != kTokenFileVersion)
+    fail("token file version " + std::to_string(version) + ", this trainmem reads version 1");
+  if (dtype != kTokenDtypeUint16) fail("token dtype " + std::to_string(dtype) + " (only 1 = uint16)");
+  if (count > (file_bytes - kTokenFileHeaderBytes) / 2 || file_bytes != kTokenFileHeaderBytes + 2 * count)
+    fail("the header promises " + std::to_string(count) + " tokens (" +
+         std::to_string(kTokenFileHeaderBytes + 2 * count) + " bytes) but the file has " + std::to_string(file_bytes) +
+         " bytes: truncated or corrupt");
+  HostTokens t;
+  t.map_ = map;
+  t.map_bytes_ = file_bytes;
+  t.data_ = reinterpret_cast<const std::uint16_t*>(header + kTokenFileHeaderBytes);  // 32-byte aligned
+  t.size_ = static_cast<std::size_t>(count);
+  return t;
+}
+
+HostTokens::HostTokens(HostTokens&& other) noexcept { *this = std::move(other); }
+
+HostTokens& HostTokens::operator=(HostTokens&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  const bool owned = other.map_ == nullptr;
+  owned_ = std::move(other.owned_);
+  map_ = std::exchange(other.map_, nullptr);
+  map_bytes_ = std::exchange(other.map_bytes_, 0);
+  data_ = owned ? owned_.data() : std::exchange(other.data_, nullptr);
+  size_ = std::exchange(other.size_, 0);
+  other.data_ = nullptr;
+  return *this;
+}
+
+HostTokens::~HostTokens() { release(); }
+
+void HostTokens::release() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = 0;
+  owned_.clear();
+  data_ = nullptr;
+  size_ = 0;
+}
+
+void HostTokens::check_vocab(std::size_t vocab, const std::string& what) const {
+  if (size_ == 0) return;
+  const std::uint16_t max_token = *std::max_element(data_, data_ + size_);
+  if (max_token >= vocab)
+    throw DataError(what + ": token " + std::to_string(max_token) + " is outside the model's vocabulary of " +
+                    std::to_string(vocab) + " (use --vocab " + std::to_string(max_token + 1) + " or more)");
+}
+
+}  // namespace trainmem::lazy_loading

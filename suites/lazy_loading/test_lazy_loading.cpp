@@ -1,0 +1,370 @@
+// Proofs for --loader eager|lazy:
+//  - both loaders yield byte-identical batches in the same (seeded, per-epoch shuffled) order,
+//    for several seeds and epochs, prefetch 0/1/3, pinned on/off, from a vector or a mmap'ed file;
+//    and each batch is exactly the windows ShuffleOrder names (targets = inputs shifted by one);
+//  - device memory of category `data`: exactly N ring buffers (tokens + targets, each rounded as
+//    the allocator rounds) under lazy, exactly the dataset under eager;
+//  - bad token files (truncated, wrong magic, too short, smaller than one batch) give DataError;
+//  - the worker thread stops cleanly when the loader is destroyed mid-epoch, and an exception in
+//    it surfaces in next() on the main thread.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "common/allocator/allocator_config.h"
+#include "common/data/token_file.h"
+#include "common/train/trainer.h"
+#include "suites/lazy_loading/eager_loader.h"
+#include "suites/lazy_loading/lazy_loader.h"
+
+namespace trainmem::lazy_loading {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<Device> cpu_device() {
+  DeviceOptions options;
+  options.choice = "cpu";
+  options.device_memory = std::size_t{1} << 30;
+  return Device::open(options);
+}
+
+std::int64_t data_current(Device& d) { return d.allocator().stats().by_category[index_of(MemoryCategory::data)].current; }
+std::int64_t data_peak(Device& d) { return d.allocator().stats().by_category[index_of(MemoryCategory::data)].peak; }
+
+struct Batch {
+  std::vector<std::int32_t> tokens, targets;
+  bool operator==(const Batch&) const = default;
+};
+
+// Pulls `count` batches from `source` through device tensors of category data.
+std::vector<Batch> pull(Device& device, BatchSource& source, std::size_t B, std::size_t T, std::size_t count) {
+  const auto b = static_cast<std::int64_t>(B), t = static_cast<std::int64_t>(T);
+  Tensor x(device.allocator(), {b, t}, DType::i32, MemoryCategory::data, "test.tokens");
+  Tensor y(device.allocator(), {b, t}, DType::i32, MemoryCategory::data, "test.targets");
+  std::vector<Batch> out;
+  for (std::size_t i = 0; i < count; ++i) {
+    source.next(x, y);
+    Batch batch{std::vector<std::int32_t>(B * T), std::vector<std::int32_t>(B * T)};
+    std::memcpy(batch.tokens.data(), x.data(), x.nbytes());
+    std::memcpy(batch.targets.data(), y.data(), y.nbytes());
+    out.push_back(std::move(batch));
+  }
+  return out;
+}
+
+// What batch k must be, computed from the host tokens and the epoch permutation alone.
+Batch expected_batch(const std::vector<std::uint16_t>& data, std::size_t B, std::size_t T, std::uint64_t seed,
+                     std::uint64_t k) {
+  ShuffleOrder order(data.size(), B, T, seed);
+  const auto perm = order.permutation(k / order.batches_per_epoch());
+  Batch batch{std::vector<std::int32_t>(B * T), std::vector<std::int32_t>(B * T)};
+  for (std::size_t b = 0; b < B; ++b) {
+    const std::size_t start = perm[(k % order.batches_per_epoch()) * B + b] * T;
+    for (std::size_t t = 0; t < T; ++t) {
+      batch.tokens[b * T + t] = data[start + t];
+      batch.targets[b * T + t] = data[start + t + 1];
+    }
+  }
+  return batch;
+}
+
+// A fresh directory for the test's files, removed at the end.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string("trainmem-lazy-") + info->name() + "-" + std::to_string(::getpid());
+    for (char& c : name)
+      if (c == '/') c = '_';
+    path = fs::temp_directory_path() / name;
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+// Runs fn on a thread; false if it has not finished within `seconds` (the thread is then left).
+bool finishes_within(std::function<void()> fn, double seconds) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> f = done->get_future();
+  std::thread th([fn = std::move(fn), done] {
+    fn();
+    done->set_value();
+  });
+  if (f.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) {
+    th.detach();
+    return false;
+  }
+  th.join();
+  return true;
+}
+
+// --- the order
+
+TEST(ShuffleOrder, EachEpochIsAPermutationFixedBySeedAndEpoch) {
+  ShuffleOrder a(10001, 4, 16, 42), b(10001, 4, 16, 42), c(10001, 4, 16, 43);
+  EXPECT_EQ(a.windows(), 625u);  // (10001 - 1) / 16
+  EXPECT_EQ(a.batches_per_epoch(), 156u);
+  const auto p0 = a.permutation(0);
+  std::set<std::uint64_t> seen(p0.begin(), p0.end());
+  EXPECT_EQ(seen.size(), 625u);
+  EXPECT_EQ(*seen.rbegin(), 624u);
+  EXPECT_EQ(p0, b.permutation(0));
+  EXPECT_NE(p0, a.permutation(1));
+  EXPECT_NE(p0, c.permutation(0));
+  ShuffleOrder plain(10001, 4, 16, 42, /*shuffle=*/false);
+  std::size_t starts[4];
+  plain.row_starts(157, starts);  // epoch 1, batch 1
+  EXPECT_EQ(starts[0], 4u * 16u);
+  EXPECT_EQ(starts[3], 7u * 16u);
+}
+
+// --- same batches, same order
+
+struct Config {
+  std::uint64_t seed;
+  std::size_t prefetch;
+  bool pinned;
+};
+
+class SameBatches : public ::testing::TestWithParam<Config> {};
+
+TEST_P(SameBatches, LazyAndEagerYieldByteIdenticalBatchesForThreeEpochs) {
+  const Config c = GetParam();
+  const std::size_t B = 4, T = 16;
+  const std::vector<std::uint16_t> data = synthetic_corpus(5001, 3);  // 312 windows, 78 batches per epoch
+  auto device = cpu_device();
+  EagerLoader eager(*device, HostTokens(data), B, T, {c.seed, true});
+  LazyLoaderOptions lo;
+  lo.prefetch = c.prefetch;
+  lo.pinned = c.pinned;
+  lo.seed = c.seed;
+  LazyLoader lazy(*device, HostTokens(data), B, T, lo);
+  ASSERT_EQ(eager.batches_per_epoch(), 78u);
+  const std::size_t count = 3 * 78 + 5;  // into a fourth epoch
+  const auto e = pull(*device, eager, B, T, count);
+  const auto l = pull(*device, lazy, B, T, count);
+  for (std::size_t k = 0; k < count; ++k) {
+    ASSERT_EQ(e[k], l[k]) << "batch " << k;
+    ASSERT_EQ(e[k], expected_batch(data, B, T, c.seed, k)) << "batch " << k;
+  }
+  EXPECT_NE(e[0], e[78]) << "epoch 1 must not repeat epoch 0's order";
+  EXPECT_EQ(lazy.batches_served(), count);
+}
+
+INSTANTIATE_TEST_SUITE_P(SeedsPrefetchPinned, SameBatches,
+                         ::testing::Values(Config{1, 0, true}, Config{1, 1, true}, Config{1, 3, true},
+                                           Config{1, 2, false}, Config{7, 0, false}, Config{7, 1, false},
+                                           Config{7, 3, true}, Config{12345, 2, true}, Config{12345, 3, false}),
+                         [](const auto& info) {
+                           return "seed" + std::to_string(info.param.seed) + "_prefetch" +
+                                  std::to_string(info.param.prefetch) + (info.param.pinned ? "_pinned" : "_unpinned");
+                         });
+
+TEST(SameBatchesFromFile, MappedTokenFileGivesTheSameBatchesAsTheVector) {
+  TempDir dir;
+  const std::vector<std::uint16_t> data = synthetic_corpus(20001, 5);
+  write_token_file(dir.file("data.tok"), data);
+  HostTokens mapped = HostTokens::map_file(dir.file("data.tok"));
+  ASSERT_TRUE(mapped.mapped());
+  ASSERT_EQ(mapped.size(), data.size());
+  auto device = cpu_device();
+  const std::size_t B = 8, T = 32;
+  LazyLoader from_file(*device, std::move(mapped), B, T, {});
+  EagerLoader from_vector(*device, HostTokens(data), B, T, {});
+  const auto a = pull(*device, from_file, B, T, 2 * from_file.batches_per_epoch() + 3);
+  const auto b = pull(*device, from_vector, B, T, a.size());
+  EXPECT_EQ(a, b);
+}
+
+TEST(Training, LossesAreIdenticalUnderEitherLoader) {
+  auto run = [](bool lazy) {
+    auto device = cpu_device();
+    GPT model(*device, gpt_preset("tiny"), 11);
+    const std::size_t B = 2, T = 32;
+    std::unique_ptr<BatchSource> data;
+    if (lazy) data = std::make_unique<LazyLoader>(*device, HostTokens(synthetic_corpus(30000, 2)), B, T);
+    else data = std::make_unique<EagerLoader>(*device, HostTokens(synthetic_corpus(30000, 2)), B, T);
+    TrainerOptions topt;
+    topt.batch = B;
+    topt.seq = T;
+    Trainer trainer(model, *data, topt);
+    std::vector<double> losses;
+    for (int i = 0; i < 3; ++i) losses.push_back(trainer.step().loss);
+    // The loader's buffers plus the trainer's two batch tensors; nothing else is `data`.
+    const auto batch = static_cast<std::int64_t>(round_size(B * T * 4));
+    const std::int64_t loader = lazy ? 2 * 2 * batch : static_cast<std::int64_t>(round_size(30000 * 4));
+    EXPECT_EQ(data_peak(*device), loader + 2 * batch) << (lazy ? "lazy" : "eager");
+    return losses;
+  };
+  EXPECT_EQ(run(true), run(false));
+}
+
+// --- device memory, exact bytes
+
+TEST(DeviceMemory, LazyHoldsExactlyPrefetchBatchBuffers) {
+  const std::size_t B = 5, T = 77;  // 1540 bytes a tensor -> 2048 with the allocator's rounding
+  const auto batch = static_cast<std::int64_t>(round_size(B * T * sizeof(std::int32_t)));
+  ASSERT_EQ(batch, 2048);
+  for (std::size_t N : {0u, 1u, 2u, 3u, 5u}) {
+    auto device = cpu_device();
+    LazyLoaderOptions lo;
+    lo.prefetch = N;
+    {
+      LazyLoader lazy(*device, HostTokens(synthetic_corpus(200000, 1)), B, T, lo);
+      EXPECT_EQ(data_current(*device), static_cast<std::int64_t>(2 * N) * batch) << "N=" << N;
+      pull(*device, lazy, B, T, 20);
+      EXPECT_EQ(data_peak(*device), static_cast<std::int64_t>(2 * N + 2) * batch) << "N=" << N << " (+ the 2 batch tensors)";
+      EXPECT_EQ(lazy.prefetch(), N);
+      EXPECT_FALSE(lazy.pinned()) << "the CPU backend has no pinned memory";
+    }
+    EXPECT_EQ(data_current(*device), 0) << "the ring is returned when the loader goes";
+  }
+}
+
+TEST(DeviceMemory, EagerHoldsExactlyTheDataset) {
+  const std::size_t B = 5, T = 77;
+  const auto batch = static_cast<std::int64_t>(round_size(B * T * sizeof(std::int32_t)));
+  for (std::size_t n : {100003u, 1000000u}) {  // small pool (391 KiB) and large pool (3.8 MiB)
+    auto device = cpu_device();
+    EagerLoader eager(*device, HostTokens(synthetic_corpus(n, 1)), B, T);
+    const auto dataset = static_cast<std::int64_t>(round_size(n * sizeof(std::int32_t)));
+    EXPECT_EQ(data_current(*device), dataset) << "n=" << n;
+    EXPECT_EQ(eager.dataset().nbytes(), n * 4);
+    pull(*device, eager, B, T, 10);
+    EXPECT_EQ(data_peak(*device), dataset + 2 * batch) << "n=" << n;
+  }
+}
+
+// --- bad files
+
+TEST(BadFiles, TruncatedWrongMagicTooShortAndTooSmallGiveDataError) {
+  TempDir dir;
+  const std::vector<std::uint16_t> data = synthetic_corpus(1000, 1);
+  auto expect_error = [](const std::function<void()>& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no DataError; expected one saying '" << needle << "'";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  // truncated: the header promises 1000 tokens, the file holds 999.5
+  write_token_file(dir.file("truncated.tok"), data);
+  fs::resize_file(dir.file("truncated.tok"), kTokenFileHeaderBytes + 1999);
+  expect_error([&] { HostTokens::map_file(dir.file("truncated.tok")); }, "truncated or corrupt");
+  // wrong magic
+  write_token_file(dir.file("magic.tok"), data);
+  {
+    std::fstream f(dir.file("magic.tok"), std::ios::in | std::ios::out | std::ios::binary);
+    f.write("NOTTOKEN", 8);
+  }
+  expect_error([&] { HostTokens::map_file(dir.file("magic.tok")); }, "wrong magic");
+  // shorter than the header
+  {
+    std::ofstream f(dir.file("short.tok"), std::ios::binary);
+    f.write("TMTOKENS", 8);
+  }
+  expect_error([&] { HostTokens::map_file(dir.file("short.tok")); }, "32-byte header");
+  expect_error([&] { HostTokens::map_file(dir.file("missing.tok")); }, "cannot open");
+  // valid, but smaller than one batch (8 x 64 + 1 = 513 tokens needed, 500 present)
+  write_token_file(dir.file("small.tok"), synthetic_corpus(500, 1));
+  auto device = cpu_device();
+  expect_error([&] { LazyLoader l(*device, HostTokens::map_file(dir.file("small.tok")), 8, 64); }, "needs 513");
+  expect_error([&] { EagerLoader l(*device, HostTokens::map_file(dir.file("small.tok")), 8, 64); }, "needs 513");
+  EXPECT_EQ(data_current(*device), 0);
+  // exactly one batch is enough
+  write_token_file(dir.file("one.tok"), synthetic_corpus(513, 1));
+  LazyLoader one(*device, HostTokens::map_file(dir.file("one.tok")), 8, 64);
+  EXPECT_EQ(one.batches_per_epoch(), 1u);
+  pull(*device, one, 8, 64, 3);
+}
+
+TEST(BadFiles, WrongBatchTensorShapeIsRefused) {
+  auto device = cpu_device();
+  LazyLoader lazy(*device, HostTokens(synthetic_corpus(5000, 1)), 4, 16);
+  EXPECT_THROW(pull(*device, lazy, 4, 8, 1), std::invalid_argument);
+  EagerLoader eager(*device, HostTokens(synthetic_corpus(5000, 1)), 4, 16);
+  EXPECT_THROW(pull(*device, eager, 2, 16, 1), std::invalid_argument);
+}
+
+// --- the worker thread
+
+TEST(Worker, DestroyingTheLoaderMidEpochDoesNotHang) {
+  auto device = cpu_device();
+  const std::vector<std::uint16_t> data = synthetic_corpus(50000, 1);
+  for (std::size_t N : {1u, 3u}) {
+    // right after construction (the worker is filling the ring)
+    EXPECT_TRUE(finishes_within([&] { LazyLoader l(*device, HostTokens(data), 4, 16, {N, true, 1, true, {}}); }, 10));
+    // mid-epoch, with the ring full and the worker waiting for a free slot
+    EXPECT_TRUE(finishes_within(
+        [&] {
+          LazyLoader l(*device, HostTokens(data), 4, 16, {N, true, 1, true, {}});
+          pull(*device, l, 4, 16, 5);
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        },
+        10));
+    // while the worker is inside a (slow) batch
+    EXPECT_TRUE(finishes_within(
+        [&] {
+          LazyLoaderOptions lo;
+          lo.prefetch = N;
+          lo.before_assemble = [](std::uint64_t k) {
+            if (k >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          };
+          LazyLoader l(*device, HostTokens(data), 4, 16, lo);
+          pull(*device, l, 4, 16, 2);
+        },
+        10));
+  }
+  EXPECT_EQ(data_current(*device), 0);
+}
+
+TEST(Worker, AnExceptionInTheWorkerSurfacesInNext) {
+  for (std::size_t N : {0u, 1u, 3u}) {
+    auto device = cpu_device();
+    LazyLoaderOptions lo;
+    lo.prefetch = N;
+    std::atomic<std::thread::id> assembler;
+    lo.before_assemble = [&assembler](std::uint64_t k) {
+      assembler = std::this_thread::get_id();
+      if (k == 3) throw std::runtime_error("injected failure at batch 3");
+    };
+    LazyLoader lazy(*device, HostTokens(synthetic_corpus(50000, 1)), 4, 16, lo);
+    Tensor x(device->allocator(), {4, 16}, DType::i32, MemoryCategory::data, "x");
+    Tensor y(device->allocator(), {4, 16}, DType::i32, MemoryCategory::data, "y");
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_NO_THROW(lazy.next(x, y)) << "batches before the failure are served";
+    }
+    if (N > 0) {
+      EXPECT_NE(assembler.load(), std::this_thread::get_id()) << "N>0 assembles on the worker";
+    }
+    for (int again = 0; again < 2; ++again) {
+      try {
+        lazy.next(x, y);
+        ADD_FAILURE() << "N=" << N << ": next() did not throw";
+      } catch (const std::runtime_error& e) {
+        EXPECT_STREQ(e.what(), "injected failure at batch 3");
+      }
+    }
+    EXPECT_EQ(lazy.batches_served(), 3u);
+  }  // and the loader is destroyed cleanly afterwards
+}
+
+}  // namespace
+}  // namespace trainmem::lazy_loading

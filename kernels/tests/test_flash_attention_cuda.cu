@@ -49,76 +49,14 @@
 #include "kernels/convert.h"
 #include "kernels/cudnn_attention.h"
 #include "kernels/flash_attention.h"
+#include "kernels/tests/gpu_test_support.h"
 
 namespace trainmem::kernels {
 namespace {
 
 using cuda::Half16;
+using namespace gpu_test;
 
-// nullptr where a CUDA device can be used; otherwise the reason it cannot.
-const char* no_gpu_reason() {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    cudaGetLastError();  // clear the error, so no later check reports it again
-    return cudaGetErrorString(status);
-  }
-  return count == 0 ? "no CUDA device found" : nullptr;
-}
-
-#define SKIP_WITHOUT_GPU()                                                                  \
-  do {                                                                                      \
-    const char* reason = no_gpu_reason();                                                   \
-    if (reason) GTEST_SKIP() << "GPU test skipped: no usable CUDA device (" << reason << ")"; \
-  } while (0)
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-// A device array of n elements (RAII), never zero bytes.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t n) : n_(n) { check(cudaMalloc(&ptr_, bytes()), "cudaMalloc"); }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    check(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(ptr_); }
-
-  T* get() const { return ptr_; }
-  void poison() { check(cudaMemset(ptr_, 0xff, bytes()), "cudaMemset"); }  // NaN in every float format
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    check(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return host;
-  }
-
- private:
-  std::size_t bytes() const { return std::max<std::size_t>(n_ * sizeof(T), 1); }
-  T* ptr_ = nullptr;
-  std::size_t n_;
-};
-
-// A non-default stream: the kernels must run on the stream they are given.
-class TestStream {
- public:
-  TestStream() { check(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
-  TestStream(const TestStream&) = delete;
-  TestStream& operator=(const TestStream&) = delete;
-  ~TestStream() { cudaStreamDestroy(stream_); }
-  void* get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-void finish() {
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  check(cudaGetLastError(), "cudaGetLastError");
-}
 
 // ------------------------------------------------------------------------------------ 16-bit values
 
@@ -137,11 +75,6 @@ std::vector<float> from16(Half16 dtype, const std::vector<std::uint16_t>& x) {
 const char* name(Half16 dtype) { return dtype == Half16::bf16 ? "bf16" : "fp16"; }
 
 // ------------------------------------------------------------------------------------ comparison
-
-struct Tolerance {
-  double atol;
-  double rtol;
-};
 
 Tolerance out_tolerance(Half16 dtype) { return dtype == Half16::bf16 ? Tolerance{2e-2, 2e-2} : Tolerance{4e-3, 4e-3}; }
 constexpr Tolerance kLseTolerance{1e-3, 1e-4};

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/adamw.h"
+#include "kernels/tests/gpu_test_support.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
@@ -38,79 +39,9 @@
 namespace trainmem::kernels {
 namespace {
 
-// nullptr where a CUDA device can be used; otherwise the reason it cannot.
-const char* no_gpu_reason() {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    cudaGetLastError();  // clear the error, so no later check reports it again
-    return cudaGetErrorString(status);
-  }
-  return count == 0 ? "no CUDA device found" : nullptr;
-}
+using namespace gpu_test;
 
-#define SKIP_WITHOUT_GPU()                                                                  \
-  do {                                                                                      \
-    const char* reason = no_gpu_reason();                                                   \
-    if (reason) GTEST_SKIP() << "GPU test skipped: no usable CUDA device (" << reason << ")"; \
-  } while (0)
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-// A device array of n elements (RAII). Never zero bytes, so a zero-size op still gets a valid pointer.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t n) : n_(n) { check(cudaMalloc(&ptr_, bytes()), "cudaMalloc"); }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(ptr_); }
-
-  T* get() const { return ptr_; }
-  void upload(const std::vector<T>& host) {
-    if (host.size() != n_) throw std::invalid_argument("DeviceBuffer::upload: size mismatch");
-    check(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // done before an op runs on another stream
-  }
-  // Fills every byte with 0xff: each float reads as NaN.
-  void poison() {
-    check(cudaMemset(ptr_, 0xff, bytes()), "cudaMemset");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    check(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return host;
-  }
-
- private:
-  std::size_t bytes() const { return std::max<std::size_t>(n_, 1) * sizeof(T); }
-  T* ptr_ = nullptr;
-  std::size_t n_;
-};
-
-// A non-default stream, so the kernels are checked to run on the stream they are given.
-class TestStream {
- public:
-  TestStream() { check(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
-  TestStream(const TestStream&) = delete;
-  TestStream& operator=(const TestStream&) = delete;
-  ~TestStream() { cudaStreamDestroy(stream_); }
-  void* get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-// Waits for everything queued (uploads and poison on the default stream, the op on its stream) and
-// reports any error a kernel raised while running.
-void finish() {
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  check(cudaGetLastError(), "cudaGetLastError");
-}
 
 std::vector<float> uniform(std::mt19937& rng, std::size_t n, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -125,11 +56,6 @@ std::vector<std::int32_t> random_tokens(std::mt19937& rng, std::size_t n, std::i
   for (std::int32_t& x : v) x = dist(rng);
   return v;
 }
-
-struct Tolerance {
-  double atol;
-  double rtol;
-};
 
 // Tolerances (|gpu - cpu| <= atol + rtol * |cpu|):
 constexpr Tolerance kExact{0.0, 0.0};           // one add or a copy: bit for bit

@@ -42,90 +42,14 @@
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul16.h"
+#include "kernels/tests/gpu_test_support.h"
 
 namespace trainmem::kernels {
 namespace {
 
-// nullptr where a CUDA device can be used; otherwise the reason it cannot.
-const char* no_gpu_reason() {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    cudaGetLastError();  // clear the error, so no later check reports it again
-    return cudaGetErrorString(status);
-  }
-  return count == 0 ? "no CUDA device found" : nullptr;
-}
+using namespace gpu_test;
+using DeviceBuffer16 = DeviceBuffer<std::uint16_t>;
 
-#define SKIP_WITHOUT_GPU()                                                                  \
-  do {                                                                                      \
-    const char* reason = no_gpu_reason();                                                   \
-    if (reason) GTEST_SKIP() << "GPU test skipped: no usable CUDA device (" << reason << ")"; \
-  } while (0)
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-// A device array of n 16-bit elements (RAII), starting `offset` elements into its allocation: with
-// offset 1 the pointer is only 2-byte aligned (as a slice of a larger tensor can be), which cuBLASLt
-// must be told about. Never zero bytes, so a zero-size op still gets a valid pointer.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t n, std::size_t offset = 0) : n_(n), offset_(offset) {
-    check(cudaMalloc(&base_, bytes()), "cudaMalloc");
-  }
-  explicit DeviceBuffer(const std::vector<std::uint16_t>& host, std::size_t offset = 0)
-      : DeviceBuffer(host.size(), offset) {
-    upload(host);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(base_); }
-
-  std::uint16_t* get() const { return base_ + offset_; }
-  void upload(const std::vector<std::uint16_t>& host) {
-    if (host.size() != n_) throw std::invalid_argument("DeviceBuffer::upload: size mismatch");
-    check(cudaMemcpy(get(), host.data(), n_ * sizeof(std::uint16_t), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // done before an op runs on another stream
-  }
-  // Fills every byte with 0xff: each element reads as NaN, in bf16 and in fp16.
-  void poison() {
-    check(cudaMemset(base_, 0xff, bytes()), "cudaMemset");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  }
-  std::vector<std::uint16_t> download() const {
-    std::vector<std::uint16_t> host(n_);
-    check(cudaMemcpy(host.data(), get(), n_ * sizeof(std::uint16_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return host;
-  }
-
- private:
-  std::size_t bytes() const { return std::max<std::size_t>(n_ + offset_, 1) * sizeof(std::uint16_t); }
-  std::uint16_t* base_ = nullptr;
-  std::size_t n_;
-  std::size_t offset_;
-};
-
-// A non-default stream, so the kernels are checked to run on the stream they are given.
-class TestStream {
- public:
-  TestStream() { check(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
-  TestStream(const TestStream&) = delete;
-  TestStream& operator=(const TestStream&) = delete;
-  ~TestStream() { cudaStreamDestroy(stream_); }
-  void* get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-// Waits for everything queued (uploads and poison on the default stream, the op on its stream) and
-// reports any error a kernel raised while running.
-void finish() {
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  check(cudaGetLastError(), "cudaGetLastError");
-}
 
 const char* name_of(Half16 dtype) { return dtype == Half16::bf16 ? "bf16" : "fp16"; }
 
@@ -157,10 +81,6 @@ std::vector<std::uint16_t> random16(std::mt19937& rng, Half16 dtype, std::size_t
   return round16(dtype, v);
 }
 
-struct Tolerance {
-  double atol;
-  double rtol;
-};
 
 // Tolerances (|gpu - cpu| <= atol + rtol * |cpu|), reasons at the top of the file.
 constexpr Tolerance kBf16{1e-2, 1e-2};  // one bf16 ulp is at most 2^-7 = 7.8e-3 relative
@@ -260,7 +180,7 @@ TEST(Matmul16Cuda, Forward) {
           const std::vector<std::uint16_t> expected =
               reference_forward(dtype, inp, weight, with_bias ? &bias : nullptr, N, C, OC);
 
-          DeviceBuffer d_inp(inp), d_w(weight), d_b(bias), d_out(N * OC);
+          DeviceBuffer16 d_inp(inp), d_w(weight), d_b(bias), d_out(N * OC);
           d_out.poison();
           cuda::matmul16_forward(stream, dtype, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr,
                                  N, C, OC);
@@ -290,7 +210,7 @@ TEST(Matmul16Cuda, Backward) {
         reference_backward(dtype, all_outputs ? &dinp : nullptr, dweight, all_outputs ? &dbias : nullptr, dout, inp,
                            weight, N, C, OC);
 
-        DeviceBuffer d_dinp(N * C), d_dw(dweight_start), d_db(dbias_start), d_dout(dout), d_inp(inp), d_w(weight);
+        DeviceBuffer16 d_dinp(N * C), d_dw(dweight_start), d_db(dbias_start), d_dout(dout), d_inp(inp), d_w(weight);
         d_dinp.poison();
         cuda::matmul16_backward(stream.get(), dtype, all_outputs ? d_dinp.get() : nullptr, d_dw.get(),
                                 all_outputs ? d_db.get() : nullptr, d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
@@ -316,14 +236,14 @@ TEST(Matmul16Cuda, BackwardAccumulatesTwice) {
   for (const Half16 dtype : kDtypes) {
     SCOPED_TRACE(name_of(dtype));
     std::vector<std::uint16_t> dweight = random16(rng, dtype, OC * C), dbias = random16(rng, dtype, OC);
-    DeviceBuffer d_dw(dweight), d_db(dbias), d_dinp(N * C);
+    DeviceBuffer16 d_dw(dweight), d_db(dbias), d_dinp(N * C);
     for (int call = 0; call < 2; ++call) {
       const std::vector<std::uint16_t> dout = random16(rng, dtype, N * OC);
       const std::vector<std::uint16_t> inp = random16(rng, dtype, N * C);
       const std::vector<std::uint16_t> weight = random16(rng, dtype, OC * C);
       std::vector<std::uint16_t> dinp;
       reference_backward(dtype, &dinp, dweight, &dbias, dout, inp, weight, N, C, OC);
-      DeviceBuffer d_dout(dout), d_inp(inp), d_w(weight);
+      DeviceBuffer16 d_dout(dout), d_inp(inp), d_w(weight);
       d_dinp.poison();
       cuda::matmul16_backward(stream.get(), dtype, d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
                               d_w.get(), N, C, OC);
@@ -357,7 +277,7 @@ TEST(Matmul16Cuda, UnalignedPointers) {
       std::vector<std::uint16_t> dinp, dweight = dweight_start, dbias = dbias_start;
       reference_backward(dtype, &dinp, dweight, &dbias, dout, inp, weight, N, C, OC);
 
-      DeviceBuffer d_inp(inp, 1), d_w(weight, 1), d_b(bias, 1), d_out(N * OC, 1), d_dout(dout, 1),
+      DeviceBuffer16 d_inp(inp, 1), d_w(weight, 1), d_b(bias, 1), d_out(N * OC, 1), d_dout(dout, 1),
           d_dinp(N * C, 1), d_dw(dweight_start, 1), d_db(dbias_start, 1);
       d_out.poison();
       d_dinp.poison();
@@ -384,7 +304,7 @@ TEST(Matmul16Cuda, RefusedAndEmptyShapes) {
     SCOPED_TRACE(name_of(dtype));
     const std::size_t n = 64;  // enough elements for every shape below
     const std::vector<std::uint16_t> values = random16(rng, dtype, n);
-    DeviceBuffer d_out(values), d_inp(values), d_w(values), d_b(values), d_dinp(values), d_dw(values), d_db(values);
+    DeviceBuffer16 d_out(values), d_inp(values), d_w(values), d_b(values), d_dinp(values), d_dw(values), d_db(values);
     for (const Shape shape : {Shape{1, 8, 8, false}, Shape{8, 1, 8, false}, Shape{8, 8, 1, false},
                               Shape{1, 1, 1, false}, Shape{8, 0, 8, false}}) {
       const std::size_t N = shape.N, C = shape.C, OC = shape.OC;
@@ -413,7 +333,7 @@ TEST(Matmul16Cuda, RefusedAndEmptyShapes) {
                                               d_inp.get(), d_w.get(), N, C, OC));
     }
     finish();
-    for (const DeviceBuffer* buffer : {&d_out, &d_dinp, &d_dw, &d_db})
+    for (const DeviceBuffer16* buffer : {&d_out, &d_dinp, &d_dw, &d_db})
       EXPECT_TRUE(all_close("untouched output", dtype, buffer->download(), values, kExact));
   }
 }

@@ -86,7 +86,18 @@ int run_train(const TrainFlags& flags) {
     throw std::invalid_argument("--loss-scale* options apply only to --precision fp16 (bf16 and fp32 need no loss scaling)");
   const std::size_t T = config.seq;
   // Data first: a bad file is an input error, found before any memory is touched.
-  std::vector<std::uint16_t> tokens = load_dataset(flags.data, flags.batch * T + 1, config.vocab, flags.seed);
+  // A token file under the lazy loader is memory-mapped, never read into the heap; everything else
+  // is loaded (and checked) into host memory here.
+  const bool map_token_file =
+      flags.loader == "lazy" && flags.data.size() > 4 && flags.data.compare(flags.data.size() - 4, 4, ".tok") == 0;
+  std::vector<std::uint16_t> tokens;
+  lazy_loading::HostTokens mapped_tokens;
+  if (map_token_file) {
+    mapped_tokens = lazy_loading::HostTokens::map_file(flags.data);
+    mapped_tokens.check_vocab(config.vocab, "--data " + flags.data);
+  } else {
+    tokens = load_dataset(flags.data, flags.batch * T + 1, config.vocab, flags.seed);
+  }
 
   const DeviceOptions options = flags.device.to_options();
   auto device = Device::open(options, &std::cerr);
@@ -112,8 +123,9 @@ int run_train(const TrainFlags& flags) {
     lo.prefetch = flags.prefetch;
     lo.pinned = flags.pinned;
     lo.seed = flags.seed;
-    data = std::make_unique<lazy_loading::LazyLoader>(*device, lazy_loading::HostTokens(std::move(tokens)), flags.batch,
-                                                     T, lo);
+    data = std::make_unique<lazy_loading::LazyLoader>(
+        *device, map_token_file ? std::move(mapped_tokens) : lazy_loading::HostTokens(std::move(tokens)), flags.batch, T,
+        lo);
   }
   TrainerOptions topt;
   topt.batch = flags.batch;

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/data/token_file.h"
+
 namespace {
 
 constexpr long long kMiB = 1 << 20;
@@ -275,6 +277,22 @@ TEST(Cli, TrainWithEagerAndLazyLoaders) {
     EXPECT_NE(r.out.find(std::string("loader=") + loader), std::string::npos) << r.out;
     EXPECT_EQ(parse_json(read_file(json_path))["config"]["loader"], loader);
   }
+}
+
+// A token file under the lazy loader is memory-mapped; a file too small for one batch is an input
+// error from the loader, naming what one batch needs.
+TEST(Cli, LazyLoaderMapsATokenFile) {
+  const std::string path = temp_path("corpus.tok");
+  trainmem::write_token_file(path, trainmem::synthetic_corpus(20000, 4));
+  const CliRun r = trainmem("train --device cpu --model tiny --steps 2 --loader lazy --data " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("loader=lazy"), std::string::npos) << r.out;
+
+  const std::string tiny_path = temp_path("too_small.tok");
+  trainmem::write_token_file(tiny_path, trainmem::synthetic_corpus(100, 4));
+  const CliRun small = trainmem("train --device cpu --model tiny --steps 1 --loader lazy --data " + tiny_path);
+  EXPECT_EQ(small.exit_code, 2) << small.err;
+  EXPECT_NE(small.err.find("trainmem: error: "), std::string::npos) << small.err;
 }
 
 // The three single-device techniques on one command line: the progress line and the JSON config

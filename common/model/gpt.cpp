@@ -135,7 +135,7 @@ void GPT::linear_forward(Tensor& y, const Tensor& x, const Tensor& weight, const
     // 16-bit operands straight into the tensor cores, fp32 accumulation (cuBLASLt).
     TRAINMEM_CUDA_KERNEL("matmul16_forward",
                          kernels::cuda::matmul16_forward(
-                             s.cuda_stream, dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16,
+                             s.cuda_stream, half16(),
                              y.data_as<std::uint16_t>(), x.data_as<std::uint16_t>(),
                              weight.data_as<std::uint16_t>(), bias ? bias->data_as<std::uint16_t>() : nullptr, N, C, OC));
     return;
@@ -151,7 +151,7 @@ void GPT::linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Te
     [[maybe_unused]] auto h = [](Tensor* t) { return t ? t->data_as<std::uint16_t>() : nullptr; };
     TRAINMEM_CUDA_KERNEL("matmul16_backward",
                          kernels::cuda::matmul16_backward(
-                             s.cuda_stream, dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16,
+                             s.cuda_stream, half16(),
                              h(dinp), dweight.data_as<std::uint16_t>(), h(dbias), dout.data_as<std::uint16_t>(),
                              inp.data_as<std::uint16_t>(), weight.data_as<std::uint16_t>(), N, C, OC));
     return;
@@ -163,6 +163,10 @@ void GPT::linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Te
   if (dbias) dbias_view.emplace(device_, *dbias);
   kernels::matmul_backward(s, dinp ? static_cast<float*>(*dinp_view) : nullptr, inout(dweight),
                            dbias ? static_cast<float*>(*dbias_view) : nullptr, in(dout), in(inp), in(weight), N, C, OC);
+}
+
+kernels::Half16 GPT::half16() const {
+  return dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16;
 }
 
 kernels::AttentionShape GPT::attention_shape() const {
@@ -196,7 +200,7 @@ void GPT::attention_forward(LayerActivations& a, const std::string& h) {
     kernels::cpu::flash_attention_forward<float>(out(a.atty), f(a.lse), in(a.qkv), shape);
     return;
   }
-  const kernels::Half16 half = dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16;
+  const kernels::Half16 half = half16();
   if (options_.attention == AttentionKind::flash) {
     TRAINMEM_CUDA_KERNEL("flash_attention_forward",
                          kernels::cuda::flash_attention_forward(s.cuda_stream, kernels::cuda::flash_attention_versions(),
@@ -230,7 +234,7 @@ void GPT::attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations
     kernels::cpu::flash_attention_backward<float>(out(dqkv), in(datty), in(a.qkv), in(a.atty), f(a.lse), shape);
     return;
   }
-  const kernels::Half16 half = dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16;
+  const kernels::Half16 half = half16();
   if (options_.attention == AttentionKind::flash) {
 #if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
     const int version = kernels::cuda::flash_attention_versions();

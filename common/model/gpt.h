@@ -117,7 +117,8 @@ class GPT {
   // Attention of one layer: atty from qkv, saving what its backward needs (att or lse).
   void attention_forward(LayerActivations& a, const std::string& h);
   void attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations& a, const std::string& h);
-  kernels::AttentionShape attention_shape() const;  // of the current micro-batch (causal)
+  kernels::AttentionShape attention_shape() const;
+  kernels::Half16 half16() const;  // the 16-bit storage type, for the CUDA kernels that take one  // of the current micro-batch (causal)
   Tensor make_bytes(std::size_t bytes, const std::string& name);  // workspace for a library
   // A tensor in the model's storage type (f32 only where stated: layernorm statistics, losses).
   Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);

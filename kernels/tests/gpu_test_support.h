@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <iomanip>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -99,5 +102,32 @@ struct Tolerance {
   double atol;
   double rtol;
 };
+
+// Element by element: |gpu - cpu| <= atol + rtol * |cpu|. On failure: how many differ, how many
+// are NaN (a poisoned element the kernel never wrote), the largest finite difference, and the
+// first few mismatches.
+inline ::testing::AssertionResult all_close(const std::string& what, const std::vector<float>& gpu,
+                                            const std::vector<float>& cpu, Tolerance tol) {
+  if (gpu.size() != cpu.size())
+    return ::testing::AssertionFailure() << what << ": " << gpu.size() << " GPU values vs " << cpu.size() << " CPU";
+  std::size_t wrong = 0, nans = 0;
+  double worst = 0;
+  std::ostringstream first;
+  first << std::setprecision(9);
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    const double ref = cpu[i], got = gpu[i];
+    const double diff = std::fabs(got - ref);
+    if (diff <= tol.atol + tol.rtol * std::fabs(ref)) continue;  // false for NaN: a poisoned element fails
+    if (std::isnan(got)) ++nans;
+    else worst = std::max(worst, diff);
+    if (wrong < 5) first << "\n    [" << i << "] gpu " << got << "  cpu " << ref << "  |diff| " << diff;
+    ++wrong;
+  }
+  if (wrong == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << wrong << " of " << cpu.size()
+                                       << " elements differ beyond atol " << tol.atol << " + rtol " << tol.rtol
+                                       << " * |cpu| (" << nans << " NaN, largest finite |diff| " << worst
+                                       << "); first ones:" << first.str();
+}
 
 }  // namespace trainmem::kernels::gpu_test

@@ -87,29 +87,6 @@ Tolerance grad_tolerance(Half16 dtype, const std::vector<float>& ref) {
   return {rel * std::max(max_abs, 1e-2), rel};
 }
 
-::testing::AssertionResult all_close(const std::string& what, const std::vector<float>& gpu,
-                                     const std::vector<float>& ref, Tolerance tol) {
-  if (gpu.size() != ref.size())
-    return ::testing::AssertionFailure() << what << ": " << gpu.size() << " GPU values vs " << ref.size() << " CPU";
-  std::size_t wrong = 0, nans = 0;
-  double worst = 0;
-  std::ostringstream first;
-  first << std::setprecision(7);
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double r = ref[i], g = gpu[i];
-    const double diff = std::fabs(g - r);
-    if (diff <= tol.atol + tol.rtol * std::fabs(r)) continue;  // false for NaN: a poisoned element fails
-    if (std::isnan(g)) ++nans;
-    else worst = std::max(worst, diff);
-    if (wrong < 5) first << "\n    [" << i << "] gpu " << g << "  ref " << r << "  |diff| " << diff;
-    ++wrong;
-  }
-  if (wrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << wrong << " of " << ref.size()
-                                       << " elements differ beyond atol " << tol.atol << " + rtol " << tol.rtol
-                                       << " * |ref| (" << nans << " NaN, largest finite |diff| " << worst
-                                       << "); first ones:" << first.str();
-}
 
 // ------------------------------------------------------------------------------------ cases and references
 

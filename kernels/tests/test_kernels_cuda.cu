@@ -66,25 +66,6 @@ constexpr Tolerance kAtomics{1e-4, 1e-4};       // atomicAdd: the order of the a
 constexpr Tolerance kAttention{1e-4, 1e-3};     // GEMMs, softmax and its backward chained
 constexpr Tolerance kAdamW{1e-7, 1e-5};         // elementwise, but v is as small as 1e-4: a tight atol
 
-::testing::AssertionResult all_close(const std::string& what, const std::vector<float>& gpu,
-                                     const std::vector<float>& cpu, Tolerance tol) {
-  if (gpu.size() != cpu.size())
-    return ::testing::AssertionFailure() << what << ": " << gpu.size() << " GPU values vs " << cpu.size() << " CPU";
-  std::size_t wrong = 0;
-  std::ostringstream first;
-  first << std::setprecision(9);
-  for (std::size_t i = 0; i < cpu.size(); ++i) {
-    const double ref = cpu[i], got = gpu[i];
-    const double diff = std::fabs(got - ref);
-    if (diff <= tol.atol + tol.rtol * std::fabs(ref)) continue;  // false for NaN: a poisoned element fails
-    if (wrong < 5) first << "\n    [" << i << "] gpu " << got << "  cpu " << ref << "  |diff| " << diff;
-    ++wrong;
-  }
-  if (wrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << wrong << " of " << cpu.size()
-                                       << " elements differ beyond atol " << tol.atol << " + rtol " << tol.rtol
-                                       << " * |cpu|; first ones:" << first.str();
-}
 
 // ---------------------------------------------------------------------------------------- GELU, residual
 

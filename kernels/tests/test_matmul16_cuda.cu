@@ -89,26 +89,10 @@ constexpr Tolerance kExact{0.0, 0.0};   // an output the op must leave alone
 
 Tolerance tolerance(Half16 dtype) { return dtype == Half16::bf16 ? kBf16 : kFp16; }
 
+// 16-bit outputs compared as the floats they stand for.
 ::testing::AssertionResult all_close(const std::string& what, Half16 dtype, const std::vector<std::uint16_t>& gpu16,
                                      const std::vector<std::uint16_t>& cpu16, Tolerance tol) {
-  if (gpu16.size() != cpu16.size())
-    return ::testing::AssertionFailure() << what << ": " << gpu16.size() << " GPU values vs " << cpu16.size()
-                                         << " CPU";
-  const std::vector<float> gpu = widen(dtype, gpu16), cpu = widen(dtype, cpu16);
-  std::size_t wrong = 0;
-  std::ostringstream first;
-  first << std::setprecision(9);
-  for (std::size_t i = 0; i < cpu.size(); ++i) {
-    const double ref = cpu[i], got = gpu[i];
-    const double diff = std::fabs(got - ref);
-    if (diff <= tol.atol + tol.rtol * std::fabs(ref)) continue;  // false for NaN: a poisoned element fails
-    if (wrong < 5) first << "\n    [" << i << "] gpu " << got << "  cpu " << ref << "  |diff| " << diff;
-    ++wrong;
-  }
-  if (wrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << " (" << name_of(dtype) << "): " << wrong << " of " << cpu.size()
-                                       << " elements differ beyond atol " << tol.atol << " + rtol " << tol.rtol
-                                       << " * |cpu|; first ones:" << first.str();
+  return gpu_test::all_close(what + " (" + name_of(dtype) + ")", widen(dtype, gpu16), widen(dtype, cpu16), tol);
 }
 
 // The CPU reference of matmul16_forward: widen, cpu::matmul_forward<float>, round once.

@@ -7,19 +7,33 @@
 
 namespace trainmem {
 
-SequentialBatches::SequentialBatches(Device& device, std::vector<std::uint16_t> tokens, std::size_t B, std::size_t T)
-    : device_(device), data_(std::move(tokens)), B_(B), T_(T), host_tokens_(B * T), host_targets_(B * T) {
+SequentialBatches::SequentialBatches(Device& device, std::vector<std::uint16_t> tokens, std::size_t B, std::size_t T,
+                                     std::size_t rank, std::size_t world)
+    : device_(device),
+      data_(std::move(tokens)),
+      B_(B),
+      T_(T),
+      rank_(rank),
+      world_(world),
+      host_tokens_(B * T),
+      host_targets_(B * T) {
+  if (world_ < 1 || rank_ >= world_)
+    throw std::invalid_argument("SequentialBatches: rank " + std::to_string(rank_) + " of " + std::to_string(world_));
   if (data_.size() < B * T + 1)
     throw DataError("the dataset has " + std::to_string(data_.size()) + " tokens; one batch needs " +
                     std::to_string(B * T + 1));
 }
 
 void SequentialBatches::next(Tensor& tokens, Tensor& targets) {
-  for (std::size_t b = 0; b < B_; ++b) {
+  // Walk all world*B rows of the global batch; keep this rank's B.
+  for (std::size_t row = 0; row < world_ * B_; ++row) {
     if (position_ + T_ + 1 > data_.size()) position_ = 0;  // wrap: the next window would run off the end
-    for (std::size_t t = 0; t < T_; ++t) {
-      host_tokens_[b * T_ + t] = data_[position_ + t];
-      host_targets_[b * T_ + t] = data_[position_ + t + 1];
+    if (row / B_ == rank_) {
+      const std::size_t b = row % B_;
+      for (std::size_t t = 0; t < T_; ++t) {
+        host_tokens_[b * T_ + t] = data_[position_ + t];
+        host_targets_[b * T_ + t] = data_[position_ + t + 1];
+      }
     }
     position_ += T_;
   }

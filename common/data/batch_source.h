@@ -19,9 +19,14 @@ class BatchSource {
 
 // Consecutive windows through the dataset, wrapping around at its end: batch k row b starts at
 // token (k * B + b) * T. Deterministic, so two runs see the same batches in the same order.
+//
+// Data parallel: with `world` ranks, each of B rows, the global batch has world*B rows and rank r
+// gets rows r*B .. r*B+B-1 of it. So N ranks of B rows see exactly the batches one rank of N*B
+// rows sees, which is what the sharding suites' equality tests rely on.
 class SequentialBatches : public BatchSource {
  public:
-  SequentialBatches(Device& device, std::vector<std::uint16_t> tokens, std::size_t B, std::size_t T);
+  SequentialBatches(Device& device, std::vector<std::uint16_t> tokens, std::size_t B, std::size_t T,
+                    std::size_t rank = 0, std::size_t world = 1);
   void next(Tensor& tokens, Tensor& targets) override;
   std::size_t position() const { return position_; }
 
@@ -29,6 +34,7 @@ class SequentialBatches : public BatchSource {
   Device& device_;
   std::vector<std::uint16_t> data_;
   std::size_t B_, T_;
+  std::size_t rank_, world_;
   std::size_t position_ = 0;
   std::vector<std::int32_t> host_tokens_, host_targets_;
 };

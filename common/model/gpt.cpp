@@ -102,7 +102,9 @@ GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions opti
 }
 
 void GPT::zero_grad() {
-  for (Parameter& p : params_) zero_device_memory(device_, p.grad.data(), p.grad.nbytes());
+  // A sharding strategy (ZeRO-2/3, FSDP) may have released a gradient: nothing to zero then.
+  for (Parameter& p : params_)
+    if (p.grad.data() != nullptr) zero_device_memory(device_, p.grad.data(), p.grad.nbytes());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,23 +12,20 @@
 #include <vector>
 
 #include "common/model/gpt.h"
+#include "common/train/optimizer.h"
 #include "kernels/adamw.h"
 
 namespace trainmem {
 
-class AdamWOptimizer {
+class AdamWOptimizer : public Optimizer {
  public:
   AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_grad_norm);
 
-  struct StepOutcome {
-    double grad_norm = 0;  // global norm of the unscaled gradients, before clipping
-    bool skipped = false;  // an inf or NaN gradient: nothing was updated
-  };
   // One update from the accumulated gradients, which carry a factor `loss_scale` (1 without loss
   // scaling): g = grad / loss_scale, clipped. If any gradient is inf or NaN nothing changes — no
   // update, no Adam step counted — and the outcome says skipped (the loss scaler then backs off).
-  StepOutcome step(double loss_scale = 1.0);
-  long steps_taken() const { return step_; }
+  StepOutcome step(double loss_scale = 1.0) override;
+  long steps_taken() const override { return step_; }
   const kernels::AdamWHyper& hyper() const { return hyper_; }
   float max_grad_norm() const { return max_grad_norm_; }
   bool has_master_weights() const { return !master_.empty(); }

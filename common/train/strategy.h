@@ -5,6 +5,8 @@
 //   on_data_fetch                       before a micro-batch is loaded
 //   before/after_layer_forward(l)       around each layer's forward
 //   before/after_layer_backward(l)      around each layer's backward
+//   after_backward                      after a micro-batch's backward (every gradient of this
+//                                       micro-batch complete: embeddings and head included)
 //   before/after_optimizer_step         around the update
 //   loss_scale()                        a factor on the loss before backward (loss scaling);
 //                                       the optimizer divides it out again
@@ -34,6 +36,7 @@ class Strategy {
   virtual void after_layer_forward(StepContext&, std::size_t /*layer*/) {}
   virtual void before_layer_backward(StepContext&, std::size_t /*layer*/) {}
   virtual void after_layer_backward(StepContext&, std::size_t /*layer*/) {}
+  virtual void after_backward(StepContext&) {}
   virtual void before_optimizer_step(StepContext&) {}
   virtual void after_optimizer_step(StepContext&) {}
   virtual double loss_scale() const { return 1.0; }

@@ -4,12 +4,13 @@
 
 namespace trainmem {
 
-Trainer::Trainer(GPT& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies)
-    : model_(model),
-      data_(data),
-      options_(options),
-      strategies_(std::move(strategies)),
-      optimizer_(model, options.adam, options.max_grad_norm) {
+Trainer::Trainer(GPT& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies,
+                 Optimizer* optimizer)
+    : model_(model), data_(data), options_(options), strategies_(std::move(strategies)), optimizer_(optimizer) {
+  if (optimizer_ == nullptr) {
+    own_optimizer_ = std::make_unique<AdamWOptimizer>(model, options.adam, options.max_grad_norm);
+    optimizer_ = own_optimizer_.get();
+  }
   if (options_.batch < 1 || options_.seq < 1 || options_.accumulation_steps < 1)
     throw std::invalid_argument("--batch, --seq and --accum must be at least 1");
   if (strategies_.empty()) strategies_.push_back(&baseline_);
@@ -17,6 +18,11 @@ Trainer::Trainer(GPT& model, BatchSource& data, TrainerOptions options, std::vec
   CachingAllocator& a = model_.device().allocator();
   tokens_ = Tensor(a, {B, T}, DType::i32, MemoryCategory::data, "batch.tokens");
   targets_ = Tensor(a, {B, T}, DType::i32, MemoryCategory::data, "batch.targets");
+}
+
+AdamWOptimizer& Trainer::optimizer() {
+  if (!own_optimizer_) throw std::logic_error("Trainer::optimizer(): this trainer runs an optimizer given by its caller");
+  return *own_optimizer_;
 }
 
 template <typename Hook>
@@ -59,6 +65,7 @@ double Trainer::micro_step(std::size_t micro, double loss_scale) {
   }
   model_.embed_backward();
   model_.end();
+  each([&](Strategy& s) { s.after_backward(ctx); });
   return loss;
 }
 
@@ -75,7 +82,7 @@ StepResult Trainer::step() {
   StepContext ctx{model_, *this, step_ + 1, options_.accumulation_steps - 1};
   allocator.recorder().set_phase("optimizer");
   each([&](Strategy& s) { s.before_optimizer_step(ctx); });
-  const AdamWOptimizer::StepOutcome outcome = optimizer_.step(scale);
+  const Optimizer::StepOutcome outcome = optimizer_->step(scale);
   ctx.step_skipped = outcome.skipped;
   model_.zero_grad();
   each([&](Strategy& s) { s.after_optimizer_step(ctx); });

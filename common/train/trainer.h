@@ -9,6 +9,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/data/batch_source.h"
@@ -40,11 +41,15 @@ struct StepResult {
 
 class Trainer {
  public:
-  Trainer(GPT& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies = {});
+  // `optimizer`: nullptr for the trainer's own AdamWOptimizer over the whole model (made here,
+  // from options.adam and options.max_grad_norm); else one the caller owns, e.g. a sharded one.
+  Trainer(GPT& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies = {},
+          Optimizer* optimizer = nullptr);
 
   StepResult step();
   GPT& model() { return model_; }
-  AdamWOptimizer& optimizer() { return optimizer_; }
+  // The trainer's own AdamW (throws std::logic_error when the caller gave another optimizer).
+  AdamWOptimizer& optimizer();
   const TrainerOptions& options() const { return options_; }
   long steps_taken() const { return step_; }
 
@@ -59,7 +64,8 @@ class Trainer {
   TrainerOptions options_;
   std::vector<Strategy*> strategies_;
   BaselineStrategy baseline_;
-  AdamWOptimizer optimizer_;
+  std::unique_ptr<AdamWOptimizer> own_optimizer_;  // only without an external optimizer
+  Optimizer* optimizer_;
   Tensor tokens_, targets_;  // the device's copy of the current micro-batch (category data)
   long step_ = 0;
 };

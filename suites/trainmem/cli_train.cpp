@@ -20,46 +20,11 @@
 #include "suites/lazy_loading/lazy_loader.h"
 #include "suites/mixed_precision/loss_scaler.h"
 #include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/train_flags.h"
 
 namespace trainmem::cli {
 
 namespace {
-
-struct TrainFlags {
-  DeviceFlags device;
-  std::string model = "tiny";
-  std::size_t layers = 0, heads = 0, dim = 0, seq = 0, vocab = 0;  // 0: the preset's
-  std::size_t batch = 4;
-  std::size_t accum = 1;
-  std::string recompute = "none";
-  std::string precision = "fp32";
-  std::string attention = "naive";
-  std::string loader = "sequential";  // sequential | eager | lazy
-  std::size_t prefetch = 2;
-  bool pinned = true;
-  LossScalerOptions loss_scaler;
-  bool loss_scaler_flag_given = false;
-  long steps = 50;
-  float lr = 1e-3f;
-  float weight_decay = 0.0f;
-  float grad_clip = 1.0f;
-  std::uint64_t seed = 1;
-  std::string data = "synthetic";
-  std::string json;
-  std::string record_memory;
-};
-
-GPTConfig model_config(const TrainFlags& f) {
-  GPTConfig c = gpt_preset(f.model);
-  if (f.layers) c.layers = f.layers;
-  if (f.heads) c.heads = f.heads;
-  if (f.dim) c.dim = f.dim;
-  if (f.seq) c.seq = f.seq;
-  if (f.vocab) c.vocab = f.vocab;
-  if (f.layers || f.heads || f.dim || f.seq || f.vocab) c.name = f.model + "+custom";
-  c.validate();
-  return c;
-}
 
 std::string progress_line(const StepResult& r, long total, std::string techniques) {
   if (r.loss_scale != 1.0) {
@@ -216,58 +181,10 @@ void add_train_command(CLI::App& app, Command& run) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* train = app.add_subcommand("train", "Train a GPT and watch its memory");
   add_device_flags(*train, flags->device);
-  train->add_option("--model", flags->model, "Preset: tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b")
-      ->capture_default_str();
-  train->add_option("--layers", flags->layers, "Override the preset's number of layers L");
-  train->add_option("--heads", flags->heads, "Override the number of attention heads H");
-  train->add_option("--dim", flags->dim, "Override the width C");
-  train->add_option("--seq", flags->seq, "Override the context length T (also the training sequence length)");
-  train->add_option("--vocab", flags->vocab, "Override the vocabulary size V");
-  train->add_option("--batch", flags->batch, "Micro-batch size B")->capture_default_str()->check(CLI::PositiveNumber);
-  train->add_option("--accum", flags->accum, "Gradient accumulation: micro-batches per optimizer step")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  train->add_option("--recompute", flags->recompute, "Activation recompute: none, full, selective, sqrt or every:K")
-      ->capture_default_str()
-      ->check(parses_with(RecomputePolicy::parse));  // checked while parsing: a one-line error
-  train->add_option("--precision", flags->precision,
-                    "fp32, or bf16/fp16: 16-bit weights, gradients and activations with fp32 master weights")
-      ->capture_default_str()
-      ->check(parses_with(parse_precision));
-  train->add_option("--attention", flags->attention,
-                    "naive (saves B*H*T^2 probabilities), flash (saves O and a log-sum-exp per row), "
-                    "cudnn (GPU, bf16/fp16)")
-      ->capture_default_str()
-      ->check(parses_with(parse_attention));
-  train->add_option("--loader", flags->loader,
-                    "Where the dataset lives: sequential (host, in order), eager (all of it on the device) or "
-                    "lazy (host, shuffled batches prefetched by a background thread)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sequential", "eager", "lazy"}));
-  train->add_option("--prefetch", flags->prefetch, "lazy: device batch buffers filled ahead (0: synchronous)")
-      ->capture_default_str();
-  train->add_option("--pinned", flags->pinned, "lazy: pinned host staging memory (GPU only)")->capture_default_str();
-  // Dynamic loss scaling (fp16 only), PyTorch GradScaler's defaults.
-  auto given = [flags](auto) { flags->loss_scaler_flag_given = true; };
-  train->add_option("--loss-scale", flags->loss_scaler.init_scale, "fp16: initial loss scale")
-      ->capture_default_str()->check(CLI::PositiveNumber)->each(given);
-  train->add_option("--loss-scale-interval", flags->loss_scaler.growth_interval,
-                    "fp16: clean steps in a row before the scale grows")
-      ->capture_default_str()->check(CLI::PositiveNumber)->each(given);
-  train->add_option("--loss-scale-growth", flags->loss_scaler.growth_factor, "fp16: factor on growth (> 1)")
-      ->capture_default_str()->check(CLI::Range(1.000001, 1e6))->each(given);
-  train->add_option("--loss-scale-backoff", flags->loss_scaler.backoff_factor,
-                    "fp16: factor after an inf/NaN step (between 0 and 1)")
-      ->capture_default_str()->check(CLI::Range(1e-6, 0.999999))->each(given);
-  train->add_option("--steps", flags->steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
-  train->add_option("--lr", flags->lr, "AdamW learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  train->add_option("--weight-decay", flags->weight_decay, "AdamW weight decay")->capture_default_str();
-  train->add_option("--grad-clip", flags->grad_clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
-  train->add_option("--seed", flags->seed, "Seed for the initialization and the synthetic corpus")->capture_default_str();
-  train->add_option("--data", flags->data, "synthetic, a .tok token file, or any file (tokenized byte by byte)")
-      ->capture_default_str();
-  train->add_option("--json", flags->json, "Write the run's result (config, device, per-step figures, memory) here");
-  train->add_option("--record-memory", flags->record_memory, "Write the allocator's event log (every alloc/free) here");
+  add_model_flags(*train, *flags);
+  add_technique_flags(*train, *flags);
+  add_data_flags(*train, *flags);
+  add_run_flags(*train, *flags);
   train->callback([flags, &run] { run = [flags] { return run_train(*flags); }; });
 }
 

@@ -1,0 +1,116 @@
+// A world of ranks and the collectives that data parallelism, ZeRO and FSDP are made of.
+//
+//   all_reduce      every rank ends with the element-wise sum of all ranks' buffers
+//   reduce_scatter  rank r ends with the sum of slice r (count elements) of all ranks' inputs
+//   all_gather      every rank ends with all ranks' count-element slices, in rank order
+//   broadcast       every rank ends with root's buffer
+//   barrier         nobody leaves before everybody has arrived
+//
+// Buffers are device buffers of the Device the communicator was made for (host memory on the
+// CPU backend). Backends (no network code of our own):
+//   local  world size 1: collectives are copies (a single process needs no MPI)
+//   mpi    CPU ranks, and several processes that share one GPU (staged through host memory)
+//   nccl   one rank per GPU; the NCCL unique id is exchanged over MPI
+//
+// Two byte counts per call, as nccl-tests reports two bandwidths:
+//   volume_bytes  the ZeRO paper's measure: the size of the whole buffer being reduced or
+//                 gathered, S = count_total * element size (reduce-scatter S, all-gather S,
+//                 broadcast S, all-reduce 2S, counted as reduce-scatter + all-gather). Stage 0-2
+//                 move 2Ψ elements per step, stage 3 3Ψ (Rajbhandari et al. 2019, section 7).
+//   sent_bytes    what this rank sends in a ring algorithm: reduce-scatter and all-gather
+//                 S*(N-1)/N, all-reduce 2*S*(N-1)/N, broadcast S (root) or 0; received likewise.
+//                 sent_bytes / time is nccl-tests' bus bandwidth.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "common/allocator/memory_category.h"
+#include "common/tensor/dtype.h"
+
+namespace trainmem {
+
+class Device;
+
+enum class Collective : int { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
+constexpr std::size_t kNumCollectives = 5;
+std::string to_string(Collective c);
+
+// Totals for one collective or one category. Every figure is per rank (this rank's view).
+struct CommCounts {
+  std::uint64_t calls = 0;
+  std::uint64_t volume_bytes = 0;
+  std::uint64_t sent_bytes = 0;
+  std::uint64_t received_bytes = 0;
+  double seconds = 0;  // wall time inside the collective (the device synchronized)
+};
+
+struct CommStats {
+  std::array<CommCounts, kNumCollectives> by_collective{};
+  std::array<CommCounts, kNumMemoryCategories> by_category{};  // what was communicated: gradients, parameters, ...
+  CommCounts total;
+};
+
+// Thrown by every rank when a collective cannot complete (another rank failed, a timeout, a
+// size mismatch). The message names the rank and the cause.
+struct CommError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string backend() const = 0;  // "local", "mpi" or "nccl"
+
+  // dtype: f32, bf16 or f16 (16-bit sums accumulate in fp32 and round once, so every backend
+  // gives the same bits); `category` says what is being moved, for the counts.
+  // In-place: recv may equal send for all_reduce; for reduce_scatter and all_gather, recv may be
+  // the rank's own slice of send / recv (recv == send + rank*count elements) as in NCCL.
+  void all_reduce(void* buffer, std::size_t count, DType dtype, MemoryCategory category);
+  // send: world_size * recv_count elements; recv: recv_count elements.
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, MemoryCategory category);
+  // send: send_count elements; recv: world_size * send_count elements.
+  void all_gather(const void* send, void* recv, std::size_t send_count, DType dtype, MemoryCategory category);
+  void broadcast(void* buffer, std::size_t count, DType dtype, int root, MemoryCategory category);
+  void barrier();
+  // All-reduce of a host scalar (max or sum): gradient norms, found-inf flags, losses.
+  double all_reduce_sum(double value);
+  double all_reduce_max(double value);
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ protected:
+  // What each backend implements; the public calls count bytes and time around them.
+  virtual void do_all_reduce(void* buffer, std::size_t count, DType dtype) = 0;
+  virtual void do_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype) = 0;
+  virtual void do_all_gather(const void* send, void* recv, std::size_t send_count, DType dtype) = 0;
+  virtual void do_broadcast(void* buffer, std::size_t count, DType dtype, int root) = 0;
+  virtual void do_barrier() = 0;
+  virtual double do_all_reduce_host(double value, bool max) = 0;
+
+ private:
+  CommStats stats_;
+};
+
+// The world this process belongs to: "local" when not started by mpirun (or built without MPI),
+// "mpi" under mpirun on the CPU, "nccl" under mpirun on GPUs (one per rank) when NCCL is present,
+// else "mpi" with host staging. `backend` forces one ("auto", "local", "mpi", "nccl"); an
+// impossible choice throws std::invalid_argument saying what to change.
+std::unique_ptr<Communicator> make_communicator(Device& device, const std::string& backend = "auto");
+
+// Whether this process was launched by mpirun (OMPI_COMM_WORLD_SIZE / PMI_SIZE set), without
+// initializing anything: decides before the device is opened.
+bool launched_by_mpirun();
+
+// Ends the whole job from any rank: prints "trainmem: rank R of N: <message>" and makes every
+// rank exit with `exit_code` (MPI_Abort under MPI; plain exit otherwise). Never returns.
+[[noreturn]] void abort_world(const std::string& message, int exit_code);
+
+}  // namespace trainmem

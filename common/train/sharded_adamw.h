@@ -1,0 +1,71 @@
+// AdamW over this rank's shards of flat parameters: the optimizer of ZeRO-1/2/3 and FSDP.
+//
+// Sharding flattens parameters into one vector (ZeRO: the whole model; FSDP: one per unit),
+// pads it to a multiple of the world size N and gives rank r the contiguous slice
+//   [r*S, (r+1)*S),  S = ceil(numel / N)
+// This optimizer keeps, for each registered shard, the fp32 state of exactly that slice:
+//   master weights (4 B/element, only when the model is 16-bit: the fp32 model's own shard is
+//   updated in place), Adam's m and v (8 B/element)     -> 12*S or 8*S bytes, category optimizer_state
+// and runs the same AdamW update (kernels/adamw.h) as AdamWOptimizer, so that N ranks after k
+// steps hold the parameters one rank holds — the sharding suites' equality tests.
+//
+// Global decisions need every rank's shards:
+//   grad norm   = sqrt(all_reduce_sum(sum of squares of this rank's gradient shards))
+//   skip        = the norm is inf/NaN on any rank (the sum carries it to every rank)
+// so every rank clips by the same factor and skips the same steps.
+//
+// With Offload::optimizer the state lives in host memory (plain heap, not the device's
+// allocator: it is reported as host bytes) and the update runs on the CPU: gradient shard to
+// host, Adam there, updated parameter shard back (ZeRO-Offload).
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "common/comm/communicator.h"
+#include "common/tensor/tensor.h"
+#include "common/train/optimizer.h"
+#include "kernels/adamw.h"
+
+namespace trainmem {
+
+class Device;
+
+enum class Offload { none, optimizer, params };
+Offload parse_offload(const std::string& text);  // "none" | "optimizer" | "params"; std::invalid_argument
+std::string to_string(Offload offload);
+
+class ShardedAdamW : public Optimizer {
+ public:
+  ShardedAdamW(Device& device, Communicator& comm, kernels::AdamWHyper hyper, float max_grad_norm,
+               Offload offload = Offload::none);
+  ~ShardedAdamW() override;  // defined where Shard is complete
+
+  // One shard to update. `param` and `grad` point at this rank's `count` elements, in `dtype`
+  // (the model's storage type), on the device; both stay owned by the caller and must stay valid
+  // (same address) for the optimizer's life. The master weights are taken from `param` now.
+  // Padding elements past the end of the flat vector are registered too (they are zeros and stay
+  // zeros: their gradients are zero).
+  void add_shard(void* param, void* grad, std::size_t count, DType dtype, const std::string& name);
+
+  StepOutcome step(double loss_scale) override;
+  long steps_taken() const override { return step_; }
+
+  std::size_t state_elements() const;        // sum of the shards' counts
+  std::size_t device_state_bytes() const;    // optimizer_state bytes in the device allocator
+  std::size_t host_state_bytes() const;      // bytes in host memory (offload)
+
+ private:
+  struct Shard;
+  double local_sum_of_squares();
+
+  Device& device_;
+  Communicator& comm_;
+  kernels::AdamWHyper hyper_;
+  float max_grad_norm_;
+  Offload offload_;
+  long step_ = 0;
+  std::vector<Shard> shards_;
+};
+
+}  // namespace trainmem

@@ -1,0 +1,85 @@
+#include "suites/trainmem/train_flags.h"
+
+#include "common/model/attention_kind.h"
+#include "common/model/precision.h"
+#include "suites/checkpointing/recompute.h"
+
+namespace trainmem::cli {
+
+GPTConfig model_config(const TrainFlags& f) {
+  GPTConfig c = gpt_preset(f.model);
+  if (f.layers) c.layers = f.layers;
+  if (f.heads) c.heads = f.heads;
+  if (f.dim) c.dim = f.dim;
+  if (f.seq) c.seq = f.seq;
+  if (f.vocab) c.vocab = f.vocab;
+  if (f.layers || f.heads || f.dim || f.seq || f.vocab) c.name = f.model + "+custom";
+  c.validate();
+  return c;
+}
+
+void add_model_flags(CLI::App& command, TrainFlags& flags) {
+  command.add_option("--model", flags.model, "Preset: tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b")
+      ->capture_default_str();
+  command.add_option("--layers", flags.layers, "Override the preset's number of layers L");
+  command.add_option("--heads", flags.heads, "Override the number of attention heads H");
+  command.add_option("--dim", flags.dim, "Override the width C");
+  command.add_option("--seq", flags.seq, "Override the context length T (also the training sequence length)");
+  command.add_option("--vocab", flags.vocab, "Override the vocabulary size V");
+  command.add_option("--batch", flags.batch, "Micro-batch size B")->capture_default_str()->check(CLI::PositiveNumber);
+}
+
+void add_technique_flags(CLI::App& command, TrainFlags& flags) {
+  command.add_option("--accum", flags.accum, "Gradient accumulation: micro-batches per optimizer step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  command.add_option("--recompute", flags.recompute, "Activation recompute: none, full, selective, sqrt or every:K")
+      ->capture_default_str()
+      ->check(parses_with(RecomputePolicy::parse));  // checked while parsing: a one-line error
+  command.add_option("--precision", flags.precision,
+                     "fp32, or bf16/fp16: 16-bit weights, gradients and activations with fp32 master weights")
+      ->capture_default_str()
+      ->check(parses_with(parse_precision));
+  command.add_option("--attention", flags.attention,
+                     "naive (saves B*H*T^2 probabilities), flash (saves O and a log-sum-exp per row), "
+                     "cudnn (GPU, bf16/fp16)")
+      ->capture_default_str()
+      ->check(parses_with(parse_attention));
+  // Dynamic loss scaling (fp16 only), PyTorch GradScaler's defaults.
+  auto given = [&flags](auto) { flags.loss_scaler_flag_given = true; };
+  command.add_option("--loss-scale", flags.loss_scaler.init_scale, "fp16: initial loss scale")
+      ->capture_default_str()->check(CLI::PositiveNumber)->each(given);
+  command.add_option("--loss-scale-interval", flags.loss_scaler.growth_interval,
+                     "fp16: clean steps in a row before the scale grows")
+      ->capture_default_str()->check(CLI::PositiveNumber)->each(given);
+  command.add_option("--loss-scale-growth", flags.loss_scaler.growth_factor, "fp16: factor on growth (> 1)")
+      ->capture_default_str()->check(CLI::Range(1.000001, 1e6))->each(given);
+  command.add_option("--loss-scale-backoff", flags.loss_scaler.backoff_factor,
+                     "fp16: factor after an inf/NaN step (between 0 and 1)")
+      ->capture_default_str()->check(CLI::Range(1e-6, 0.999999))->each(given);
+}
+
+void add_data_flags(CLI::App& command, TrainFlags& flags) {
+  command.add_option("--loader", flags.loader,
+                     "Where the dataset lives: sequential (host, in order), eager (all of it on the device) or "
+                     "lazy (host, shuffled batches prefetched by a background thread)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sequential", "eager", "lazy"}));
+  command.add_option("--prefetch", flags.prefetch, "lazy: device batch buffers filled ahead (0: synchronous)")
+      ->capture_default_str();
+  command.add_option("--pinned", flags.pinned, "lazy: pinned host staging memory (GPU only)")->capture_default_str();
+  command.add_option("--data", flags.data, "synthetic, a .tok token file, or any file (tokenized byte by byte)")
+      ->capture_default_str();
+}
+
+void add_run_flags(CLI::App& command, TrainFlags& flags) {
+  command.add_option("--steps", flags.steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  command.add_option("--lr", flags.lr, "AdamW learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  command.add_option("--weight-decay", flags.weight_decay, "AdamW weight decay")->capture_default_str();
+  command.add_option("--grad-clip", flags.grad_clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
+  command.add_option("--seed", flags.seed, "Seed for the initialization and the synthetic corpus")->capture_default_str();
+  command.add_option("--json", flags.json, "Write the run's result (config, device, per-step figures, memory) here");
+  command.add_option("--record-memory", flags.record_memory, "Write the allocator's event log (every alloc/free) here");
+}
+
+}  // namespace trainmem::cli

@@ -1,0 +1,60 @@
+// The flags of `trainmem train`, shared with the commands that answer questions about a training
+// run: `trainmem estimate` and `trainmem max-batch` take exactly the same model and technique
+// flags, so an estimate is always an estimate of a run you can start.
+//
+// Each group of flags has its own add_*_flags function; a technique adds its fields to TrainFlags
+// (in its own block) and its options to its own function in train_flags.cpp.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/model/gpt_config.h"
+#include "suites/mixed_precision/loss_scaler.h"
+#include "suites/trainmem/cli_common.h"
+
+namespace trainmem::cli {
+
+struct TrainFlags {
+  DeviceFlags device;
+
+  // --- the model (add_model_flags)
+  std::string model = "tiny";
+  std::size_t layers = 0, heads = 0, dim = 0, seq = 0, vocab = 0;  // 0: the preset's
+  std::size_t batch = 4;
+
+  // --- single-device techniques (add_technique_flags)
+  std::size_t accum = 1;
+  std::string recompute = "none";
+  std::string precision = "fp32";
+  std::string attention = "naive";
+  LossScalerOptions loss_scaler;
+  bool loss_scaler_flag_given = false;
+
+  // --- data (add_data_flags)
+  std::string loader = "sequential";  // sequential | eager | lazy
+  std::size_t prefetch = 2;
+  bool pinned = true;
+  std::string data = "synthetic";
+
+  // --- the run (add_run_flags; train only)
+  long steps = 50;
+  float lr = 1e-3f;
+  float weight_decay = 0.0f;
+  float grad_clip = 1.0f;
+  std::uint64_t seed = 1;
+  std::string json;
+  std::string record_memory;
+};
+
+// The model the flags describe: the preset with any overrides, validated (GPTConfigError).
+GPTConfig model_config(const TrainFlags& flags);
+
+void add_model_flags(CLI::App& command, TrainFlags& flags);      // --model, --layers ... --batch
+void add_technique_flags(CLI::App& command, TrainFlags& flags);  // --accum, --recompute, --precision, ...
+void add_data_flags(CLI::App& command, TrainFlags& flags);       // --loader, --prefetch, --pinned, --data
+void add_run_flags(CLI::App& command, TrainFlags& flags);        // --steps, --lr, ..., --json, --record-memory
+
+}  // namespace trainmem::cli

@@ -18,6 +18,19 @@ Tensor::Tensor(CachingAllocator& allocator, std::vector<std::int64_t> shape, DTy
   data_ = allocator_->allocate(nbytes(), category_, stream_);
 }
 
+Tensor Tensor::view(void* data, std::vector<std::int64_t> shape, DType dtype, MemoryCategory category,
+                    std::string name) {
+  Tensor t;
+  for (std::int64_t d : shape)
+    if (d < 0) throw std::invalid_argument("tensor view '" + name + "': negative dimension in its shape");
+  t.data_ = data;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.category_ = category;
+  t.name_ = std::move(name);
+  return t;
+}
+
 Tensor::Tensor(Tensor&& other) noexcept
     : allocator_(std::exchange(other.allocator_, nullptr)),
       data_(std::exchange(other.data_, nullptr)),
@@ -45,14 +58,14 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
 }
 
 void Tensor::reset() {
-  if (allocator_ && data_) allocator_->free(data_);
+  if (allocator_ && data_) allocator_->free(data_);  // a view (no allocator) owns nothing
   data_ = nullptr;
   allocator_ = nullptr;
   shape_.clear();
 }
 
 std::int64_t Tensor::numel() const {
-  if (shape_.empty() && !allocator_) return 0;  // an empty tensor
+  if (shape_.empty() && !allocator_ && !data_) return 0;  // an empty tensor
   std::int64_t n = 1;
   for (std::int64_t d : shape_) n *= d;
   return n;

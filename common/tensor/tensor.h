@@ -26,13 +26,19 @@ class Tensor {
   Tensor(CachingAllocator& allocator, std::vector<std::int64_t> shape, DType dtype, MemoryCategory category,
          std::string name, StreamId stream = kDefaultStream);
   ~Tensor() { reset(); }
+  // A tensor over memory someone else owns, e.g. one parameter's slice of a flat buffer (ZeRO-3
+  // and FSDP gather a unit's parameters into one buffer and view each parameter inside it). A view
+  // never frees; the owner must outlive it.
+  static Tensor view(void* data, std::vector<std::int64_t> shape, DType dtype, MemoryCategory category,
+                     std::string name);
+  bool is_view() const { return allocator_ == nullptr && data_ != nullptr; }
 
   Tensor(Tensor&& other) noexcept;
   Tensor& operator=(Tensor&& other) noexcept;
   Tensor(const Tensor&) = delete;  // storage has one owner; copy data explicitly when meant
   Tensor& operator=(const Tensor&) = delete;
 
-  void reset();  // returns the storage now; the tensor becomes empty
+  void reset();  // returns the storage now (a view just forgets it); the tensor becomes empty
   bool defined() const { return data_ != nullptr || numel() == 0; }
 
   const std::vector<std::int64_t>& shape() const { return shape_; }

@@ -43,6 +43,25 @@ TEST(Tensor, MovesTransferOwnership) {
   EXPECT_EQ(a.stats().by_category[index_of(MemoryCategory::parameters)].current, 0);
 }
 
+TEST(Tensor, AViewSharesStorageAndNeverFreesIt) {
+  BudgetDeviceMemory device(GiB, /*backed=*/true);
+  CachingAllocator a(device);
+  Tensor flat(a, {30}, DType::f32, MemoryCategory::parameters, "flat");
+  {
+    Tensor w = Tensor::view(flat.data_as<float>() + 6, {4, 6}, DType::f32, MemoryCategory::parameters, "w");
+    EXPECT_TRUE(w.is_view());
+    EXPECT_FALSE(flat.is_view());
+    EXPECT_EQ(w.numel(), 24);
+    w.data_as<float>()[0] = 2.5f;
+    EXPECT_EQ(flat.data_as<float>()[6], 2.5f);  // the same memory
+    Tensor moved = std::move(w);
+    EXPECT_TRUE(moved.is_view());
+    moved.reset();
+  }
+  EXPECT_EQ(a.stats().allocation[0].current, 1);  // only `flat`; the views freed nothing
+  EXPECT_EQ(a.stats().allocated_bytes[0].current, 512);
+}
+
 TEST(Tensor, WrongElementTypeAndNegativeShapesAreErrors) {
   BudgetDeviceMemory device(GiB, false);
   CachingAllocator a(device);

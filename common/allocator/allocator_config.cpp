@@ -47,14 +47,16 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
         throw AllocatorConfigError("allocator config: max_split_size_mb must be at least 20 (the large segment size), not " + value);
       config.max_split_size = mb * MiB;
     } else if (key == "expandable_segments") {
-      if (parse_bool(key, value))
-        throw AllocatorConfigError("allocator config: expandable_segments:True is not implemented yet; use expandable_segments:False");
-      config.expandable_segments = false;
+      config.expandable_segments = parse_bool(key, value);
     } else {
       throw AllocatorConfigError("allocator config: unknown key '" + key +
                                  "' (known: backend, max_split_size_mb, expandable_segments)");
     }
   }
+  // Raw mode is one device allocation per request; a segment that grows in place is the opposite.
+  if (config.backend == Backend::raw && config.expandable_segments)
+    throw AllocatorConfigError("allocator config: expandable_segments:True needs backend:caching "
+                               "(raw mode asks the device for every request); drop one of the two");
   return config;
 }
 

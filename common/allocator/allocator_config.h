@@ -19,6 +19,10 @@ constexpr std::size_t kMinLargeAlloc = 10 * MiB;  // large requests below this s
 constexpr std::size_t kLargeBuffer = 20 * MiB;    // the shared large segment
 constexpr std::size_t kRoundLarge = 2 * MiB;      // bigger segments are the request rounded to 2 MiB
 
+// Expandable segments map memory in pages: kSmallBuffer for the small pool, kLargeBuffer for the
+// large one (as PyTorch's ExpandableSegment does).
+constexpr std::size_t expandable_page_size(bool small_pool) { return small_pool ? kSmallBuffer : kLargeBuffer; }
+
 constexpr std::size_t kNoMaxSplit = std::numeric_limits<std::size_t>::max();
 
 // round_size(n) = max(512, 512 * ceil(n / 512))
@@ -47,7 +51,9 @@ struct AllocatorConfigError : std::invalid_argument {
 //                          one device allocation per request, freed at once (what caching saves)
 //   max_split_size_mb:N    blocks of N MiB or more are never split, and requests below N MiB never
 //                          take them (N >= 20, as in PyTorch); default: unlimited
-//   expandable_segments:B  reserved for the expandable-segments mode; only False is accepted so far
+//   expandable_segments:B  True: one segment per stream and pool that grows by mapping pages at
+//                          its end (2 MiB pages small, 20 MiB large) and gives wholly free pages
+//                          back on empty_cache, instead of fixed segments (needs backend:caching)
 struct AllocatorConfig {
   enum class Backend { caching, raw };
   Backend backend = Backend::caching;

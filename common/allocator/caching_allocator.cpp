@@ -4,53 +4,27 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "common/allocator/allocator_blocks.h"
+
 #include "common/util/byte_size.h"
 
 namespace trainmem {
-
-// A block is a piece of a segment: [address, address + size). The blocks of one segment form a
-// doubly linked list in address order (prev/next); a segment that is one block has neither.
-struct CachingAllocator::Block {
-  std::uintptr_t address = 0;
-  std::size_t size = 0;
-  std::size_t requested_size = 0;  // what the caller asked for (0 while free)
-  StreamId stream = kDefaultStream;
-  BlockPool* pool = nullptr;
-  bool allocated = false;  // handed to a caller and not yet freed
-  Block* prev = nullptr;
-  Block* next = nullptr;
-  MemoryCategory category = MemoryCategory::other;
-  int event_count = 0;            // cross-stream events still to complete before reuse
-  std::set<StreamId> stream_uses;  // other streams that used this block (record_stream)
-
-  bool is_split() const { return prev != nullptr || next != nullptr; }
-};
-
-// Free blocks ordered by (stream, size, address): lower_bound on (stream, n, 0) is the best fit.
-bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
-  return std::tie(a->stream, a->size, a->address) < std::tie(b->stream, b->size, b->address);
-}
-
-struct CachingAllocator::BlockPool {
-  explicit BlockPool(bool small) : is_small(small) {}
-  bool is_small;
-  std::set<Block*, BlockOrder> blocks;
-  StatType stat_type() const { return is_small ? StatType::small_pool : StatType::large_pool; }
-};
 
 CachingAllocator::CachingAllocator(DeviceMemory& device, AllocatorConfig config)
     : device_(device),
       config_(config),
       small_pool_(std::make_unique<BlockPool>(true)),
       large_pool_(std::make_unique<BlockPool>(false)) {
-  if (config_.expandable_segments)
-    throw AllocatorConfigError("expandable_segments:True is not implemented yet");
+  if (config_.expandable_segments && !device_.supports_virtual_memory())
+    throw AllocatorConfigError("expandable_segments:True: " + device_.name() +
+                               " cannot reserve address space and map pages into it; use expandable_segments:False");
 }
 
 CachingAllocator::~CachingAllocator() {
   // Tensors should be gone by now; whatever is left is given back to the device regardless.
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [event, block] : pending_events_) device_.destroy_event(event);
+  release_all_expandable_segments();
   std::vector<Block*> heads;
   for (BlockPool* pool : {small_pool_.get(), large_pool_.get()})
     for (Block* b : pool->blocks)
@@ -67,12 +41,6 @@ CachingAllocator::~CachingAllocator() {
       b = next;
     }
   }
-}
-
-template <typename F>
-void CachingAllocator::for_pool_stats(const BlockPool& pool, F&& f) {
-  f(stat_index(StatType::all));
-  f(stat_index(pool.stat_type()));
 }
 
 CachingAllocator::BlockPool& CachingAllocator::pool_for(std::size_t rounded) {
@@ -101,19 +69,20 @@ void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category, Str
   // 1. The cache: the smallest free block that fits, on this stream.
   Block* block = get_free_block(pool, rounded, stream);
   if (!block) {
-    const std::size_t segment_size = segment_size_for(rounded);
-    // 2. A new segment from the device.
-    block = alloc_segment(pool, segment_size, stream, /*is_retry=*/false);
+    // 2. New memory from the device: a new segment (or, expandable, more pages mapped).
+    block = new_device_memory(pool, rounded, stream, /*is_retry=*/false);
     // 3. The device refused: free cached oversize blocks (only with max_split_size), retry.
     if (!block && release_available_cached_blocks(pool, rounded, stream))
-      block = alloc_segment(pool, segment_size, stream, /*is_retry=*/false);
+      block = new_device_memory(pool, rounded, stream, /*is_retry=*/false);
     // 4. Still refused: free every wholly free segment (empty_cache), retry once more.
     if (!block) {
       release_cached_blocks();
-      block = alloc_segment(pool, segment_size, stream, /*is_retry=*/true);
+      block = new_device_memory(pool, rounded, stream, /*is_retry=*/true);
     }
-    // 5. Out of memory.
-    if (!block) raise_oom(bytes, rounded, segment_size, category, stream);
+    // 5. Out of memory. "Tried to allocate": the segment, or the pages, the device refused.
+    if (!block)
+      raise_oom(bytes, rounded, config_.expandable_segments ? refused_map_bytes_ : segment_size_for(rounded), category,
+                stream);
   }
   return alloc_found_block(block, rounded, bytes, category);
 }
@@ -124,6 +93,16 @@ CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, std::
   key.size = rounded;
   auto it = pool.blocks.lower_bound(&key);
   if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
+  if (config_.expandable_segments) {
+    // A block followed by unmapped pages can grow into them: for best fit its size is what it
+    // can grow to. Walk on to bigger blocks while their grown size is smaller, so a request
+    // leaves the growable end of a segment for the requests that need it (PyTorch's rule).
+    auto grown_size = [](const Block* b) { return b->size + (b->next && !b->next->mapped ? b->next->size : 0); };
+    for (auto next = std::next(it); next != pool.blocks.end() && (*next)->stream == stream &&
+                                    grown_size(*next) < grown_size(*it);
+         ++next)
+      it = next;
+  }
   const std::size_t found = (*it)->size;
   // An oversize block (>= max_split_size) is never split, so a request below the limit must not
   // take one: it would pin the whole block for a small tensor.
@@ -133,6 +112,13 @@ CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, std::
   Block* block = *it;
   pool.blocks.erase(it);
   return block;
+}
+
+// A miss: a new fixed segment, or with expandable segments, pages mapped into this stream's one.
+CachingAllocator::Block* CachingAllocator::new_device_memory(BlockPool& pool, std::size_t rounded, StreamId stream,
+                                                             bool is_retry) {
+  if (config_.expandable_segments) return try_allocate_expandable_block(pool, rounded, stream, is_retry);
+  return alloc_segment(pool, segment_size_for(rounded), stream, is_retry);
 }
 
 CachingAllocator::Block* CachingAllocator::alloc_segment(BlockPool& pool, std::size_t segment_size, StreamId stream,
@@ -160,7 +146,9 @@ CachingAllocator::Block* CachingAllocator::alloc_segment(BlockPool& pool, std::s
 // oversize block that is big enough, else the largest ones until their sum is big enough.
 // Returns true when enough was released to make a retry worthwhile.
 bool CachingAllocator::release_available_cached_blocks(BlockPool& pool, std::size_t rounded, StreamId stream) {
-  if (config_.max_split_size == kNoMaxSplit) return false;
+  // Expandable segments are never released whole here (PyTorch skips them too): their free
+  // pages are unmapped by release_cached_blocks.
+  if (config_.max_split_size == kNoMaxSplit || config_.expandable_segments) return false;
   Block key;
   key.stream = stream;
   key.size = std::max(rounded, config_.max_split_size);
@@ -188,19 +176,26 @@ bool CachingAllocator::release_available_cached_blocks(BlockPool& pool, std::siz
 }
 
 // What empty_cache() does: every free block that is a whole segment goes back to the device.
+// In expandable segments, every wholly free page is unmapped, and a segment left with nothing
+// mapped gives its address range back.
 void CachingAllocator::release_cached_blocks() {
   synchronize_and_free_events();
   for (BlockPool* pool : {large_pool_.get(), small_pool_.get()}) {
+    std::vector<Block*> to_unmap;  // unmapping changes the pool: collect first
     for (auto it = pool->blocks.begin(); it != pool->blocks.end();) {
       Block* block = *it++;
-      if (!block->is_split()) release_block(block);
+      if (block->segment) to_unmap.push_back(block);
+      else if (!block->is_split()) release_block(block);
     }
+    for (Block* block : to_unmap) unmap_block(block);
+    release_unmapped_segments(*pool);
   }
 }
 
 bool CachingAllocator::should_split(const Block* block, std::size_t rounded) const {
   const std::size_t remaining = block->size - rounded;
-  if (block->pool->is_small) return remaining >= kMinBlockSize;
+  // Expandable segments split large blocks too: the rest of a page is never wasted (PyTorch's rule).
+  if (block->pool->is_small || config_.expandable_segments) return remaining >= kMinBlockSize;
   return rounded < config_.max_split_size && remaining > kSmallSize;
 }
 
@@ -218,6 +213,7 @@ void* CachingAllocator::alloc_found_block(Block* block, std::size_t rounded, std
     block->size = rounded;
     block->stream = remaining->stream;
     block->pool = &pool;
+    block->segment = remaining->segment;
     block->prev = remaining->prev;
     if (block->prev) block->prev->next = block;
     block->next = remaining;
@@ -277,6 +273,7 @@ void CachingAllocator::raise_oom(std::size_t requested, std::size_t rounded, std
   report.allocated_bytes = static_cast<std::size_t>(stats_.allocated_bytes[0].current);
   report.reserved_bytes = static_cast<std::size_t>(stats_.reserved_bytes[0].current);
   report.largest_free_block = fragmentation_locked().largest_free_block;
+  report.expandable_segments = config_.expandable_segments;
   for (MemoryCategory c : kAllMemoryCategories)
     report.category_bytes[index_of(c)] = stats_.by_category[index_of(c)].current;
   report.advice = oom_advisor_ ? oom_advisor_(report) : default_oom_advice(report);
@@ -400,9 +397,10 @@ void CachingAllocator::free_block(Block* block) {
   if (config_.backend == AllocatorConfig::Backend::raw) release_block(block);
 }
 
-// Merges `src` into `dst` if `src` is a free neighbour; returns the bytes merged (0 if none).
+// Merges `src` into `dst` if `src` is a free neighbour in the same state (mapped, or unmapped
+// stretches of an expandable segment); returns the bytes merged (0 if none).
 std::size_t CachingAllocator::try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
-  if (!src || src->allocated || src->event_count > 0) return 0;
+  if (!src || src->allocated || src->event_count > 0 || src->mapped != dst->mapped) return 0;
   if (dst->prev == src) {  // [src][dst] -> [dst]
     dst->address = src->address;
     dst->prev = src->prev;
@@ -413,7 +411,8 @@ std::size_t CachingAllocator::try_merge_blocks(Block* dst, Block* src, BlockPool
   }
   const std::size_t subsumed = src->size;
   dst->size += subsumed;
-  pool.blocks.erase(src);
+  if (src->mapped) pool.blocks.erase(src);
+  else pool.unmapped.erase(src);
   delete src;
   return subsumed;
 }
@@ -486,38 +485,51 @@ FragmentationInfo CachingAllocator::fragmentation_locked() const {
 std::vector<SegmentSnapshot> CachingAllocator::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<const Block*> heads;
-  for (const BlockPool* pool : {small_pool_.get(), large_pool_.get()})
+  for (const BlockPool* pool : {small_pool_.get(), large_pool_.get()}) {
     for (const Block* b : pool->blocks)
       if (!b->prev) heads.push_back(b);
+    for (const Block* b : pool->unmapped)
+      if (!b->prev) heads.push_back(b);
+  }
   for (const auto& [address, b] : live_blocks_)
     if (!b->prev) heads.push_back(b);
   std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->address < b->address; });
 
+  // A fixed segment is one SegmentSnapshot. An expandable segment is one per mapped range, as
+  // PyTorch's snapshot reports them: its unmapped stretches hold no memory.
   std::vector<SegmentSnapshot> segments;
   for (const Block* head : heads) {
-    SegmentSnapshot s;
-    s.address = head->address;
-    s.stream = head->stream;
-    s.is_small = head->pool->is_small;
-    for (const Block* b = head; b; b = b->next) {
-      BlockSnapshot bs;
-      bs.address = b->address;
-      bs.size = b->size;
-      bs.requested_size = b->requested_size;
-      bs.category = b->category;
-      const bool live = live_blocks_.count(b->address) > 0;
-      bs.state = b->allocated ? BlockSnapshot::State::active_allocated
-                 : live       ? BlockSnapshot::State::active_awaiting_free
-                              : BlockSnapshot::State::inactive;
-      s.total_size += b->size;
-      if (b->allocated) s.allocated_size += b->size;
-      if (live) {
-        s.active_size += b->size;
-        s.requested_size += b->requested_size;
+    const Block* b = head;
+    while (b) {
+      if (!b->mapped) {
+        b = b->next;
+        continue;
       }
-      s.blocks.push_back(bs);
+      SegmentSnapshot s;
+      s.address = b->address;
+      s.stream = b->stream;
+      s.is_small = b->pool->is_small;
+      s.is_expandable = b->segment != nullptr;
+      for (; b && b->mapped; b = b->next) {
+        BlockSnapshot bs;
+        bs.address = b->address;
+        bs.size = b->size;
+        bs.requested_size = b->requested_size;
+        bs.category = b->category;
+        const bool live = live_blocks_.count(b->address) > 0;
+        bs.state = b->allocated ? BlockSnapshot::State::active_allocated
+                   : live       ? BlockSnapshot::State::active_awaiting_free
+                                : BlockSnapshot::State::inactive;
+        s.total_size += b->size;
+        if (b->allocated) s.allocated_size += b->size;
+        if (live) {
+          s.active_size += b->size;
+          s.requested_size += b->requested_size;
+        }
+        s.blocks.push_back(bs);
+      }
+      segments.push_back(std::move(s));
     }
-    segments.push_back(std::move(s));
   }
   return segments;
 }

@@ -15,6 +15,12 @@
 //                        large pool: remainder > 1 MiB and rounded < max_split_size
 //   free           -> the block is merged with free neighbours in its segment and cached
 //
+// With expandable_segments:True, step "a new segment" becomes "map more pages": each stream has
+// one segment per pool, a reserved address range into which pages (2 MiB small, 20 MiB large) are
+// mapped at the end as it grows, so a bigger request extends the free block at the end instead of
+// needing a new segment; large blocks are split down to 512 B remainders; empty_cache (and the
+// OOM retry) unmaps every wholly free page. See README "Expandable segments" for the rules.
+//
 // Every statistic is named and counted as PyTorch counts it (see memory_stats.h), and every
 // allocation carries a MemoryCategory. The same code runs on a GPU (CudaDeviceMemory), on the CPU
 // (BudgetDeviceMemory, a budget that emulates a card) and in the trace replayer.
@@ -62,6 +68,7 @@ struct SegmentSnapshot {
   std::size_t total_size = 0;
   StreamId stream = kDefaultStream;
   bool is_small = false;  // segment_type "small" or "large"
+  bool is_expandable = false;  // a mapped range of an expandable segment (as PyTorch reports them)
   std::size_t allocated_size = 0;
   std::size_t active_size = 0;
   std::size_t requested_size = 0;
@@ -112,7 +119,11 @@ class CachingAllocator {
  private:
   struct Block;
   struct BlockPool;
+  struct ExpandableSegment;
   struct BlockOrder {
+    bool operator()(const Block* a, const Block* b) const;
+  };
+  struct AddressOrder {
     bool operator()(const Block* a, const Block* b) const;
   };
 
@@ -120,12 +131,30 @@ class CachingAllocator {
   BlockPool& pool_for(std::size_t rounded);
   Block* get_free_block(BlockPool& pool, std::size_t rounded, StreamId stream);
   Block* alloc_segment(BlockPool& pool, std::size_t segment_size, StreamId stream, bool is_retry);
+  Block* new_device_memory(BlockPool& pool, std::size_t rounded, StreamId stream, bool is_retry);
   bool release_available_cached_blocks(BlockPool& pool, std::size_t rounded, StreamId stream);
   void release_cached_blocks();
   bool should_split(const Block* block, std::size_t rounded) const;
   void* alloc_found_block(Block* block, std::size_t rounded, std::size_t requested, MemoryCategory category);
   [[noreturn]] void raise_oom(std::size_t requested, std::size_t rounded, std::size_t segment_size,
                               MemoryCategory category, StreamId stream);
+
+  // Expandable segments (expandable_segments.cpp): find room, map pages, unmap pages, release.
+  Block* try_allocate_expandable_block(BlockPool& pool, std::size_t rounded, StreamId stream, bool is_retry);
+  Block* find_expandable_block(BlockPool& pool, std::size_t rounded, StreamId stream);
+  bool map_block(Block* to_map, std::size_t bytes);
+  void unmap_block(Block* block);
+  void release_unmapped_segments(BlockPool& pool);
+  void release_expandable_segment(Block* whole_segment);
+  void release_all_expandable_segments();  // destructor only
+  // What an expandable segment's layout contributes to the statistics: its mapped ranges (each is
+  // one "segment", as PyTorch's snapshot reports them) and its inactive split blocks. Mapping and
+  // unmapping change the layout; the statistics follow by recounting the one segment.
+  struct SegmentShape {
+    std::int64_t mapped_ranges = 0, inactive_split_blocks = 0, inactive_split_bytes = 0;
+  };
+  static SegmentShape shape_of(const Block* any_block_of_the_segment);
+  void apply_shape_change(const BlockPool& pool, const SegmentShape& before, const SegmentShape& after);
 
   // Freeing steps.
   void insert_events(Block* block);
@@ -146,6 +175,8 @@ class CachingAllocator {
   std::unique_ptr<BlockPool> small_pool_;
   std::unique_ptr<BlockPool> large_pool_;
   std::unordered_map<std::uintptr_t, Block*> live_blocks_;  // allocated or awaiting free
+  std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
+  std::size_t refused_map_bytes_ = 0;  // expandable: the pages the device last refused (for the OOM report)
   std::vector<std::pair<EventHandle, Block*>> pending_events_;
   MemoryStats stats_;
   MemoryRecorder recorder_;

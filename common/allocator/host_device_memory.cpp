@@ -24,9 +24,7 @@ void* BudgetDeviceMemory::allocate(std::size_t bytes) {
     ptr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (ptr == MAP_FAILED) return nullptr;  // the host itself is out of address space
   } else {
-    // Addresses are never reused, so two segments can never share one.
-    ptr = reinterpret_cast<void*>(next_fake_address_);
-    next_fake_address_ += (bytes + kFakeAddressAlign - 1) / kFakeAddressAlign * kFakeAddressAlign;
+    ptr = reinterpret_cast<void*>(take_fake_range(bytes));
   }
   in_use_ += bytes;
   return ptr;
@@ -35,6 +33,51 @@ void* BudgetDeviceMemory::allocate(std::size_t bytes) {
 void BudgetDeviceMemory::release(void* ptr, std::size_t bytes) {
   if (bytes > in_use_) throw std::logic_error("BudgetDeviceMemory::release: more bytes than were allocated");
   if (backed_) munmap(ptr, bytes);
+  in_use_ -= bytes;
+}
+
+// Addresses are never reused, so two segments (or reserved ranges) can never share one.
+std::uintptr_t BudgetDeviceMemory::take_fake_range(std::size_t bytes) {
+  const std::uintptr_t start = next_fake_address_;
+  next_fake_address_ += (bytes + kFakeAddressAlign - 1) / kFakeAddressAlign * kFakeAddressAlign;
+  return start;
+}
+
+// --- expandable segments: reserve, then commit pages
+
+void* BudgetDeviceMemory::reserve_address_range(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (!backed_) return reinterpret_cast<void*>(take_fake_range(bytes));
+  // Address space only: no access, no memory, nothing counted against the budget or the host.
+  void* ptr = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return ptr == MAP_FAILED ? nullptr : ptr;
+}
+
+void BudgetDeviceMemory::release_address_range(void* ptr, std::size_t bytes) {
+  if (backed_) munmap(ptr, bytes);
+}
+
+bool BudgetDeviceMemory::map_pages(void* ptr, std::size_t bytes, std::size_t page_bytes) {
+  if (page_bytes == 0 || bytes % page_bytes != 0)
+    throw std::logic_error("BudgetDeviceMemory::map_pages: not a whole number of pages");
+  if (bytes == 0 || bytes > budget_ - in_use_) return false;  // the emulated card is full
+  // Commit: the pages become readable and writable; the host backs them when first touched.
+  if (backed_ && mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0) return false;
+  in_use_ += bytes;
+  return true;
+}
+
+void BudgetDeviceMemory::unmap_pages(void* ptr, std::size_t bytes, std::size_t page_bytes, StreamId /*stream*/) {
+  if (page_bytes == 0 || bytes % page_bytes != 0)
+    throw std::logic_error("BudgetDeviceMemory::unmap_pages: not a whole number of pages");
+  if (bytes > in_use_) throw std::logic_error("BudgetDeviceMemory::unmap_pages: more bytes than are mapped");
+  // Decommit: the host takes the pages back (their contents are gone) and access is revoked, so a
+  // stale pointer into them faults instead of reading garbage. CPU streams are synchronous: there
+  // is no queued work to wait for.
+  if (backed_) {
+    madvise(ptr, bytes, MADV_DONTNEED);
+    mprotect(ptr, bytes, PROT_NONE);
+  }
   in_use_ -= bytes;
 }
 

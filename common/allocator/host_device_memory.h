@@ -3,6 +3,9 @@
 // Memory figures depend only on the allocation sequence and the allocator policy, so drawing
 // segments from a budget of, say, 16 GiB makes every peak, every segment and every OOM point on a
 // laptop the same as on a 16 GiB GPU.
+//
+// in_use = bytes of segments handed out + bytes of pages mapped into reserved ranges; a request
+// is refused when it would take in_use above the budget.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -24,6 +27,15 @@ class BudgetDeviceMemory : public DeviceMemory {
 
   void* allocate(std::size_t bytes) override;
   void release(void* ptr, std::size_t bytes) override;
+  // Expandable segments: address space reserved (mmap PROT_NONE when backed, a fake range when
+  // not), then pages committed (mprotect read/write) and decommitted (madvise DONTNEED +
+  // PROT_NONE). Only committed pages count against the budget.
+  bool supports_virtual_memory() const override { return true; }
+  void* reserve_address_range(std::size_t bytes) override;
+  void release_address_range(void* ptr, std::size_t bytes) override;
+  bool map_pages(void* ptr, std::size_t bytes, std::size_t page_bytes) override;
+  void unmap_pages(void* ptr, std::size_t bytes, std::size_t page_bytes, StreamId stream) override;
+
   std::size_t total_bytes() const override { return budget_; }
   std::size_t free_bytes() const override { return budget_ - in_use_; }
   std::string name() const override;
@@ -35,6 +47,8 @@ class BudgetDeviceMemory : public DeviceMemory {
   std::size_t in_use_ = 0;
   bool backed_;
   std::uintptr_t next_fake_address_;
+
+  std::uintptr_t take_fake_range(std::size_t bytes);
 };
 
 }  // namespace trainmem

@@ -15,6 +15,8 @@ std::string_view to_string(TraceAction a) {
     case TraceAction::segment_alloc: return "segment_alloc";
     case TraceAction::segment_free: return "segment_free";
     case TraceAction::oom: return "oom";
+    case TraceAction::segment_map: return "segment_map";
+    case TraceAction::segment_unmap: return "segment_unmap";
   }
   return "unknown";
 }

@@ -23,6 +23,8 @@ enum class TraceAction {
   segment_alloc,   // a new segment was taken from the device (cudaMalloc)
   segment_free,    // a segment was given back to the device (cudaFree)
   oom,             // an allocation failed for good
+  segment_map,     // expandable segments: pages were mapped at addr (size bytes: cuMemCreate + cuMemMap)
+  segment_unmap,   // expandable segments: pages were unmapped and given back (cuMemUnmap + cuMemRelease)
 };
 
 std::string_view to_string(TraceAction a);
@@ -32,6 +34,7 @@ struct TraceEvent {
   TraceAction action = TraceAction::alloc;
   std::uintptr_t address = 0;     // block or segment address (0 for oom)
   std::size_t size = 0;           // alloc/free: the size the caller asked for; segment: its size;
+                                  // segment_map/unmap: the bytes mapped/unmapped at addr;
                                   // oom: the rounded size that could not be served
   std::size_t block_size = 0;     // alloc/free: the block's size (rounded or whole); else == size
   MemoryCategory category = MemoryCategory::other;

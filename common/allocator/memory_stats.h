@@ -39,11 +39,12 @@ using StatArray = std::array<Stat, kNumStatTypes>;
 struct MemoryStats {
   // PyTorch's statistics (same names, same meanings):
   StatArray allocation;            // number of live blocks handed to callers
-  StatArray segment;               // number of device allocations held (segments)
+  StatArray segment;               // number of device allocations held (segments); with expandable
+                                   // segments: contiguous mapped ranges
   StatArray active;                // blocks allocated or waiting for other streams to finish
   StatArray inactive_split;        // free blocks inside segments that are split (not wholly free)
   StatArray allocated_bytes;       // bytes of live blocks (the block size: rounded, or whole block)
-  StatArray reserved_bytes;        // bytes of all segments
+  StatArray reserved_bytes;        // bytes of all segments (expandable: bytes mapped)
   StatArray active_bytes;          // bytes of active blocks
   StatArray inactive_split_bytes;  // bytes of inactive_split blocks
   StatArray requested_bytes;       // bytes callers asked for (before rounding)
@@ -51,8 +52,8 @@ struct MemoryStats {
   Stat oversize_segments;          // segments >= max_split_size
   std::int64_t num_alloc_retries = 0;  // device refused; all cached blocks released; tried again
   std::int64_t num_ooms = 0;           // allocations that failed for good
-  std::int64_t num_device_alloc = 0;   // calls to the device allocator (cudaMalloc)
-  std::int64_t num_device_free = 0;    // calls to the device free (cudaFree)
+  std::int64_t num_device_alloc = 0;   // calls to the device allocator (cudaMalloc; expandable: page maps)
+  std::int64_t num_device_free = 0;    // calls to the device free (cudaFree; expandable: page unmaps)
   std::int64_t num_sync_all_streams = 0;
 
   // Beyond PyTorch: allocated bytes (block sizes) per category, so that

@@ -13,11 +13,28 @@ std::vector<std::string> default_oom_advice(const OomReport& r) {
 
   // Fragmentation first: the cache had enough free bytes in total, but no piece big enough.
   if (r.reserved_unallocated_bytes() >= r.rounded_bytes) {
-    advice.push_back("the allocator holds " + format_bytes(r.reserved_unallocated_bytes()) +
-                     " reserved but unallocated, more than the request, yet no block of " +
+    if (r.expandable_segments) {
+      advice.push_back("the allocator holds " + format_bytes(r.reserved_unallocated_bytes()) +
+                       " reserved but unallocated, more than the request, yet no block of " +
+                       format_bytes(r.rounded_bytes) +
+                       ": the free bytes lie between live blocks, in pages that hold live blocks too "
+                       "(expandable segments are already on; freeing long-lived tensors earlier would help)");
+    } else {
+      advice.push_back("the allocator holds " + format_bytes(r.reserved_unallocated_bytes()) +
+                       " reserved but unallocated, more than the request, yet no block of " +
+                       format_bytes(r.rounded_bytes) +
+                       ": memory is fragmented; expandable segments (allocator config "
+                       "expandable_segments:True) or max_split_size_mb would help");
+    }
+  } else if (!r.expandable_segments && r.reserved_unallocated_bytes() > 0 &&
+             r.reserved_unallocated_bytes() + r.device_free_bytes >= r.rounded_bytes) {
+    // Not enough in the cache alone, but the cache's gaps and the device's free memory together
+    // would hold the request: fixed segments keep them apart, an expandable segment would not.
+    advice.push_back("reserved but unallocated " + format_bytes(r.reserved_unallocated_bytes()) + " plus " +
+                     format_bytes(r.device_free_bytes) + " free on the device would hold the " +
                      format_bytes(r.rounded_bytes) +
-                     ": memory is fragmented; expandable segments (allocator config "
-                     "expandable_segments:True) or max_split_size_mb would help");
+                     " request, but not in one piece: expandable segments (allocator config "
+                     "expandable_segments:True) may help, by growing a segment's free end in place");
   }
   // Then the categories in order of size, each with the technique that shrinks it.
   std::vector<MemoryCategory> order(kAllMemoryCategories.begin(), kAllMemoryCategories.end());

@@ -25,6 +25,7 @@ struct OomReport {
   std::size_t reserved_bytes = 0;      // segments held by the allocator
   std::size_t largest_free_block = 0;  // largest cached free block (after releasing the cache)
   std::array<std::int64_t, kNumMemoryCategories> category_bytes{};  // allocated bytes per category
+  bool expandable_segments = false;    // the allocator already ran with expandable_segments:True
   std::vector<std::string> advice;     // what would help, most specific first
 
   std::size_t reserved_unallocated_bytes() const { return reserved_bytes - allocated_bytes; }
@@ -34,7 +35,9 @@ struct OomReport {
 };
 
 // The generic advice: which techniques shrink which categories, plus expandable segments when
-// the cache holds enough free bytes for the request but not in one piece (fragmentation).
+// "reserved but unallocated" is large, i.e. the free bytes exist (cached free blocks + the
+// device's free memory >= the request) but not in one piece (fragmentation), as PyTorch's message
+// suggests expandable_segments:True.
 std::vector<std::string> default_oom_advice(const OomReport& report);
 
 class OutOfMemoryError : public std::runtime_error {

@@ -68,10 +68,14 @@ class Communicator {
   virtual int world_size() const = 0;
   virtual std::string backend() const = 0;  // "local", "mpi" or "nccl"
 
-  // dtype: f32, bf16 or f16 (16-bit sums accumulate in fp32 and round once, so every backend
-  // gives the same bits); `category` says what is being moved, for the counts.
-  // In-place: recv may equal send for all_reduce; for reduce_scatter and all_gather, recv may be
-  // the rank's own slice of send / recv (recv == send + rank*count elements) as in NCCL.
+  // dtype: f32, bf16 or f16; `category` says what is being moved, for the counts.
+  // 16-bit sums: the local and mpi backends widen to fp32, sum, and round once (RNE, as
+  // kernels/convert.h), so they give the same bits; nccl sums in NCCL's own way (one rounding per
+  // ring step), the same bits for N <= 2 (one addition per element) and within 16-bit rounding
+  // beyond.
+  // all_reduce is in place. For reduce_scatter and all_gather, recv may be the rank's own slice of
+  // send / recv (recv == send + rank*count elements) as in NCCL; other overlaps are not allowed.
+  // Every rank must call the same collectives in the same order with the same counts.
   void all_reduce(void* buffer, std::size_t count, DType dtype, MemoryCategory category);
   // send: world_size * recv_count elements; recv: recv_count elements.
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, MemoryCategory category);
@@ -79,7 +83,8 @@ class Communicator {
   void all_gather(const void* send, void* recv, std::size_t send_count, DType dtype, MemoryCategory category);
   void broadcast(void* buffer, std::size_t count, DType dtype, int root, MemoryCategory category);
   void barrier();
-  // All-reduce of a host scalar (max or sum): gradient norms, found-inf flags, losses.
+  // All-reduce of a host scalar (max or sum): gradient norms, found-inf flags, losses. Not
+  // counted in the stats (8 bytes, not a device buffer).
   double all_reduce_sum(double value);
   double all_reduce_max(double value);
 
@@ -94,8 +99,12 @@ class Communicator {
   virtual void do_broadcast(void* buffer, std::size_t count, DType dtype, int root) = 0;
   virtual void do_barrier() = 0;
   virtual double do_all_reduce_host(double value, bool max) = 0;
+  // Waits for work already queued on the device, so that a collective's time is its own.
+  virtual void wait_for_device() {}
 
  private:
+  template <class Body>
+  void counted(Collective c, std::uint64_t bytes_total, MemoryCategory category, bool is_root, Body body);
   CommStats stats_;
 };
 
@@ -108,6 +117,15 @@ std::unique_ptr<Communicator> make_communicator(Device& device, const std::strin
 // Whether this process was launched by mpirun (OMPI_COMM_WORLD_SIZE / PMI_SIZE set), without
 // initializing anything: decides before the device is opened.
 bool launched_by_mpirun();
+
+// Starts MPI now when launched by mpirun and built with MPI (else does nothing), so that an
+// error before any communicator exists still ends every rank through MPI_Abort. Call it first
+// thing in main; MPI is finalized at exit.
+void init_mpi_if_launched();
+
+// Whether this trainmem was built with MPI (TRAINMEM_WITH_MPI) / with NCCL.
+bool mpi_compiled();
+bool nccl_compiled();
 
 // Ends the whole job from any rank: prints "trainmem: rank R of N: <message>" and makes every
 // rank exit with `exit_code` (MPI_Abort under MPI; plain exit otherwise). Never returns.

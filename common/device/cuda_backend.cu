@@ -1,5 +1,6 @@
 // The CUDA side of the device: is there a usable GPU, what is it, and its memory and events.
 // Compiled only where trainmem is built with CUDA (cuda_backend_stub.cpp stands in otherwise).
+#include <cuda.h>  // the driver API's types; its functions are looked up at run time (DriverApi)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -7,6 +8,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "common/device/cuda_device_memory.h"
 #include "common/device/device.h"
@@ -32,6 +35,77 @@ void check(cudaError_t status, const char* what, const char* file, int line) {
   }
 }
 #define TRAINMEM_CUDA_CHECK(call) check((call), #call, __FILE__, __LINE__)
+
+// The driver API functions expandable segments need (virtual memory management). They are looked
+// up through the runtime (cudaGetDriverEntryPointByVersion) rather than linked from libcuda, as
+// PyTorch does too: a build with CUDA must still start, and skip its GPU tests, on a machine with
+// no driver at all (CI), where libcuda.so.1 does not exist.
+struct DriverApi {
+  decltype(&::cuGetErrorString) cuGetErrorString = nullptr;
+  decltype(&::cuDeviceGet) cuDeviceGet = nullptr;
+  decltype(&::cuDeviceGetAttribute) cuDeviceGetAttribute = nullptr;
+  decltype(&::cuMemGetAllocationGranularity) cuMemGetAllocationGranularity = nullptr;
+  decltype(&::cuMemAddressReserve) cuMemAddressReserve = nullptr;
+  decltype(&::cuMemAddressFree) cuMemAddressFree = nullptr;
+  decltype(&::cuMemCreate) cuMemCreate = nullptr;
+  decltype(&::cuMemRelease) cuMemRelease = nullptr;
+  decltype(&::cuMemMap) cuMemMap = nullptr;
+  decltype(&::cuMemUnmap) cuMemUnmap = nullptr;
+  decltype(&::cuMemSetAccess) cuMemSetAccess = nullptr;
+  bool loaded = false;  // every function was found
+};
+
+template <typename Function>
+bool load_driver_function(const char* symbol, Function& function) {
+  void* address = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  // 12000: the functions as the CUDA 12.0 driver API defines them (unchanged since 10.2).
+  if (cudaGetDriverEntryPointByVersion(symbol, &address, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || address == nullptr) {
+    cudaGetLastError();
+    return false;
+  }
+  function = reinterpret_cast<Function>(address);
+  return true;
+}
+
+const DriverApi& driver_api() {
+  static const DriverApi api = [] {
+    DriverApi a;
+    a.loaded = load_driver_function("cuGetErrorString", a.cuGetErrorString) &&
+               load_driver_function("cuDeviceGet", a.cuDeviceGet) &&
+               load_driver_function("cuDeviceGetAttribute", a.cuDeviceGetAttribute) &&
+               load_driver_function("cuMemGetAllocationGranularity", a.cuMemGetAllocationGranularity) &&
+               load_driver_function("cuMemAddressReserve", a.cuMemAddressReserve) &&
+               load_driver_function("cuMemAddressFree", a.cuMemAddressFree) &&
+               load_driver_function("cuMemCreate", a.cuMemCreate) &&
+               load_driver_function("cuMemRelease", a.cuMemRelease) &&
+               load_driver_function("cuMemMap", a.cuMemMap) &&
+               load_driver_function("cuMemUnmap", a.cuMemUnmap) &&
+               load_driver_function("cuMemSetAccess", a.cuMemSetAccess);
+    return a;
+  }();
+  return api;
+}
+
+void check_driver(CUresult status, const char* what, const char* file, int line) {
+  if (status != CUDA_SUCCESS) {
+    const char* text = nullptr;
+    if (driver_api().cuGetErrorString) driver_api().cuGetErrorString(status, &text);
+    throw std::runtime_error(std::string(what) + " failed at " + file + ":" + std::to_string(line) + ": " +
+                             (text ? text : "CUresult " + std::to_string(static_cast<int>(status))));
+  }
+}
+#define TRAINMEM_CU_CHECK(call) check_driver((call), #call, __FILE__, __LINE__)
+
+// Pages are ordinary device memory of this GPU.
+CUmemAllocationProp page_properties(int cu_device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = cu_device;
+  return prop;
+}
 
 std::string version_string(int major, int minor, int patch = -1) {
   std::string s = std::to_string(major) + "." + std::to_string(minor);
@@ -101,6 +175,21 @@ CudaDeviceMemory::CudaDeviceMemory(int device_index, std::size_t budget_bytes)
   name_ = "cuda:" + std::to_string(device_index_) + " (" + prop.name + ")";
   if (budget_ > card_total_)
     throw DeviceError("--device-memory is larger than the card (" + std::to_string(card_total_) + " bytes)");
+
+  // Virtual memory management (expandable segments): the driver must offer it for this card.
+  const DriverApi& api = driver_api();
+  CUdevice device = 0;
+  int supported = 0;
+  if (api.loaded && api.cuDeviceGet(&device, device_index_) == CUDA_SUCCESS &&
+      api.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device) ==
+          CUDA_SUCCESS &&
+      supported) {
+    cu_device_ = device;
+    const CUmemAllocationProp page = page_properties(cu_device_);
+    virtual_memory_ = api.cuMemGetAllocationGranularity(&granularity_, &page, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
+                          CUDA_SUCCESS &&
+                      granularity_ > 0;
+  }
 }
 
 void* CudaDeviceMemory::allocate(std::size_t bytes) {
@@ -118,6 +207,73 @@ void* CudaDeviceMemory::allocate(std::size_t bytes) {
 
 void CudaDeviceMemory::release(void* ptr, std::size_t bytes) {
   TRAINMEM_CUDA_CHECK(cudaFree(ptr));
+  in_use_ -= bytes;
+}
+
+// --- expandable segments: cuMemAddressReserve, then one cuMemCreate'd page at a time mapped in
+
+void* CudaDeviceMemory::reserve_address_range(std::size_t bytes) {
+  if (!virtual_memory_ || bytes % granularity_ != 0) return nullptr;
+  TRAINMEM_CUDA_CHECK(cudaSetDevice(device_index_));  // driver calls act on the current context
+  CUdeviceptr address = 0;
+  if (driver_api().cuMemAddressReserve(&address, bytes, 0, 0, 0) != CUDA_SUCCESS) return nullptr;
+  return reinterpret_cast<void*>(address);
+}
+
+void CudaDeviceMemory::release_address_range(void* ptr, std::size_t bytes) {
+  TRAINMEM_CU_CHECK(driver_api().cuMemAddressFree(reinterpret_cast<CUdeviceptr>(ptr), bytes));
+}
+
+bool CudaDeviceMemory::map_pages(void* ptr, std::size_t bytes, std::size_t page_bytes) {
+  if (!virtual_memory_ || page_bytes % granularity_ != 0 || bytes % page_bytes != 0)
+    throw std::logic_error("CudaDeviceMemory::map_pages: pages must be whole multiples of the driver's granularity");
+  if (budget_ != 0 && in_use_ + bytes > budget_) return false;  // the emulated smaller card is full
+  TRAINMEM_CUDA_CHECK(cudaSetDevice(device_index_));
+  const DriverApi& api = driver_api();
+  const CUmemAllocationProp page = page_properties(cu_device_);
+  CUmemAccessDesc access{};
+  access.location = page.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const auto start = reinterpret_cast<CUdeviceptr>(ptr);
+  std::vector<CUdeviceptr> mapped;
+  for (std::size_t offset = 0; offset < bytes; offset += page_bytes) {
+    const CUdeviceptr address = start + offset;
+    CUmemGenericAllocationHandle handle = 0;
+    const CUresult created = api.cuMemCreate(&handle, page_bytes, &page, 0);
+    if (created == CUDA_ERROR_OUT_OF_MEMORY) {
+      // All or nothing: give back the pages this call mapped, and answer "no room".
+      for (CUdeviceptr m : mapped) {
+        TRAINMEM_CU_CHECK(api.cuMemUnmap(m, page_bytes));
+        TRAINMEM_CU_CHECK(api.cuMemRelease(page_handles_.at(static_cast<std::uintptr_t>(m))));
+        page_handles_.erase(static_cast<std::uintptr_t>(m));
+      }
+      return false;
+    }
+    TRAINMEM_CU_CHECK(created);
+    TRAINMEM_CU_CHECK(api.cuMemMap(address, page_bytes, 0, handle, 0));
+    TRAINMEM_CU_CHECK(api.cuMemSetAccess(address, page_bytes, &access, 1));
+    page_handles_[static_cast<std::uintptr_t>(address)] = handle;
+    mapped.push_back(address);
+  }
+  in_use_ += bytes;
+  return true;
+}
+
+void CudaDeviceMemory::unmap_pages(void* ptr, std::size_t bytes, std::size_t page_bytes, StreamId stream) {
+  // A freed block is handed out again at once for work on its stream, so kernels queued there may
+  // still use these pages. cudaFree waits for them; cuMemUnmap does not: wait here.
+  TRAINMEM_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
+  TRAINMEM_CUDA_CHECK(cudaSetDevice(device_index_));
+  const DriverApi& api = driver_api();
+  const auto start = reinterpret_cast<CUdeviceptr>(ptr);
+  for (std::size_t offset = 0; offset < bytes; offset += page_bytes) {
+    const auto address = static_cast<std::uintptr_t>(start + offset);
+    const auto it = page_handles_.find(address);
+    if (it == page_handles_.end()) throw std::logic_error("CudaDeviceMemory::unmap_pages: a page that is not mapped");
+    TRAINMEM_CU_CHECK(api.cuMemUnmap(start + offset, page_bytes));
+    TRAINMEM_CU_CHECK(api.cuMemRelease(it->second));
+    page_handles_.erase(it);
+  }
   in_use_ -= bytes;
 }
 

@@ -74,8 +74,13 @@ inline ::testing::AssertionResult check_invariants(const CachingAllocator& a) {
       }
     }
     if (sum != seg.total_size) return ::testing::AssertionFailure() << "blocks do not sum to the segment size";
-    if (seg.is_small && seg.total_size != kSmallBuffer && a.config().backend == AllocatorConfig::Backend::caching)
+    if (a.config().expandable_segments) {
+      // A mapped range of an expandable segment is a whole number of pages.
+      if (!seg.is_expandable || seg.total_size % expandable_page_size(seg.is_small) != 0)
+        return ::testing::AssertionFailure() << "expandable mapped range of " << seg.total_size << " bytes is not whole pages";
+    } else if (seg.is_small && seg.total_size != kSmallBuffer && a.config().backend == AllocatorConfig::Backend::caching) {
       return ::testing::AssertionFailure() << "small segment of " << seg.total_size << " bytes";
+    }
     for (std::size_t t : {ALL, pool}) {
       segment_count[t] += 1;
       reserved[t] += static_cast<std::int64_t>(seg.total_size);
@@ -125,7 +130,8 @@ inline ::testing::AssertionResult check_invariants(const CachingAllocator& a) {
     return ::testing::AssertionFailure() << "requested + internal + external + awaiting != reserved";
   if (static_cast<std::int64_t>(requested_by_live + f.internal_free_bytes) != alloc_b)
     return ::testing::AssertionFailure() << "requested + internal != allocated";
-  if (s.num_device_alloc - s.num_device_free != cur(s.segment))
+  // (Expandable segments map and unmap pages: maps - unmaps is not a count of mapped ranges.)
+  if (!a.config().expandable_segments && s.num_device_alloc - s.num_device_free != cur(s.segment))
     return ::testing::AssertionFailure() << "device allocs - device frees != segments";
   if (static_cast<std::size_t>(reserved_b) + a.device().free_bytes() != a.device().total_bytes())
     return ::testing::AssertionFailure() << "reserved + device free != capacity";

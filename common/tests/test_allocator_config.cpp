@@ -18,6 +18,10 @@ TEST(AllocatorConfig, ParsesPyTorchStyleKeyValueLists) {
   EXPECT_EQ(c.backend, AllocatorConfig::Backend::caching);
   EXPECT_EQ(AllocatorConfig::parse("backend:raw").backend, AllocatorConfig::Backend::raw);
   EXPECT_EQ(AllocatorConfig::parse(c.to_string()), c);
+  const AllocatorConfig e = AllocatorConfig::parse("expandable_segments:True");
+  EXPECT_TRUE(e.expandable_segments);
+  EXPECT_EQ(e.to_string(), "backend:caching,expandable_segments:True");
+  EXPECT_EQ(AllocatorConfig::parse(e.to_string()), e);
 }
 
 TEST(AllocatorConfig, RejectsWhatItCannotDoWithAMessage) {
@@ -34,7 +38,8 @@ TEST(AllocatorConfig, RejectsWhatItCannotDoWithAMessage) {
   EXPECT_NE(message_of("colour:blue").find("unknown key 'colour'"), std::string::npos);
   EXPECT_NE(message_of("backend:cudaMallocAsync").find("caching or raw"), std::string::npos);
   EXPECT_NE(message_of("max_split_size_mb").find("key:value"), std::string::npos);
-  EXPECT_NE(message_of("expandable_segments:True").find("not implemented"), std::string::npos);
+  EXPECT_NE(message_of("expandable_segments:maybe").find("True or False"), std::string::npos);
+  EXPECT_NE(message_of("backend:raw,expandable_segments:True").find("needs backend:caching"), std::string::npos);
 }
 
 }  // namespace

@@ -85,8 +85,9 @@ void run_sequence(std::uint64_t seed, const char* config, std::size_t budget, in
 }
 
 TEST(AllocatorRandom, InvariantsHoldAfterEveryEvent) {
-  // 2000 sequences: four policies x 500 seeds, budgets small enough that some requests OOM.
-  const char* configs[] = {"", "max_split_size_mb:20", "max_split_size_mb:48", "backend:raw"};
+  // 3000 sequences: six policies x 500 seeds, budgets small enough that some requests OOM.
+  const char* configs[] = {"", "max_split_size_mb:20", "max_split_size_mb:48", "backend:raw",
+                           "expandable_segments:True", "expandable_segments:True,max_split_size_mb:20"};
   int sequence = 0;
   for (const char* config : configs) {
     for (std::uint64_t seed = 1; seed <= 500; ++seed, ++sequence) {

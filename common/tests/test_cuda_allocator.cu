@@ -143,6 +143,48 @@ TEST(CudaAllocator, EmptyCacheGivesMemoryBackToTheDriver) {
   EXPECT_EQ(a.stats().num_device_free, 4);
 }
 
+TEST(CudaAllocator, ExpandableSegmentsMapUsableMemoryAndMatchTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  CudaDeviceMemory gpu(0, 0);
+  if (!gpu.supports_virtual_memory())
+    GTEST_SKIP() << "GPU test skipped: this card or driver has no virtual memory management (cuMemCreate/cuMemMap)";
+  BudgetDeviceMemory cpu(gpu.total_bytes(), /*backed=*/false);
+  const AllocatorConfig config = AllocatorConfig::parse("expandable_segments:True");
+  CachingAllocator on_gpu(gpu, config), on_cpu(cpu, config);
+  // 25 MiB after 3 MiB straddles the first and second 20 MiB pages: the kernel writes across the
+  // page boundary, which works only if the pages are mapped contiguously.
+  const std::size_t sizes[] = {1000, 700 * KiB, 3 * MiB, 25 * MiB, 64 * MiB + 7};
+  std::vector<void*> blocks, cpu_blocks;
+  for (std::size_t i = 0; i < std::size(sizes); ++i) {
+    void* p = on_gpu.allocate(sizes[i], MemoryCategory::activations);
+    blocks.push_back(p);
+    cpu_blocks.push_back(on_cpu.allocate(sizes[i], MemoryCategory::activations));
+    const std::size_t n = sizes[i] / sizeof(unsigned);
+    fill_pattern<<<256, 256>>>(static_cast<unsigned*>(p), n, static_cast<unsigned>(i));
+    CUDA_OK(cudaGetLastError());
+    std::vector<unsigned> host(n);
+    CUDA_OK(cudaMemcpy(host.data(), p, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    for (std::size_t k = 0; k < n; ++k)
+      ASSERT_EQ(host[k], static_cast<unsigned>(k) * 2654435761u + static_cast<unsigned>(i)) << "block " << i;
+  }
+  // The same policy on both: the same pages, the same statistics. 3 + 25 + 64 MiB in the large
+  // pool: 5 pages of 20 MiB; 1000 B + 700 KiB: one 2 MiB small page.
+  EXPECT_EQ(on_gpu.stats().to_json(), on_cpu.stats().to_json());
+  EXPECT_EQ(on_gpu.stats().reserved_bytes[0].current, static_cast<std::int64_t>(100 * MiB + 2 * MiB));
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    on_gpu.free(blocks[i]);
+    on_cpu.free(cpu_blocks[i]);
+  }
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  CUDA_OK(cudaMemGetInfo(&free_before, &total));
+  on_gpu.empty_cache();
+  on_cpu.empty_cache();
+  CUDA_OK(cudaMemGetInfo(&free_after, &total));
+  EXPECT_GE(free_after + 2 * MiB, free_before + 102 * MiB) << "the unmapped pages go back to the driver";
+  EXPECT_EQ(on_gpu.stats().to_json(), on_cpu.stats().to_json());
+  EXPECT_EQ(on_gpu.stats().reserved_bytes[0].current, 0);
+}
+
 TEST(CudaDevice, OpeningCudaGivesTheCardWithItsBudgetAndAllocator) {
   SKIP_WITHOUT_GPU();
   DeviceOptions options;

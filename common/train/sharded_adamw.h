@@ -9,14 +9,26 @@
 // and runs the same AdamW update (kernels/adamw.h) as AdamWOptimizer, so that N ranks after k
 // steps hold the parameters one rank holds — the sharding suites' equality tests.
 //
+// Gradients: each registered `grad` holds the SUM over the N ranks of their gradients (what a
+// reduce-scatter leaves), each rank's gradient being the mean over its own B rows (the trainer's
+// loss). The mean over all N*B rows — what one rank with the whole batch computes — is that sum
+// divided by N, so the optimizer divides by N together with the loss scale:
+//   g = grad / (loss_scale * N), then clipped
+//
 // Global decisions need every rank's shards:
-//   grad norm   = sqrt(all_reduce_sum(sum of squares of this rank's gradient shards))
+//   grad norm   = sqrt(all_reduce_sum(sum of squares of this rank's gradient shards)) / (loss_scale * N)
 //   skip        = the norm is inf/NaN on any rank (the sum carries it to every rank)
-// so every rank clips by the same factor and skips the same steps.
+// so every rank clips by the same factor and skips the same steps. With N = 1 and one shard per
+// parameter tensor this is AdamWOptimizer's arithmetic, operation for operation (same bits).
 //
 // With Offload::optimizer the state lives in host memory (plain heap, not the device's
 // allocator: it is reported as host bytes) and the update runs on the CPU: gradient shard to
-// host, Adam there, updated parameter shard back (ZeRO-Offload).
+// host, Adam there, updated parameter shard back (ZeRO-Offload). Host bytes per shard element:
+// fp32 master 4 + m 4 + v 4 + an fp32 copy of the gradient 4 = 16 (the master is kept even for
+// an fp32 model: the device weights are then its copy).
+// With Offload::params (ZeRO-3's parameter offload) the same, and `param` points to HOST memory
+// (the caller keeps the parameter shard there): the update is rounded into it on the host.
+// Either way the gradient is read on the device, widened to fp32 in a workspace tensor.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -52,8 +64,8 @@ class ShardedAdamW : public Optimizer {
   long steps_taken() const override { return step_; }
 
   std::size_t state_elements() const;        // sum of the shards' counts
-  std::size_t device_state_bytes() const;    // optimizer_state bytes in the device allocator
-  std::size_t host_state_bytes() const;      // bytes in host memory (offload)
+  std::size_t device_state_bytes() const;    // optimizer_state bytes in the device allocator (512-rounded)
+  std::size_t host_state_bytes() const;      // bytes in host memory (offload): 16 per element
 
  private:
   struct Shard;

@@ -13,8 +13,8 @@ void add_memory_flags(CLI::App& command, DeviceFlags& flags) {
       ->check(parses_with(parse_byte_size));
   command
       .add_option("--allocator-config", flags.allocator_config,
-                  "Allocator options, written as PYTORCH_CUDA_ALLOC_CONF: backend:caching|raw, max_split_size_mb:N "
-                  "(comma-separated)")
+                  "Allocator options, written as PYTORCH_CUDA_ALLOC_CONF: backend:caching|raw, max_split_size_mb:N, "
+                  "expandable_segments:True|False (comma-separated)")
       ->type_name("STR")
       ->check(parses_with(AllocatorConfig::parse));
 }

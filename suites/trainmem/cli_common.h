@@ -61,5 +61,7 @@ void add_memory_flags(CLI::App& command, DeviceFlags& flags);
 void add_info_command(CLI::App& app, Command& run);    // cli_info.cpp
 void add_replay_command(CLI::App& app, Command& run);  // cli_replay.cpp
 void add_train_command(CLI::App& app, Command& run);   // cli_train.cpp
+void add_estimate_command(CLI::App& app, Command& run);   // cli_estimate.cpp
+void add_max_batch_command(CLI::App& app, Command& run);  // cli_max_batch.cpp
 
 }  // namespace trainmem::cli

@@ -7,20 +7,31 @@
 // the familiar "GPU=1.3GB/6.8GB" readout; the gap between them is cached free memory.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
+#include "common/allocator/memory_snapshot.h"
+#include "common/comm/communicator.h"
 #include "common/data/token_file.h"
 #include "common/results/result_json.h"
 #include "common/train/trainer.h"
 #include "common/util/byte_size.h"
+#include "suites/allocator/empty_cache_policy.h"
 #include "suites/checkpointing/recompute.h"
+#include "suites/fsdp/fsdp_memory.h"
+#include "suites/fsdp/fsdp_strategy.h"
 #include "suites/lazy_loading/eager_loader.h"
 #include "suites/lazy_loading/lazy_loader.h"
 #include "suites/mixed_precision/loss_scaler.h"
 #include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/estimate_flags.h"
+#include "suites/trainmem/estimator/oom_advice.h"
 #include "suites/trainmem/train_flags.h"
+#include "suites/zero/zero_memory.h"
+#include "suites/zero/zero_strategy.h"
 
 namespace trainmem::cli {
 
@@ -42,6 +53,127 @@ std::string progress_line(const StepResult& r, long total, std::string technique
   return line;
 }
 
+// --- sharding: the world of ranks, made in one place for every sharding strategy (--zero, --fsdp)
+
+// Whether the flags ask for a sharding strategy (then a world is made even without mpirun: size 1).
+bool sharding_asked(const TrainFlags& flags) { return flags.zero >= 0 || !flags.fsdp.empty(); }
+
+// The flags' sharding choices, checked before anything starts: a clear message for a bad mix.
+void check_sharding_flags(const TrainFlags& flags, const RecomputePolicy& recompute) {
+  const Offload offload = parse_offload(flags.offload);
+  if (offload != Offload::none && flags.zero < 1)
+    throw std::invalid_argument("--offload " + flags.offload +
+                                " needs --zero 1, 2 or 3 (offload moves a rank's shard of the optimizer state to the host)");
+  if (flags.zero >= 0) {
+    zero::ZeroOptions o;
+    o.stage = flags.zero;
+    o.offload = offload;
+    zero::validate(o);
+  }
+  if (!flags.fsdp.empty() && flags.zero >= 0)
+    throw std::invalid_argument("--fsdp and --zero both shard the model states over the ranks: give one of them (--fsdp " +
+                                flags.fsdp + " or --zero " + std::to_string(flags.zero) + ")");
+  if (flags.fsdp == "full" && recompute.kind == RecomputePolicy::Kind::sqrt)
+    throw std::invalid_argument("--recompute sqrt rebuilds a whole segment of layers in one layer's backward, but --fsdp full "
+                                "gathers one unit at a time: use --recompute full, selective or every:K, or --fsdp grad_op");
+  if (flags.zero == 3 && recompute.kind == RecomputePolicy::Kind::sqrt)
+    throw std::invalid_argument("--recompute sqrt rebuilds a whole segment of layers in one layer's backward, but --zero 3 "
+                                "gathers one layer at a time: use --recompute full, selective or every:K with --zero 3");
+}
+
+// The number of ranks mpirun started (1 for a single process), from the launcher's environment:
+// the data is loaded and checked before the device and the world exist.
+std::size_t launched_world_size() {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* value = std::getenv(variable)) return std::max<std::size_t>(1, std::strtoul(value, nullptr, 10));
+  return 1;
+}
+
+// A communicator when launched by mpirun or when sharding is asked; none for a plain run.
+std::unique_ptr<Communicator> make_world(const TrainFlags& flags, Device& device) {
+  if (!sharding_asked(flags) && !launched_by_mpirun()) return nullptr;
+  return make_communicator(device);
+}
+
+// The ZeRO stage this run uses: --zero, or 0 (plain data parallelism) when mpirun started several
+// ranks without a sharding flag; -1: none (a single process without --zero).
+int zero_stage(const TrainFlags& flags, const Communicator* world) {
+  if (flags.zero >= 0) return flags.zero;
+  if (!flags.fsdp.empty()) return -1;  // FSDP shards instead
+  return world != nullptr && world->world_size() > 1 ? 0 : -1;
+}
+
+// What a ZeRO run adds to --json: the per-rank memory of the model states (measured, this
+// implementation's exact formula and the paper's), the communication per step, the world.
+nlohmann::json zero_json(const zero::ZeroStrategy& strategy, const GPT& model, const Communicator& world,
+                         const MemoryStats& stats, std::size_t accum, long steps) {
+  const int N = world.world_size();
+  const zero::ZeroOptions& o = strategy.options();
+  const Precision precision = model.options().precision;
+  const zero::ZeroExactBytes x = zero::exact_model_states(zero::zero_units(model.config()), N, o.stage, precision, o.offload, accum);
+  const zero::ModelStateBytes paper =
+      zero::paper_model_states(static_cast<double>(model.num_parameters()), N, o.stage, precision, o.offload);
+  auto current = [&](MemoryCategory c) { return stats.by_category[index_of(c)].current; };
+  nlohmann::json comm_by_category = nlohmann::json::object();
+  for (MemoryCategory c : kAllMemoryCategories) {
+    const CommCounts& k = world.stats().by_category[index_of(c)];
+    if (k.calls > 0) comm_by_category[std::string(to_string(c))] = {{"volume_bytes", k.volume_bytes}, {"calls", k.calls}};
+  }
+  const double per_step = 1.0 / static_cast<double>(steps);
+  return {{"stage", o.stage},
+          {"offload", to_string(o.offload)},
+          {"per_rank_bytes",
+           {{"parameters", current(MemoryCategory::parameters)},
+            {"gradients", current(MemoryCategory::gradients)},
+            {"optimizer_state", current(MemoryCategory::optimizer_state)},
+            {"communication_peak", stats.by_category[index_of(MemoryCategory::communication)].peak},
+            {"host", strategy.host_bytes()}}},
+          {"predicted_per_rank_bytes",
+           {{"parameters", x.parameters},
+            {"gradients", x.gradients},
+            {"optimizer_state", x.optimizer_state},
+            {"communication_peak", x.communication_peak},
+            {"host", x.host}}},
+          {"paper_per_rank_bytes",
+           {{"parameters", paper.parameters},
+            {"gradients", paper.gradients},
+            {"optimizer_state", paper.optimizer_state},
+            {"host", paper.host}}},
+          {"comm_per_step",
+           {{"volume_bytes", static_cast<double>(world.stats().total.volume_bytes) * per_step},
+            {"sent_bytes", static_cast<double>(world.stats().total.sent_bytes) * per_step},
+            {"seconds", world.stats().total.seconds * per_step},
+            {"predicted_volume_bytes", x.volume_gradients + x.volume_parameters}}},
+          {"comm_by_category", comm_by_category}};
+}
+
+// What an FSDP run adds to --json: the per-rank peaks of the model states, measured (since the
+// model was sharded) and predicted by suites/fsdp/fsdp_memory.h, the units gathered at the peak,
+// and the communication per step.
+nlohmann::json fsdp_json(const fsdp::FsdpStrategy& strategy, const GPT& model, const Communicator& world,
+                         const MemoryStats& stats, std::size_t accum, long steps) {
+  const auto N = static_cast<std::size_t>(world.world_size());
+  const Precision precision = model.options().precision;
+  const fsdp::FsdpMemory x = fsdp::fsdp_memory(model.config(), N, strategy.options(), precision);
+  auto peak = [&](MemoryCategory c) { return stats.by_category[index_of(c)].peak; };
+  const bool sharded = strategy.options().mode != fsdp::ShardingMode::none;
+  return {{"peaks_since", "sharding"},
+          {"per_rank_peak_bytes",
+           {{"parameters", peak(MemoryCategory::parameters)},
+            {"gradients", peak(MemoryCategory::gradients)},
+            {"optimizer_state", peak(MemoryCategory::optimizer_state)}}},
+          {"predicted_per_rank_peak_bytes",
+           {{"parameters", x.parameters_peak_bytes},
+            {"gradients", x.gradients_peak_bytes},
+            {"optimizer_state", x.optimizer_state_peak_bytes}}},
+          {"layer_units_gathered_at_peak", sharded ? strategy.peak_gathered_layer_units() : x.layer_units_gathered_at_peak},
+          {"predicted_layer_units_gathered_at_peak", x.layer_units_gathered_at_peak},
+          {"comm_per_step",
+           {{"volume_bytes", static_cast<double>(world.stats().total.volume_bytes) / static_cast<double>(steps)},
+            {"seconds", world.stats().total.seconds / static_cast<double>(steps)},
+            {"predicted_volume_bytes", fsdp::fsdp_comm_volume_per_step(model.config(), N, strategy.options(), precision, accum)}}}};
+}
+
 int run_train(const TrainFlags& flags) {
   const GPTConfig config = model_config(flags);
   if (flags.steps < 1) throw std::invalid_argument("--steps must be at least 1");
@@ -50,6 +182,7 @@ int run_train(const TrainFlags& flags) {
   if (flags.loss_scaler_flag_given && precision != Precision::fp16)
     throw std::invalid_argument("--loss-scale* options apply only to --precision fp16 (bf16 and fp32 need no loss scaling)");
   const std::size_t T = config.seq;
+  check_sharding_flags(flags, recompute);
   // Data first: a bad file is an input error, found before any memory is touched.
   // A token file under the lazy loader is memory-mapped, never read into the heap; everything else
   // is loaded (and checked) into host memory here.
@@ -61,13 +194,34 @@ int run_train(const TrainFlags& flags) {
     mapped_tokens = lazy_loading::HostTokens::map_file(flags.data);
     mapped_tokens.check_vocab(config.vocab, "--data " + flags.data);
   } else {
-    tokens = load_dataset(flags.data, flags.batch * T + 1, config.vocab, flags.seed);
+    // Under mpirun every rank loads the corpus of the global batch (N*B rows), as one process would.
+    tokens = load_dataset(flags.data, launched_world_size() * flags.batch * T + 1, config.vocab, flags.seed);
   }
 
+  // The device and the world of ranks (mpirun): each rank takes its rows of a global batch of
+  // N*B rows. Only rank 0 prints.
   const DeviceOptions options = flags.device.to_options();
-  auto device = Device::open(options, &std::cerr);
-  device->allocator().recorder().enable(!flags.record_memory.empty());
-  std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
+  auto device = Device::open(options, launched_by_mpirun() ? nullptr : &std::cerr);
+  std::unique_ptr<Communicator> world = make_world(flags, *device);
+  const std::size_t ranks = world ? static_cast<std::size_t>(world->world_size()) : 1;
+  const std::size_t rank = world ? static_cast<std::size_t>(world->rank()) : 0;
+  const bool reporting_rank = rank == 0;
+  if (ranks > 1 && flags.loader != "sequential")
+    throw std::invalid_argument("--loader " + flags.loader + " is not rank-aware yet: with mpirun -np " + std::to_string(ranks) +
+                                " use --loader sequential (each rank takes its rows of the global batch)");
+  const int stage = zero_stage(flags, world.get());
+  if (world && reporting_rank)
+    std::cerr << "world: " << ranks << " rank" << (ranks > 1 ? "s" : "") << " (" << world->backend() << "), "
+              << (stage >= 0 ? zero::stage_name(stage) : !flags.fsdp.empty() ? "fsdp " + flags.fsdp : std::string("no sharding"))
+              << ", offload " << flags.offload
+              << ", global batch " << ranks * flags.batch << " = " << ranks << " x " << flags.batch << " rows\n";
+  device->allocator().recorder().enable(!flags.record_memory.empty() || !flags.memory_snapshot.empty());
+  // Out of memory, the report names the cheapest technique that would make this run fit (the estimator).
+  estimator::TrainingSetup predicted = training_setup(flags, device->kind(), flags.loader == "eager" ? tokens.size() : 0);
+  predicted.sharding.world_size = ranks;
+  device->allocator().set_oom_advisor(estimator::make_oom_advisor(predicted));
+  if (reporting_rank)
+    std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
             << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab << "), batch "
             << flags.batch << " x " << flags.accum << " accumulation steps, " << flags.steps << " steps\n";
 
@@ -79,7 +233,7 @@ int run_train(const TrainFlags& flags) {
   // the device (eager), or on the host with batches prefetched by a background thread (lazy).
   std::unique_ptr<BatchSource> data;
   if (flags.loader == "sequential") {
-    data = std::make_unique<SequentialBatches>(*device, std::move(tokens), flags.batch, T);
+    data = std::make_unique<SequentialBatches>(*device, std::move(tokens), flags.batch, T, rank, ranks);
   } else if (flags.loader == "eager") {
     data = std::make_unique<lazy_loading::EagerLoader>(*device, lazy_loading::HostTokens(std::move(tokens)), flags.batch,
                                                       T, lazy_loading::EagerLoaderOptions{flags.seed, true});
@@ -103,9 +257,36 @@ int run_train(const TrainFlags& flags) {
   RecomputeStrategy recompute_strategy(recompute);
   DynamicLossScaler loss_scaler(flags.loss_scaler);
   std::vector<Strategy*> strategies;
+  // Sharding first: its before-hooks gather the parameters another strategy's recompute needs.
+  std::unique_ptr<zero::ZeroStrategy> zero_strategy;
+  Optimizer* optimizer = nullptr;  // nullptr: the trainer's own AdamW
+  if (stage >= 0) {
+    zero::ZeroOptions zo;
+    zo.stage = stage;
+    zo.offload = parse_offload(flags.offload);
+    zo.adam = topt.adam;
+    zo.max_grad_norm = topt.max_grad_norm;
+    zero_strategy = std::make_unique<zero::ZeroStrategy>(model, *world, zo);
+    strategies.push_back(zero_strategy.get());
+    optimizer = &zero_strategy->optimizer();
+  }
+  std::unique_ptr<fsdp::FsdpStrategy> fsdp_strategy;
+  if (!flags.fsdp.empty()) {
+    const fsdp::FsdpOptions fo{fsdp::parse_sharding_mode(flags.fsdp), fsdp::parse_layers_per_unit(flags.fsdp_unit),
+                               fsdp::parse_on_off(flags.fsdp_prefetch, "--fsdp-prefetch")};
+    fsdp_strategy = std::make_unique<fsdp::FsdpStrategy>(model, *world, fo, topt.adam, topt.max_grad_norm);
+    strategies.push_back(fsdp_strategy.get());
+    optimizer = &fsdp_strategy->optimizer();
+    // The whole model existed once, before it was sharded (as in PyTorch without meta-device
+    // initialization); the peaks shown from here on are those of training.
+    device->allocator().reset_peak_stats();
+  }
   if (recompute.kind != RecomputePolicy::Kind::none) strategies.push_back(&recompute_strategy);
   if (precision == Precision::fp16) strategies.push_back(&loss_scaler);
-  Trainer trainer(model, *data, topt, strategies);
+  // Last: empty_cache after everything else has finished with the step (suites/allocator).
+  allocator::EmptyCacheStrategy empty_cache_strategy(allocator::EmptyCachePolicy::parse(flags.empty_cache));
+  if (empty_cache_strategy.policy().every != 0) strategies.push_back(&empty_cache_strategy);
+  Trainer trainer(model, *data, topt, strategies, optimizer);
   std::string techniques = to_string(precision);
   techniques += " accum=";
   techniques += std::to_string(flags.accum);
@@ -117,11 +298,40 @@ int run_train(const TrainFlags& flags) {
     techniques += " loader=";
     techniques += flags.loader;
   }
+  if (stage >= 0) {
+    techniques += " zero=";
+    techniques += std::to_string(stage);
+    if (flags.offload != "none") {
+      techniques += " offload=";
+      techniques += flags.offload;
+    }
+  }
+  if (fsdp_strategy) {
+    techniques += " fsdp=";
+    techniques += flags.fsdp;
+    techniques += " unit=";
+    techniques += flags.fsdp_unit;
+    techniques += " prefetch=";
+    techniques += flags.fsdp_prefetch;
+  }
+  if (empty_cache_strategy.policy().every != 0) {
+    techniques += " empty-cache=";
+    techniques += empty_cache_strategy.policy().to_string();
+  }
+  if (world) {
+    techniques += " N=";
+    techniques += std::to_string(ranks);
+  }
 
-  const bool terminal = isatty(STDOUT_FILENO);
+  // (mpirun forwards output through a pseudo-terminal: one line per step there, not a redrawn one)
+  const bool terminal = isatty(STDOUT_FILENO) && !launched_by_mpirun();
   nlohmann::json steps = nlohmann::json::array();
   for (long i = 0; i < flags.steps; ++i) {
-    const StepResult r = trainer.step();
+    StepResult r = trainer.step();
+    // Each rank's loss is the mean over its rows: the mean over the ranks is the global batch's.
+    if (world) r.loss = world->all_reduce_sum(r.loss) / static_cast<double>(ranks);
+    // The trainer's factor includes ZeRO's 1/N share of the mean (zero_strategy.h): show the loss scale.
+    if (zero_strategy) r.loss_scale /= zero_strategy->loss_scale();
     steps.push_back({{"step", r.step},
                      {"loss", r.loss},
                      {"grad_norm", r.grad_norm},
@@ -132,10 +342,12 @@ int run_train(const TrainFlags& flags) {
                      {"allocated_bytes", r.allocated_bytes},
                      {"reserved_bytes", r.reserved_bytes}});
     // On a terminal, one line redrawn in place; in a log, one line per step.
-    std::cout << (terminal ? "\r" : "") << progress_line(r, flags.steps, techniques) << (terminal && i + 1 < flags.steps ? "" : "\n")
+    if (reporting_rank)
+      std::cout << (terminal ? "\r" : "") << progress_line(r, flags.steps, techniques) << (terminal && i + 1 < flags.steps ? "" : "\n")
               << std::flush;
   }
 
+  if (!reporting_rank) return 0;  // rank 0 writes the files (every rank holds the same figures)
   if (!flags.json.empty()) {
     nlohmann::json result = run_context_json(device->info(), options.allocator);
     result["config"] = {{"command", "train"},
@@ -158,13 +370,30 @@ int run_train(const TrainFlags& flags) {
                         {"pinned", flags.pinned},
                         {"accum", flags.accum},
                         {"recompute", recompute.to_string()},
-                        {"tokens_per_step", flags.batch * T * flags.accum}};
+                        {"empty_cache", empty_cache_strategy.policy().to_string()},
+                        {"tokens_per_step", ranks * flags.batch * T * flags.accum}};
     if (precision == Precision::fp16)
       result["config"]["loss_scaler"] = {{"init_scale", flags.loss_scaler.init_scale},
                                          {"growth_factor", flags.loss_scaler.growth_factor},
                                          {"backoff_factor", flags.loss_scaler.backoff_factor},
                                          {"growth_interval", flags.loss_scaler.growth_interval},
                                          {"skipped_steps", loss_scaler.skipped_steps()}};
+    result["config"]["world_size"] = ranks;
+    result["config"]["zero"] = stage;  // -1: no sharding
+    result["config"]["offload"] = flags.offload;
+    if (world)
+      result["world"] = {{"world_size", ranks},
+                         {"ranks", ranks},
+                         {"backend", world->backend()},
+                         {"reporting_rank", rank},
+                         {"global_batch", ranks * flags.batch}};
+    result["config"]["fsdp"] = nullptr;  // null: no FSDP
+    if (fsdp_strategy) {
+      result["config"]["fsdp"] = {{"mode", flags.fsdp}, {"unit", flags.fsdp_unit}, {"prefetch", flags.fsdp_prefetch == "on"}};
+      result["fsdp"] = fsdp_json(*fsdp_strategy, model, *world, device->allocator().stats(), flags.accum, flags.steps);
+    }
+    if (zero_strategy)
+      result["zero"] = zero_json(*zero_strategy, model, *world, device->allocator().stats(), flags.accum, flags.steps);
     result["steps"] = std::move(steps);
     result["memory"] = memory_json(device->allocator());
     std::ofstream out(flags.json);
@@ -172,6 +401,7 @@ int run_train(const TrainFlags& flags) {
     out << result.dump(2) << '\n';
   }
   if (!flags.record_memory.empty()) device->allocator().recorder().write_json(flags.record_memory);
+  if (!flags.memory_snapshot.empty()) write_memory_snapshot(device->allocator(), flags.memory_snapshot);
   return 0;
 }
 
@@ -185,6 +415,8 @@ void add_train_command(CLI::App& app, Command& run) {
   add_technique_flags(*train, *flags);
   add_data_flags(*train, *flags);
   add_run_flags(*train, *flags);
+  add_sharding_flags(*train, *flags);
+  add_allocator_flags(*train, *flags);
   train->callback([flags, &run] { run = [flags] { return run_train(*flags); }; });
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/allocator/trace_replay.h"
+#include "common/comm/communicator.h"
 #include "common/data/token_file.h"
 #include "common/model/gpt_config.h"
 #include "common/device/device.h"
@@ -23,14 +24,27 @@ std::string one_line(std::string s) {
   return s;
 }
 
-int input_error(const std::exception& e) {
-  std::cerr << "trainmem: error: " << one_line(e.what()) << '\n';
-  return 2;
+// A failed run: "trainmem: <message>" and the exit code. Under mpirun the failure ends every
+// rank (abort_world), the message naming this rank: a rank that returned alone would leave the
+// others waiting in a collective.
+int fail(const std::string& message, int exit_code) {
+  if (trainmem::launched_by_mpirun()) trainmem::abort_world(message, exit_code);
+  std::cerr << "trainmem: " << message << '\n';
+  return exit_code;
 }
+
+std::string error_line(const std::exception& e) {
+  std::string line = "error: ";
+  line += one_line(e.what());
+  return line;
+}
+
+int input_error(const std::exception& e) { return fail(error_line(e), 2); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  trainmem::init_mpi_if_launched();  // under mpirun: MPI from the start, so any failure can end every rank
   CLI::App app{"trainmem: benchmark suites for the techniques that make training fit in GPU memory", "trainmem"};
   app.footer("Run 'trainmem <command> --help' for a command's flags.\n"
              "Exit codes: 0 ok; 1 the run failed (e.g. out of memory); 2 a wrong flag, value or input file.");
@@ -39,6 +53,8 @@ int main(int argc, char** argv) {
   trainmem::cli::add_info_command(app, run);
   trainmem::cli::add_replay_command(app, run);
   trainmem::cli::add_train_command(app, run);
+  trainmem::cli::add_estimate_command(app, run);
+  trainmem::cli::add_max_batch_command(app, run);
 
   try {
     app.parse(argc, argv);
@@ -64,7 +80,14 @@ int main(int argc, char** argv) {
   }
 
   try {
-    return run();
+    const int exit_code = run();
+    if (exit_code != 0 && trainmem::launched_by_mpirun()) {
+      std::string why = "the run failed (exit code ";
+      why += std::to_string(exit_code);
+      why += "; the reason is above)";
+      trainmem::abort_world(why, exit_code);
+    }
+    return exit_code;
   } catch (const trainmem::TraceError& e) {
     return input_error(e);
   } catch (const trainmem::ByteSizeError& e) {
@@ -80,10 +103,8 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     return input_error(e);  // a flag value that cannot work (e.g. --loss-scale without fp16)
   } catch (const trainmem::OutOfMemoryError& e) {
-    std::cerr << "trainmem: " << e.what() << '\n';  // the full multi-line report
-    return 1;
+    return fail(e.what(), 1);  // the full multi-line report
   } catch (const std::exception& e) {
-    std::cerr << "trainmem: error: " << one_line(e.what()) << '\n';
-    return 1;
+    return fail(error_line(e), 1);
   }
 }

@@ -2,7 +2,9 @@
 
 #include "common/model/attention_kind.h"
 #include "common/model/precision.h"
+#include "suites/allocator/empty_cache_policy.h"
 #include "suites/checkpointing/recompute.h"
+#include "suites/fsdp/fsdp_options.h"
 
 namespace trainmem::cli {
 
@@ -80,6 +82,52 @@ void add_run_flags(CLI::App& command, TrainFlags& flags) {
   command.add_option("--seed", flags.seed, "Seed for the initialization and the synthetic corpus")->capture_default_str();
   command.add_option("--json", flags.json, "Write the run's result (config, device, per-step figures, memory) here");
   command.add_option("--record-memory", flags.record_memory, "Write the allocator's event log (every alloc/free) here");
+  command.add_option("--memory-snapshot", flags.memory_snapshot,
+                     "Write the recorded trace and the final segments in PyTorch's snapshot structure (JSON) here; "
+                     "the report tool turns it into the pickle pytorch.org/memory_viz opens");
+}
+
+void add_allocator_flags(CLI::App& command, TrainFlags& flags) {
+  command.add_option("--empty-cache", flags.empty_cache,
+                     "Call the allocator's empty_cache() after optimizer steps: never, every-step or every:N "
+                     "(gives cached segments, or with expandable segments free pages, back to the device)")
+      ->capture_default_str()
+      ->check(parses_with(allocator::EmptyCachePolicy::parse));
+}
+
+void add_sharding_flags(CLI::App& command, TrainFlags& flags) {
+  command.add_option("--zero", flags.zero,
+                     "ZeRO stage over the ranks of mpirun: 0 data parallel (gradients all-reduced), 1 shards the "
+                     "optimizer state, 2 also the gradients, 3 also the parameters (default under mpirun: 0)")
+      ->check(CLI::Range(0, 3));
+  command.add_option("--offload", flags.offload,
+                     "ZeRO-Offload: none, optimizer (optimizer state and Adam on the host; --zero 1-3) or params "
+                     "(also the parameter shards; --zero 3)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "optimizer", "params"}));
+  // FSDP (suites/fsdp): the values are checked by the suite's own parsers, so the message is theirs.
+  const auto fsdp_check = [](auto parse) {
+    return [parse](const std::string& text) {
+      try {
+        parse(text);
+        return std::string();
+      } catch (const std::invalid_argument& e) {
+        return std::string(e.what());
+      }
+    };
+  };
+  command.add_option("--fsdp", flags.fsdp,
+                     "Fully sharded data parallel over the ranks of mpirun: full (FULL_SHARD), grad_op "
+                     "(SHARD_GRAD_OP) or none (NO_SHARD: plain data parallel); not with --zero")
+      ->check(fsdp_check([](const std::string& t) { fsdp::parse_sharding_mode(t); }));
+  command.add_option("--fsdp-unit", flags.fsdp_unit, "FSDP unit: layer, or K-layers (K consecutive layers, e.g. 2-layers)")
+      ->capture_default_str()
+      ->check(fsdp_check([](const std::string& t) { fsdp::parse_layers_per_unit(t); }));
+  command.add_option("--fsdp-prefetch", flags.fsdp_prefetch,
+                     "FSDP: gather the next unit while the current one computes: on or off (the lazy loader's "
+                     "--prefetch N is another flag)")
+      ->check(fsdp_check([](const std::string& t) { fsdp::parse_on_off(t, "--fsdp-prefetch"); }))
+      ->capture_default_str();
 }
 
 }  // namespace trainmem::cli

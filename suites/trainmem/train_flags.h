@@ -39,6 +39,18 @@ struct TrainFlags {
   bool pinned = true;
   std::string data = "synthetic";
 
+  // --- sharding (add_sharding_flags): data parallelism over the ranks of `mpirun -np N`
+  int zero = -1;                 // --zero 0|1|2|3; -1: not given (0 under mpirun, none alone)
+  std::string offload = "none";  // --offload none|optimizer|params (needs --zero >= 1; params: 3)
+  std::string fsdp;                   // --fsdp full|grad_op|none (suites/fsdp); empty: not given
+  std::string fsdp_unit = "layer";    // --fsdp-unit layer|K-layers
+  std::string fsdp_prefetch = "off";  // --fsdp-prefetch on|off (not --prefetch: that is the lazy loader's)
+
+  // --- the allocator (add_allocator_flags; train only; suites/allocator)
+  // --empty-cache never|every-step|every:N: call the allocator's empty_cache() after every N-th
+  // optimizer step (torch.cuda.empty_cache() as the guides advise); never: the default.
+  std::string empty_cache = "never";
+
   // --- the run (add_run_flags; train only)
   long steps = 50;
   float lr = 1e-3f;
@@ -47,6 +59,7 @@ struct TrainFlags {
   std::uint64_t seed = 1;
   std::string json;
   std::string record_memory;
+  std::string memory_snapshot;  // PyTorch snapshot structure (memory_snapshot.h)
 };
 
 // The model the flags describe: the preset with any overrides, validated (GPTConfigError).
@@ -56,5 +69,7 @@ void add_model_flags(CLI::App& command, TrainFlags& flags);      // --model, --l
 void add_technique_flags(CLI::App& command, TrainFlags& flags);  // --accum, --recompute, --precision, ...
 void add_data_flags(CLI::App& command, TrainFlags& flags);       // --loader, --prefetch, --pinned, --data
 void add_run_flags(CLI::App& command, TrainFlags& flags);        // --steps, --lr, ..., --json, --record-memory
+void add_sharding_flags(CLI::App& command, TrainFlags& flags);   // --zero, --offload, --fsdp, --fsdp-unit, --fsdp-prefetch
+void add_allocator_flags(CLI::App& command, TrainFlags& flags);  // --empty-cache
 
 }  // namespace trainmem::cli

@@ -326,4 +326,83 @@ TEST(Cli, TrainThatCannotFitGivesTheOomReportAndExits1) {
     EXPECT_NE(r.err.find(text), std::string::npos) << text << " in\n" << r.err;
 }
 
+// --- estimate and max-batch (suites/trainmem/estimator)
+
+// The estimate of a run equals what `trainmem train` then measures, byte for byte: peak allocated,
+// peak reserved and every category's peak (the same two steps).
+TEST(Cli, EstimateEqualsWhatTrainMeasures) {
+  const std::string json_path = temp_path("measured.json");
+  const std::string config = "--device cpu --model tiny --batch 8 --precision bf16 --recompute selective --loader lazy";
+  const CliRun e = trainmem("estimate " + config + " --json");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const CliRun t = trainmem("train " + config + " --steps 2 --json " + json_path);
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const nlohmann::json predicted = parse_json(e.out), measured = parse_json(read_file(json_path));
+  EXPECT_EQ(predicted["peak_allocated_bytes"], measured["memory"]["peak_allocated_bytes"]);
+  EXPECT_EQ(predicted["peak_reserved_bytes"], measured["memory"]["peak_reserved_bytes"]);
+  for (const char* c : {"parameters", "gradients", "optimizer_state", "activations", "workspace", "data"})
+    EXPECT_EQ(predicted["by_category"][c]["peak_bytes"], measured["memory"]["by_category"][c]["peak_bytes"]) << c;
+}
+
+// A model far too large to run here, sized for a named card: the table, the 16 bytes per
+// parameter, whether it fits and the largest micro-batch.
+TEST(Cli, EstimateTableForALargeModelOnANamedGpu) {
+  const CliRun r = trainmem("estimate --model gpt2-1.5b --precision bf16 --attention flash --gpu h100-80gb");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* text : {"1557611200 parameters", "16 bytes per parameter", "activations", "peak allocated",
+                           "peak reserved", "the peak: ", "h100-80gb", "fits: yes", "largest micro-batch that fits: "})
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << " in\n" << r.out;
+  const CliRun big = trainmem("estimate --model gpt2-1.5b --batch 64 --gpu rtx4090-24gb --json");
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  const nlohmann::json j = parse_json(big.out);
+  EXPECT_FALSE(j["device"]["fits"].get<bool>());
+  EXPECT_EQ(j["config"]["backend"], "cuda");
+}
+
+// The ZeRO paper's 7.5B model on 64 ranks, given by flags: 1.9 GB of model states per rank
+// with ZeRO-3 (16 Psi / 64).
+TEST(Cli, EstimateShardedOverRanks) {
+  const CliRun r = trainmem("estimate --layers 36 --dim 4096 --heads 32 --seq 4096 --vocab 57019 --batch 1 "
+                            "--precision bf16 --attention flash --recompute full --gpu a100-80gb --world-size 64 "
+                            "--zero 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = parse_json(r.out);
+  EXPECT_EQ(j["num_parameters"], 7500009472LL);
+  EXPECT_NEAR(j["sharding"]["paper_per_rank_bytes"]["model_states"].get<double>() / 1e9, 1.875, 1e-3);
+  EXPECT_EQ(j["sharding"]["world_size"], 64);
+  EXPECT_TRUE(j["device"]["fits"].get<bool>());
+}
+
+TEST(Cli, EstimateWrongFlagsAreOneLineErrors) {
+  expect_input_error("estimate --gpu h100", "h100-80gb");
+  expect_input_error("estimate --gpu h100-80gb --device-memory 1GiB", "not both");
+  expect_input_error("estimate --world-size 0", "--world-size");
+  expect_input_error("estimate --offload optimizer", "--offload");
+  expect_input_error("max-batch --limit 0", "--limit");
+}
+
+// max-batch tries real runs and finds what the estimator predicted: B fits, B+1 does not.
+TEST(Cli, MaxBatchFindsTheEstimatorsAnswerByTrying) {
+  const CliRun r = trainmem("max-batch --device cpu --model tiny --device-memory 24MiB --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = parse_json(r.out);
+  const auto best = j["max_batch"].get<long long>();
+  EXPECT_GT(best, 1);
+  EXPECT_EQ(j["predicted_max_batch"].get<long long>(), best);
+  bool fit_seen = false, oom_seen = false;
+  for (const nlohmann::json& t : j["trials"]) {
+    if (t["batch"] == best) fit_seen = t["fits"].get<bool>();
+    if (t["batch"] == best + 1) oom_seen = !t["fits"].get<bool>();
+  }
+  EXPECT_TRUE(fit_seen && oom_seen) << j["trials"].dump();
+}
+
+// Out of memory, the report names the cheapest technique that makes the run fit, with the figures.
+TEST(Cli, OomReportNamesTheCheapestTechniqueThatFits) {
+  const CliRun r = trainmem("train --device cpu --model tiny --batch 24 --device-memory 24MiB --steps 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--batch 12 --accum 2 would bring the peak reserved from 28.00 MiB to 14.00 MiB"), std::string::npos)
+      << r.err;
+}
+
 }  // namespace

@@ -1,0 +1,263 @@
+// The communicator on N ranks (ctest runs this binary under mpirun with 1, 2 and 4 ranks; see
+// trainmem_add_mpi_test). Every rank runs every test; every rank computes every rank's input from
+// the seeds, so each checks its own result against a CPU computation, bit for bit, and the byte
+// counts against the formulas for N ranks.
+//
+// The backend is make_communicator's choice ("auto": mpi under mpirun, local without), or
+// TRAINMEM_TEST_COMM; the device is TRAINMEM_TEST_DEVICE (cpu by default; cuda runs the same
+// tests through host staging, or NCCL).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "common/comm/communicator.h"
+#include "common/tests/comm_test_support.h"
+
+namespace trainmem {
+namespace {
+
+using comm_test::DeviceArray;
+using comm_test::encode;
+using comm_test::rank_values;
+using comm_test::slice;
+using comm_test::sum_over_ranks;
+
+class CommunicatorFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    device_ = comm_test::open_test_device();
+    const char* backend = std::getenv("TRAINMEM_TEST_COMM");
+    comm_ = make_communicator(*device_, backend ? backend : "auto");
+    N = comm_->world_size();
+    rank = comm_->rank();
+  }
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Communicator> comm_;
+  int N = 1;
+  int rank = 0;
+};
+
+class CommunicatorRanks : public CommunicatorFixture, public ::testing::WithParamInterface<DType> {};
+
+TEST(CommunicatorWorld, MatchesTheProcessesMpirunStarted) {
+  auto device = comm_test::open_test_device();
+  auto comm = make_communicator(*device);
+  const char* launched = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const int expected = launched ? std::atoi(launched) : 1;
+  EXPECT_EQ(comm->world_size(), expected);
+  EXPECT_GE(comm->rank(), 0);
+  EXPECT_LT(comm->rank(), expected);
+  if (launched && mpi_compiled()) {
+    EXPECT_NE(comm->backend(), "local");
+  }
+  if (!launched) {
+    EXPECT_EQ(comm->backend(), "local");
+  }
+}
+
+// Odd sizes too: 1 element, a prime, and one large enough to be more than a cache line.
+constexpr std::size_t kCounts[] = {1, 7, 1031};
+
+TEST_P(CommunicatorRanks, AllReduceSumsEveryRanksBuffer) {
+  const DType dt = GetParam();
+  for (std::size_t n : kCounts) {
+    const int salt = static_cast<int>(n);
+    DeviceArray buf(*device_, n, dt);
+    buf.upload(encode(rank_values(rank, salt, n, dt), dt));
+    comm_->all_reduce(buf.data(), n, dt, MemoryCategory::gradients);
+    EXPECT_EQ(buf.download(), encode(sum_over_ranks(N, salt, n, dt), dt)) << "n = " << n;
+  }
+}
+
+// General fp32 values (sums not exact): within rounding of the exact sum, and the same bits on
+// every rank (data parallel replicas must not drift apart).
+class CommunicatorGeneralFloats : public CommunicatorFixture {};
+
+TEST_F(CommunicatorGeneralFloats, AllReduceIsWithinRoundingAndTheSameOnEveryRank) {
+  const std::size_t n = 4096;
+  auto values_of = [](int r) {
+    std::mt19937 rng(static_cast<std::uint32_t>(99 + r));
+    std::vector<float> v(n);
+    for (float& x : v) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    return v;
+  };
+  std::vector<double> exact(n, 0.0), magnitude(n, 0.0);
+  for (int r = 0; r < N; ++r) {
+    const auto v = values_of(r);
+    for (std::size_t i = 0; i < n; ++i) exact[i] += v[i], magnitude[i] += std::abs(v[i]);
+  }
+  DeviceArray buf(*device_, n, DType::f32);
+  buf.upload(encode(values_of(rank), DType::f32));
+  comm_->all_reduce(buf.data(), n, DType::f32, MemoryCategory::gradients);
+  const auto bytes = buf.download();
+  std::vector<float> got(n);
+  std::memcpy(got.data(), bytes.data(), bytes.size());
+  double checksum = 0;  // a position-weighted sum of the bits: equal on all ranks iff (almost surely) the bits are
+  for (std::size_t i = 0; i < n; ++i) {
+    // N - 1 additions, each within half an ulp of the partial sum: |error| <= (N-1) * 2^-24 * sum|x|.
+    EXPECT_NEAR(got[i], exact[i], (N - 1) * 0x1p-24 * magnitude[i] + 1e-30) << "i = " << i;
+    std::uint32_t b = 0;
+    std::memcpy(&b, &got[i], 4);
+    checksum += static_cast<double>(b % 65521) * static_cast<double>(i + 1);
+  }
+  EXPECT_EQ(comm_->all_reduce_max(checksum), comm_->all_reduce_sum(checksum) / N);
+}
+
+TEST_P(CommunicatorRanks, ReduceScatterGivesEachRankItsSliceOfTheSum) {
+  const DType dt = GetParam();
+  for (std::size_t n : kCounts) {
+    const int salt = 100 + static_cast<int>(n);
+    const std::size_t total = n * static_cast<std::size_t>(N);
+    DeviceArray send(*device_, total, dt), recv(*device_, n, dt);
+    send.upload(encode(rank_values(rank, salt, total, dt), dt));
+    comm_->reduce_scatter(send.data(), recv.data(), n, dt, MemoryCategory::gradients);
+    const auto expected = encode(sum_over_ranks(N, salt, total, dt), dt);
+    EXPECT_EQ(recv.download(), slice(expected, rank * n, n, dt)) << "n = " << n;
+    // The input is left as it was.
+    EXPECT_EQ(send.download(), encode(rank_values(rank, salt, total, dt), dt));
+  }
+}
+
+TEST_P(CommunicatorRanks, ReduceScatterInPlaceWritesTheRanksOwnSlice) {
+  const DType dt = GetParam();
+  const std::size_t n = 257, total = n * static_cast<std::size_t>(N);
+  const int salt = 7;
+  DeviceArray buf(*device_, total, dt);
+  buf.upload(encode(rank_values(rank, salt, total, dt), dt));
+  comm_->reduce_scatter(buf.data(), buf.bytes_at(rank * n, dt), n, dt, MemoryCategory::gradients);
+  const auto expected = encode(sum_over_ranks(N, salt, total, dt), dt);
+  EXPECT_EQ(slice(buf.download(), rank * n, n, dt), slice(expected, rank * n, n, dt));
+}
+
+TEST_P(CommunicatorRanks, AllGatherConcatenatesTheRanksSlicesInRankOrder) {
+  const DType dt = GetParam();
+  for (std::size_t n : kCounts) {
+    const int salt = 200 + static_cast<int>(n);
+    DeviceArray send(*device_, n, dt), recv(*device_, n * static_cast<std::size_t>(N), dt);
+    send.upload(encode(rank_values(rank, salt, n, dt), dt));
+    comm_->all_gather(send.data(), recv.data(), n, dt, MemoryCategory::parameters);
+    std::vector<std::uint8_t> expected;
+    for (int r = 0; r < N; ++r) {
+      const auto part = encode(rank_values(r, salt, n, dt), dt);
+      expected.insert(expected.end(), part.begin(), part.end());
+    }
+    EXPECT_EQ(recv.download(), expected) << "n = " << n;
+  }
+}
+
+TEST_P(CommunicatorRanks, AllGatherInPlaceFromTheRanksOwnSlice) {
+  const DType dt = GetParam();
+  const std::size_t n = 129;
+  const int salt = 11;
+  DeviceArray buf(*device_, n * static_cast<std::size_t>(N), dt);
+  // Every slice but the rank's own holds garbage (0xff: NaN) before the gather.
+  std::vector<std::uint8_t> start(buf.tensor.nbytes(), 0xff);
+  const auto mine = encode(rank_values(rank, salt, n, dt), dt);
+  std::copy(mine.begin(), mine.end(), start.begin() + static_cast<std::ptrdiff_t>(rank * n * dtype_size(dt)));
+  buf.upload(start);
+  comm_->all_gather(buf.bytes_at(rank * n, dt), buf.data(), n, dt, MemoryCategory::parameters);
+  std::vector<std::uint8_t> expected;
+  for (int r = 0; r < N; ++r) {
+    const auto part = encode(rank_values(r, salt, n, dt), dt);
+    expected.insert(expected.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(buf.download(), expected);
+}
+
+TEST_P(CommunicatorRanks, BroadcastGivesEveryRankTheRootsBuffer) {
+  const DType dt = GetParam();
+  const std::size_t n = 513;
+  for (int root = 0; root < N; ++root) {
+    const int salt = 300 + root;
+    DeviceArray buf(*device_, n, dt);
+    buf.upload(encode(rank_values(rank, salt, n, dt), dt));
+    comm_->broadcast(buf.data(), n, dt, root, MemoryCategory::parameters);
+    EXPECT_EQ(buf.download(), encode(rank_values(root, salt, n, dt), dt)) << "root " << root;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CommunicatorRanks, ::testing::Values(DType::f32, DType::bf16, DType::f16),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+class CommunicatorCounts : public CommunicatorFixture {};
+
+TEST_F(CommunicatorCounts, HostScalarsAndBarrier) {
+  EXPECT_EQ(comm_->all_reduce_sum(rank + 1.0), N * (N + 1) / 2.0);  // 1 + 2 + ... + N
+  EXPECT_EQ(comm_->all_reduce_max(rank + 0.5), N - 0.5);
+  comm_->barrier();
+  EXPECT_EQ(comm_->stats().by_collective[static_cast<std::size_t>(Collective::barrier)].calls, 1u);
+  EXPECT_EQ(comm_->stats().total.sent_bytes, 0u);  // host scalars and barriers move no counted bytes
+}
+
+// Each count equals its formula for N ranks (communicator.h): S the whole buffer's bytes,
+//   all_reduce     volume 2S, sent = received = 2S(N-1)/N
+//   reduce_scatter volume S,  sent = received = S(N-1)/N
+//   all_gather     volume S,  sent = received = S(N-1)/N
+//   broadcast      volume S,  sent S at the root, received S elsewhere
+TEST_F(CommunicatorCounts, BytesPerCallPerCollectiveAndPerCategoryFollowTheFormulas) {
+  const std::uint64_t n = N;
+  const std::size_t c = 1000;                 // elements per rank slice / per all-reduced buffer
+  DeviceArray a(*device_, c * n, DType::f32);  // 4000 N bytes
+  DeviceArray h(*device_, c * n, DType::bf16);
+  a.upload(encode(rank_values(rank, 1, c * n, DType::f32), DType::f32));
+  h.upload(encode(rank_values(rank, 1, c * n, DType::bf16), DType::bf16));
+  comm_->reset_stats();
+
+  comm_->all_reduce(a.data(), c, DType::f32, MemoryCategory::gradients);                    // S = 4000
+  comm_->reduce_scatter(h.data(), h.bytes_at(rank * c, DType::bf16), c, DType::bf16,
+                        MemoryCategory::gradients);                                        // S = 2000 N
+  comm_->all_gather(h.bytes_at(rank * c, DType::bf16), h.data(), c, DType::bf16,
+                    MemoryCategory::parameters);                                           // S = 2000 N
+  comm_->broadcast(a.data(), c * n, DType::f32, 0, MemoryCategory::parameters);             // S = 4000 N
+  comm_->barrier();
+
+  const CommStats& s = comm_->stats();
+  auto of = [&](Collective k) { return s.by_collective[static_cast<std::size_t>(k)]; };
+  const bool root = rank == 0;
+
+  EXPECT_EQ(of(Collective::all_reduce).calls, 1u);
+  EXPECT_EQ(of(Collective::all_reduce).volume_bytes, 8000u);
+  EXPECT_EQ(of(Collective::all_reduce).sent_bytes, 8000 * (n - 1) / n);
+  EXPECT_EQ(of(Collective::all_reduce).received_bytes, 8000 * (n - 1) / n);
+
+  EXPECT_EQ(of(Collective::reduce_scatter).volume_bytes, 2000 * n);
+  EXPECT_EQ(of(Collective::reduce_scatter).sent_bytes, 2000 * (n - 1));
+  EXPECT_EQ(of(Collective::reduce_scatter).received_bytes, 2000 * (n - 1));
+
+  EXPECT_EQ(of(Collective::all_gather).volume_bytes, 2000 * n);
+  EXPECT_EQ(of(Collective::all_gather).sent_bytes, 2000 * (n - 1));
+  EXPECT_EQ(of(Collective::all_gather).received_bytes, 2000 * (n - 1));
+
+  EXPECT_EQ(of(Collective::broadcast).volume_bytes, 4000 * n);
+  EXPECT_EQ(of(Collective::broadcast).sent_bytes, root && n > 1 ? 4000 * n : 0u);
+  EXPECT_EQ(of(Collective::broadcast).received_bytes, root ? 0u : 4000 * n);
+
+  EXPECT_EQ(of(Collective::barrier).calls, 1u);
+  EXPECT_EQ(of(Collective::barrier).volume_bytes, 0u);
+
+  const CommCounts& grads = s.by_category[index_of(MemoryCategory::gradients)];
+  const CommCounts& params = s.by_category[index_of(MemoryCategory::parameters)];
+  EXPECT_EQ(grads.calls, 2u);
+  EXPECT_EQ(grads.volume_bytes, 8000 + 2000 * n);
+  EXPECT_EQ(grads.sent_bytes, 8000 * (n - 1) / n + 2000 * (n - 1));
+  EXPECT_EQ(params.calls, 2u);
+  EXPECT_EQ(params.volume_bytes, 2000 * n + 4000 * n);
+  EXPECT_EQ(s.total.calls, 5u);
+  EXPECT_EQ(s.total.volume_bytes, 8000 + 2000 * n + 2000 * n + 4000 * n);
+  EXPECT_EQ(s.total.received_bytes, 8000 * (n - 1) / n + 2 * 2000 * (n - 1) + (root ? 0u : 4000 * n));
+  EXPECT_GT(s.total.seconds, 0.0);
+
+  comm_->reset_stats();
+  EXPECT_EQ(comm_->stats().total.calls, 0u);
+}
+
+TEST_F(CommunicatorCounts, RefusesWhatNoBackendCanDo) {
+  float x = 1;
+  EXPECT_THROW(comm_->all_reduce(&x, 1, DType::i32, MemoryCategory::other), std::invalid_argument);
+  EXPECT_THROW(comm_->broadcast(&x, 1, DType::f32, N, MemoryCategory::other), std::invalid_argument);
+  EXPECT_EQ(comm_->stats().total.calls, 0u);
+  comm_->barrier();  // every rank is still in step
+}
+
+}  // namespace
+}  // namespace trainmem

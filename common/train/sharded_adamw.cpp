@@ -1,0 +1,194 @@
+#include "common/train/sharded_adamw.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "common/allocator/allocator_config.h"
+#include "common/device/device.h"
+#include "common/device/device_ops.h"
+#include "common/model/compute_views.h"
+#include "kernels/convert.h"
+#include "kernels/grad_norm.h"
+
+namespace trainmem {
+
+Offload parse_offload(const std::string& text) {
+  if (text == "none") return Offload::none;
+  if (text == "optimizer") return Offload::optimizer;
+  if (text == "params") return Offload::params;
+  throw std::invalid_argument("--offload must be none, optimizer or params, not '" + text + "'");
+}
+
+std::string to_string(Offload offload) {
+  switch (offload) {
+    case Offload::none: return "none";
+    case Offload::optimizer: return "optimizer";
+    case Offload::params: return "params";
+  }
+  return "?";
+}
+
+// One registered slice and its optimizer state: on the device (Offload::none) or on the host.
+struct ShardedAdamW::Shard {
+  std::string name;
+  void* param = nullptr;  // device memory; host memory with Offload::params
+  void* grad = nullptr;   // device memory
+  std::size_t count = 0;
+  DType dtype = DType::f32;
+
+  Tensor master, m, v;  // device state; master only for a 16-bit model
+  std::vector<float> host_master, host_m, host_v, host_grad;  // host state (offload)
+
+  // The caller's buffers seen as tensors, for the fp32 views (compute_views.h).
+  Tensor grad_tensor() const { return Tensor::view(grad, {static_cast<std::int64_t>(count)}, dtype, MemoryCategory::gradients, name + ".grad"); }
+  Tensor param_tensor() const { return Tensor::view(param, {static_cast<std::int64_t>(count)}, dtype, MemoryCategory::parameters, name); }
+};
+
+ShardedAdamW::ShardedAdamW(Device& device, Communicator& comm, kernels::AdamWHyper hyper, float max_grad_norm,
+                           Offload offload)
+    : device_(device), comm_(comm), hyper_(hyper), max_grad_norm_(max_grad_norm), offload_(offload) {}
+
+ShardedAdamW::~ShardedAdamW() = default;
+
+namespace {
+// 16-bit storage -> fp32 on the host (exact), and back (round to nearest even), as kernels/convert.h.
+void host_widen(float* out, const void* in, std::size_t n, DType dtype) {
+  if (dtype == DType::f32) std::memcpy(out, in, n * sizeof(float));
+  else if (dtype == DType::bf16) kernels::cpu::from_bf16(out, static_cast<const std::uint16_t*>(in), n);
+  else kernels::cpu::from_fp16(out, static_cast<const std::uint16_t*>(in), n);
+}
+void host_narrow(void* out, const float* in, std::size_t n, DType dtype) {
+  if (dtype == DType::f32) std::memcpy(out, in, n * sizeof(float));
+  else if (dtype == DType::bf16) kernels::cpu::to_bf16(static_cast<std::uint16_t*>(out), in, n);
+  else kernels::cpu::to_fp16(static_cast<std::uint16_t*>(out), in, n);
+}
+}  // namespace
+
+void ShardedAdamW::add_shard(void* param, void* grad, std::size_t count, DType dtype, const std::string& name) {
+  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
+    throw std::invalid_argument("ShardedAdamW::add_shard(" + name + "): parameters must be f32, bf16 or f16");
+  if (count == 0) throw std::invalid_argument("ShardedAdamW::add_shard(" + name + "): empty shard");
+  Shard s;
+  s.name = name;
+  s.param = param;
+  s.grad = grad;
+  s.count = count;
+  s.dtype = dtype;
+  const auto n = static_cast<std::int64_t>(count);
+  CachingAllocator& a = device_.allocator();
+  if (offload_ == Offload::none) {
+    // m and v start at zero; a 16-bit model's master weights start as its weights, widened.
+    s.m = Tensor(a, {n}, DType::f32, MemoryCategory::optimizer_state, name + ".adam_m");
+    s.v = Tensor(a, {n}, DType::f32, MemoryCategory::optimizer_state, name + ".adam_v");
+    zero_device_memory(device_, s.m.data(), s.m.nbytes());
+    zero_device_memory(device_, s.v.data(), s.v.nbytes());
+    if (dtype != DType::f32) {
+      s.master = Tensor(a, {n}, DType::f32, MemoryCategory::optimizer_state, name + ".master");
+      widen_to_f32(device_, s.master.data_as<float>(), s.param_tensor());
+    }
+  } else {
+    s.host_master.resize(count);
+    s.host_m.assign(count, 0.0f);
+    s.host_v.assign(count, 0.0f);
+    s.host_grad.resize(count);
+    if (offload_ == Offload::params) {
+      host_widen(s.host_master.data(), param, count, dtype);  // the shard is already on the host
+    } else {
+      const Read fp32(device_, s.param_tensor());
+      copy_device_to_host(device_, s.host_master.data(), fp32, count * sizeof(float));
+    }
+  }
+  shards_.push_back(std::move(s));
+}
+
+// sum over this rank's gradient shards of g^2 (the gradients as stored: still scaled)
+double ShardedAdamW::local_sum_of_squares() {
+  if (device_.kind() == DeviceKind::cpu) {
+    double sum = 0;
+    for (Shard& s : shards_) sum += kernels::cpu::sum_of_squares(Read(device_, s.grad_tensor()), s.count);
+    return sum;
+  }
+  // One float on the device collects every shard's sum of squares; read once (as AdamWOptimizer).
+  Tensor acc(device_.allocator(), {1}, DType::f32, MemoryCategory::workspace, "grad_norm.accumulator");
+  zero_device_memory(device_, acc.data(), acc.nbytes());
+  for ([[maybe_unused]] Shard& s : shards_)  // unused where CUDA is not compiled
+    TRAINMEM_CUDA_KERNEL("sum_of_squares",
+                         kernels::cuda::sum_of_squares_accumulate(nullptr, acc.data_as<float>(),
+                                                                  Read(device_, s.grad_tensor()), s.count));
+  float host = 0;
+  copy_device_to_host(device_, &host, acc.data(), sizeof host);
+  return host;
+}
+
+ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
+  StepOutcome outcome;
+  // Every rank gets the same sum, so every rank makes the same decisions below.
+  const double scaled_norm = std::sqrt(comm_.all_reduce_sum(local_sum_of_squares()));
+  // The gradients carry the loss scale and are a sum over N ranks of per-rank means (header).
+  const double divisor = loss_scale * static_cast<double>(comm_.world_size());
+  outcome.grad_norm = scaled_norm / divisor;
+  if (!std::isfinite(scaled_norm)) {  // an inf or NaN on any rank: no rank updates
+    outcome.skipped = true;
+    return outcome;
+  }
+  // g = grad * grad_scale, grad_scale = clip / (loss_scale * N): unscale, average and clip in one factor.
+  const float grad_scale = static_cast<float>(kernels::clip_scale(outcome.grad_norm, max_grad_norm_) / divisor);
+  ++step_;
+  const auto stream = kernel_stream(device_);
+  for (Shard& s : shards_) {
+    Tensor grad = s.grad_tensor();
+    if (offload_ == Offload::none) {
+      if (s.dtype == DType::f32) {
+        // The fp32 weights are their own master copy: updated in place.
+        kernels::adamw_update(stream, static_cast<float*>(s.param), static_cast<const float*>(s.grad),
+                              s.m.data_as<float>(), s.v.data_as<float>(), s.count, hyper_, step_, grad_scale);
+      } else {
+        // Update the fp32 master weights, then round them into the 16-bit weights.
+        kernels::adamw_update(stream, s.master.data_as<float>(), Read(device_, grad), s.m.data_as<float>(),
+                              s.v.data_as<float>(), s.count, hyper_, step_, grad_scale);
+        Tensor param = s.param_tensor();
+        narrow_from_f32(device_, param, s.master.data_as<float>());
+      }
+      continue;
+    }
+    // Offload: gradient (widened to fp32 on the device) to the host, Adam on the CPU, weights back.
+    {
+      const Read fp32(device_, grad);
+      copy_device_to_host(device_, s.host_grad.data(), fp32, s.count * sizeof(float));
+    }
+    kernels::cpu::adamw_update(s.host_master.data(), s.host_grad.data(), s.host_m.data(), s.host_v.data(), s.count,
+                               hyper_, step_, grad_scale);
+    if (offload_ == Offload::params) {
+      host_narrow(s.param, s.host_master.data(), s.count, s.dtype);
+    } else {
+      Tensor param = s.param_tensor();
+      const Write fp32(device_, param);  // rounds into the 16-bit weights when it goes
+      copy_host_to_device(device_, fp32, s.host_master.data(), s.count * sizeof(float));
+    }
+  }
+  return outcome;
+}
+
+std::size_t ShardedAdamW::state_elements() const {
+  std::size_t n = 0;
+  for (const Shard& s : shards_) n += s.count;
+  return n;
+}
+
+std::size_t ShardedAdamW::device_state_bytes() const {
+  std::size_t bytes = 0;
+  for (const Shard& s : shards_)
+    for (const Tensor* t : {&s.master, &s.m, &s.v})
+      if (t->data() != nullptr) bytes += round_size(t->nbytes());
+  return bytes;
+}
+
+std::size_t ShardedAdamW::host_state_bytes() const {
+  std::size_t bytes = 0;
+  for (const Shard& s : shards_)
+    bytes += (s.host_master.size() + s.host_m.size() + s.host_v.size() + s.host_grad.size()) * sizeof(float);
+  return bytes;
+}
+
+}  // namespace trainmem

@@ -1,0 +1,55 @@
+"""Result folders for the renderer's tests.
+
+Two sources of real results, both produced by `ci/suite --quick` (real binaries, short cases):
+  fixture  reports/tests/fixtures/cpu-quick/, committed (CPU, CI machine); always there
+  live     made now, when TRAINMEM_BUILD_DIR names a build folder (ci/test sets it): the tests
+           then also check the results of the binaries just built; skipped otherwise, saying why
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # `reports.trainmem_report`, as `python3 -m` finds it from the root
+FIXTURE = REPO / "reports" / "tests" / "fixtures" / "cpu-quick"
+
+
+@pytest.fixture(scope="session")
+def live_results(tmp_path_factory) -> pathlib.Path:
+    build = os.environ.get("TRAINMEM_BUILD_DIR")
+    if not build:
+        pytest.skip("TRAINMEM_BUILD_DIR not set: no live ci/suite --quick run (ci/test sets it)")
+    out = tmp_path_factory.mktemp("live") / "cpu-quick"
+    run = subprocess.run([str(REPO / "ci" / "suite"), "--quick", "--build", build, "--out", str(out)],
+                         cwd=REPO, capture_output=True, text=True, env={**os.environ, "TRAINMEM_DEVICE": "cpu"})
+    assert run.returncode == 0, f"ci/suite --quick failed:\n{run.stdout}\n{run.stderr}"
+    return out
+
+
+@pytest.fixture(scope="session", params=["fixture", "live"])
+def results(request, tmp_path_factory) -> pathlib.Path:
+    """A fresh copy of a real results folder (the tests render into it)."""
+    source = FIXTURE if request.param == "fixture" else request.getfixturevalue("live_results")
+    copy = tmp_path_factory.mktemp(request.param) / source.name
+    shutil.copytree(source, copy)
+    return copy
+
+
+@pytest.fixture
+def fixture_copy(tmp_path) -> pathlib.Path:
+    """A private copy of the committed fixture, to damage."""
+    copy = tmp_path / "results"
+    shutil.copytree(FIXTURE, copy)
+    for generated in ("index.html", "summary.md", "plots"):
+        target = copy / generated
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    return copy

@@ -1,0 +1,164 @@
+"""The report rendered from real results: every plot written, the HTML self-contained and its
+links pointing at files that exist, the numbers in summary.md equal to the JSON's, the timeline
+equal to the run's own figures."""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from reports.trainmem_report import claims, timeline
+from reports.trainmem_report.__main__ import main
+from reports.trainmem_report.results import load_folder
+
+MiB = 1024 * 1024
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+UNITS_MS = {"ms": 1.0, "µs": 1e-3, "ns": 1e-6}
+SECTION_BENCH = re.compile(r"^## .*\((bench_\w+)\)$")
+
+
+@pytest.fixture(scope="session")
+def rendered(results) -> pathlib.Path:
+    assert main(["render", str(results)]) == 0
+    return results
+
+
+def md_tables(summary: str) -> dict[str, list[dict[str, str]]]:
+    """bench name -> rows of the first table of its section, as {column: cell}."""
+    tables, bench, header = {}, None, None
+    for line in summary.splitlines():
+        m = SECTION_BENCH.match(line)
+        if m:
+            bench, header = m.group(1), None
+        elif line.startswith("## "):
+            bench = None
+        elif not line.startswith("|"):
+            header = None  # a table ends at the first line that is not a row
+        elif bench and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            if header is None:
+                header = cells
+                if bench in tables:  # only the first table (the suite's own; then come claims)
+                    bench = None
+                    continue
+                tables[bench] = []
+            else:
+                tables[bench].append(dict(zip(header, cells)))
+    return tables
+
+
+def test_every_plot_is_a_non_empty_png(rendered):
+    pngs = list((rendered / "plots").glob("*.png"))
+    assert len(pngs) >= 8, sorted(p.name for p in pngs)
+    for png in pngs:
+        data = png.read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 2000, png
+
+
+def test_the_expected_plots_exist(rendered):
+    names = {p.name for p in (rendered / "plots").glob("*.png")}
+    for expected in ("memory-timeline.png", "checkpointing-tradeoff.png", "accumulation-tradeoff.png",
+                     "mixed_precision-tradeoff.png", "attention-memory-fwd.png", "attention-tflops-fwd.png",
+                     "attention-train-activations.png", "precision-loss.png"):
+        assert expected in names
+    assert any(n.startswith("checkpointing-categories-") for n in names)
+
+
+def test_html_is_self_contained_and_links_only_existing_files(rendered):
+    page = (rendered / "index.html").read_text()
+    assert "http://" not in page and "https://" not in page
+    refs = re.findall(r'(?:src|href)="([^"]+)"', page)
+    inline = [r for r in refs if r.startswith("data:image/png;base64,")]
+    files = [r for r in refs if not r.startswith(("data:", "#"))]
+    assert len(inline) >= 8
+    assert files, "the page links its PNGs and raw results"
+    for ref in files:
+        assert (rendered / ref).is_file(), ref
+    # every figure of summary.md is a file too
+    for ref in re.findall(r"\]\(([^)]+)\)", (rendered / "summary.md").read_text()):
+        assert (rendered / ref).is_file(), ref
+
+
+def parse_bytes(cell: str) -> float:
+    value, unit = cell.split()
+    return float(value) * {"MiB": MiB, "GiB": 1024 * MiB}[unit]
+
+
+def parse_ms(cell: str) -> float:
+    value, unit = cell.split()
+    return float(value) * UNITS_MS[unit]
+
+
+def test_summary_numbers_equal_the_json(rendered):
+    """Every time and byte cell of every suite table, against the Google Benchmark JSON read here
+    with the json module alone (not the renderer's loader)."""
+    tables = md_tables((rendered / "summary.md").read_text())
+    assert {"bench_baseline", "bench_checkpointing", "bench_mixed_precision"} <= set(tables)
+    byte_columns = {"peak allocated": "peak_allocated_bytes", "peak reserved": "peak_reserved_bytes",
+                    "activations peak": "activations_peak_bytes", "saved for backward": "saved_bytes"}
+    checked = 0
+    for bench, rows in tables.items():
+        entries = json.loads((rendered / f"{bench}.json").read_text())["benchmarks"]
+        assert len(rows) == len(entries), bench
+        for row, entry in zip(rows, entries):  # the table keeps the JSON's order
+            ms = entry["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[entry["time_unit"]]
+            shown = parse_ms(row["time / iteration"])
+            assert shown == pytest.approx(ms, rel=0.01, abs=0.06 * UNITS_MS[row["time / iteration"].split()[1]])
+            for column, key in byte_columns.items():
+                if column in row and row[column] != "-":
+                    assert parse_bytes(row[column]) == pytest.approx(entry[key], abs=0.006 * MiB), (bench, column)
+                    checked += 1
+    assert checked >= 20
+
+
+def test_claim_verdicts_follow_from_the_json(rendered):
+    """The checkpointing verdict recomputed here from the raw JSON matches the report's."""
+    entries = json.loads((rendered / "bench_checkpointing.json").read_text())["benchmarks"]
+    by_name = {e["name"]: e for e in entries}
+    oks = []
+    for name, none in by_name.items():
+        if name.endswith("/none") and name[:-4] + "full" in by_name:
+            full = by_name[name[:-4] + "full"]
+            saving = 1 - full["peak_allocated_bytes"] / none["peak_allocated_bytes"]
+            overhead = full["real_time"] / none["real_time"] - 1
+            oks.append(saving >= 0.30 and overhead <= 0.30)
+    expected = "holds" if all(oks) else "does not hold"
+    summary = (rendered / "summary.md").read_text()
+    line = next(l for l in summary.splitlines() if l.startswith("| Activation checkpointing saves 30-50%"))
+    assert line.split(" | ")[1] == expected
+
+
+def test_timeline_replays_to_the_runs_own_peak(rendered):
+    trace = json.loads((rendered / "memory-trace.json").read_text())
+    run = json.loads((rendered / "train-baseline.json").read_text())
+    assert timeline.peak_allocated(trace) == run["memory"]["peak_allocated_bytes"]
+    t = timeline.step_timeline(trace)
+    assert 1 <= t.step <= run["config"]["steps"]
+    assert {p for p, _, _ in t.phases} >= {"forward", "backward", "optimizer"}
+    # after the step's last event, what is allocated and reserved is what the run reports for it
+    assert t.total()[-1] == run["steps"][t.step - 1]["allocated_bytes"]
+    assert t.reserved[-1] == run["steps"][t.step - 1]["reserved_bytes"]
+    for s in timeline.complete_steps(trace):  # and so for every step
+        later = timeline.step_timeline(trace, s)
+        assert later.total()[-1] == run["steps"][s - 1]["allocated_bytes"]
+
+
+def test_every_claim_has_a_computed_verdict(rendered):
+    folder = load_folder(rendered)
+    verdicts = {c.claim: c.verdict for c in claims.evaluate(folder)}
+    measured = [v for v in verdicts.values() if v != claims.NOT_MEASURED]
+    assert len(measured) >= 7, verdicts
+    assert set(measured) <= {claims.HOLDS, claims.FAILS}
+
+
+def test_the_command_line_renders_and_converts(rendered, tmp_path):
+    run = subprocess.run([sys.executable, "-m", "reports.trainmem_report", "pickle",
+                          str(rendered / "memory-snapshot.json"), str(tmp_path / "s.pickle")],
+                         cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "s.pickle").stat().st_size > 1000

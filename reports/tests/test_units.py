@@ -1,0 +1,80 @@
+"""The renderer's pieces on hand-made inputs whose answers are known exactly."""
+from __future__ import annotations
+
+import json
+
+from reports.trainmem_report import claims, timeline
+from reports.trainmem_report.__main__ import main
+from reports.trainmem_report.document import fmt_bytes, fmt_ms
+from reports.trainmem_report.results import load_folder
+
+MiB = 1024 * 1024
+
+
+def ev(action, addr, size, category="other", step=1, phase="forward", block_size=None):
+    return {"action": action, "addr": addr, "size": size, "block_size": block_size or size,
+            "category": category, "step": step, "phase": phase}
+
+
+def test_timeline_replays_a_hand_made_trace():
+    trace = {"events": [
+        ev("segment_alloc", 100, 20 * MiB, step=0, phase="none"),
+        ev("alloc", 100, 1000, "parameters", step=0, phase="none", block_size=1024),
+        ev("alloc", 2000, 4 * MiB, "activations"),
+        ev("alloc", 9000, 2 * MiB, "workspace", phase="backward"),
+        ev("free_requested", 9000, 2 * MiB, "workspace", phase="backward"),
+        ev("free_completed", 9000, 2 * MiB, "workspace", phase="backward"),  # counted once
+        ev("segment_map", 0, 2 * MiB, phase="backward"),                    # expandable: reserved grows
+        ev("free_requested", 2000, 4 * MiB, "activations", phase="backward"),
+        ev("alloc", 5000, 512, "optimizer_state", phase="optimizer"),
+        ev("oom", 0, 64 * MiB, phase="optimizer"),                          # changes nothing
+    ]}
+    assert timeline.complete_steps(trace) == [1] and timeline.representative_step(trace) == 1
+    assert timeline.peak_allocated(trace) == 1024 + 6 * MiB
+    t = timeline.step_timeline(trace)
+    assert t.step == 1 and t.x == list(range(8))
+    assert t.by_category["parameters"] == [1024] * 8
+    assert t.by_category["activations"] == [4 * MiB] * 5 + [0] * 3
+    assert t.by_category["workspace"] == [0, 2 * MiB, 0, 0, 0, 0, 0, 0]
+    assert t.by_category["optimizer_state"] == [0] * 6 + [512] * 2
+    assert t.reserved == [20 * MiB] * 4 + [22 * MiB] * 4
+    assert t.phases == [("forward", 0, 0), ("backward", 1, 5), ("optimizer", 6, 7)]
+
+
+def test_formatting_keeps_enough_digits():
+    assert fmt_bytes(5429248) == "5.18 MiB"
+    assert fmt_bytes(80 * 2**30) == "80.00 GiB"
+    assert fmt_ms(10.78) == "10.8 ms" and fmt_ms(0.0042) == "4.2 µs" and fmt_ms(3.5e-5) == "35.0 ns"
+
+
+def zero_bench(points):
+    """A bench_zero.json as bench_zero writes it (names, counters), with hand-made numbers."""
+    runs = []
+    for stage, world, states in points:
+        runs.append({"name": f"BM_Zero/small/N{world}/zero{stage}/offload_none/iterations:5/real_time",
+                     "run_type": "iteration", "real_time": 10.0, "time_unit": "ms", "stage": stage,
+                     "world_size": world, "parameters_bytes": states / 4, "gradients_bytes": states / 4,
+                     "optimizer_state_bytes": states / 2, "peak_allocated_bytes": states * 1.5,
+                     "parameters_peak_bytes": states, "gradients_peak_bytes": states})  # peaks: not model states
+    return {"context": {"trainmem.device.kind": "cpu", "trainmem.device.name": "x"}, "benchmarks": runs}
+
+
+def test_zero_claim_and_plot_follow_the_numbers(tmp_path):
+    folder = tmp_path / "zero"
+    folder.mkdir()
+    psi16 = 16 * MiB
+    (folder / "bench_zero.json").write_text(json.dumps(zero_bench([(0, 1, psi16), (3, 1, psi16)])))
+    (folder / "bench_zero-n2.json").write_text(json.dumps(zero_bench([(3, 2, psi16 / 2)])))
+    (folder / "bench_zero-n4.json").write_text(json.dumps(zero_bench([(0, 4, psi16), (3, 4, psi16 / 4 + MiB / 2)])))
+    loaded = load_folder(folder)
+    assert [b.name for b in loaded.runs("bench_zero")][:2] == ["BM_Zero/small/N1/zero0/offload_none",
+                                                               "BM_Zero/small/N1/zero3/offload_none"]
+    assert claims.zero_point(loaded.runs("bench_zero")[-1]) == (3, 4, "none")
+    claim = claims.zero3_divides_by_n(loaded)
+    assert claim.verdict == claims.HOLDS
+    assert claim.numbers["N"] == 4 and abs(claim.numbers["ratio"] - 16 / 4.5) < 1e-9
+    assert main(["render", str(folder)]) == 0
+    assert (folder / "plots" / "zero-per-rank.png").stat().st_size > 2000
+
+    (folder / "bench_zero-n4.json").write_text(json.dumps(zero_bench([(0, 4, psi16), (3, 4, psi16 / 2)])))
+    assert claims.zero3_divides_by_n(load_folder(folder)).verdict == claims.FAILS

@@ -1,0 +1,68 @@
+"""Command line of the report renderer (run from the repository root):
+
+  python3 -m reports.trainmem_report render reports/out/2026-11-21-cpu-amd-epyc
+      -> index.html, summary.md and plots/ in that folder
+  python3 -m reports.trainmem_report render DIR_A DIR_B [...] -o reports/out/compare
+      -> the same, comparing the devices side by side
+  python3 -m reports.trainmem_report pickle memory-snapshot.json memory-snapshot.pickle
+      -> the file pytorch.org/memory_viz opens
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+from . import compare, html, markdown, report
+from .results import load_folder
+from .snapshot import SnapshotError, snapshot_to_pickle
+
+
+def render(dirs: list[pathlib.Path], out: pathlib.Path | None) -> int:
+    for d in dirs:
+        if not d.is_dir():
+            print(f"trainmem report: error: {d} is not a folder", file=sys.stderr)
+            return 2
+    folders = [load_folder(d) for d in dirs]
+    if len(folders) == 1:
+        out = out or dirs[0]
+        out.mkdir(parents=True, exist_ok=True)
+        doc = report.build(folders[0], out)
+    else:
+        out = out or dirs[0].parent / ("compare-" + "-vs-".join(report.slug(d.name)[:24] for d in dirs))
+        out.mkdir(parents=True, exist_ok=True)
+        doc = compare.build(folders, out)
+    html.write(doc, out / "index.html")
+    markdown.write(doc, out / "summary.md")
+    print(f"trainmem report: {out / 'index.html'} and {out / 'summary.md'}")
+    if doc.missing:
+        print(f"trainmem report: {len(doc.missing)} thing(s) missing, listed at the end of the report:")
+        for m in doc.missing:
+            print(f"  - {m}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m reports.trainmem_report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("render", help="results folder(s) -> index.html, summary.md, plots/")
+    r.add_argument("dirs", nargs="+", type=pathlib.Path, help="results folders (reports/out/<date>-<device>)")
+    r.add_argument("-o", "--out", type=pathlib.Path, help="output folder (default: the folder itself, or "
+                                                          "compare-<a>-vs-<b> beside the first)")
+    p = sub.add_parser("pickle", help="memory-snapshot.json -> the pickle PyTorch's memory_viz opens")
+    p.add_argument("snapshot", type=pathlib.Path)
+    p.add_argument("output", type=pathlib.Path)
+    a = parser.parse_args(argv)
+    try:
+        if a.command == "render":
+            return render(a.dirs, a.out)
+        print(f"trainmem report: wrote {snapshot_to_pickle(a.snapshot, a.output)}")
+        return 0
+    except SnapshotError as e:
+        print(f"trainmem report: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

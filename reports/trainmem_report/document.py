@@ -1,0 +1,85 @@
+"""The report as a document: sections of paragraphs, tables and figures. report.py builds it
+once; markdown.py and html.py write the same document, so summary.md and index.html never
+disagree. Numbers are formatted here, in one place.
+"""
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+
+MiB = 1024.0 * 1024.0
+
+
+def fmt_bytes(b: float | None) -> str:
+    """Bytes as MiB with two decimals (GiB above 10 GiB): "5.18 MiB"."""
+    if b is None:
+        return "-"
+    if b >= 10 * 1024 * MiB:
+        return f"{b / (1024 * MiB):.2f} GiB"
+    return f"{b / MiB:.2f} MiB"
+
+
+def fmt_ms(ms: float | None) -> str:
+    """Milliseconds, switching to µs and ns below 1 ms: "10.8 ms", "412.3 µs", "35.1 ns"."""
+    if ms is None:
+        return "-"
+    if ms >= 1:
+        return f"{ms:.1f} ms"
+    if ms >= 1e-3:
+        return f"{ms * 1e3:.1f} µs"
+    return f"{ms * 1e6:.1f} ns"
+
+
+def fmt_number(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x == 0:
+        return "0"
+    if abs(x) >= 1e5:
+        return f"{x:,.0f}"
+    if abs(x) >= 100:
+        return f"{x:.1f}"
+    return f"{x:.4g}"
+
+
+def fmt_rate(x: float | None) -> str:
+    """Per-second rates: 23,742/s."""
+    return "-" if x is None else f"{x:,.0f}/s"
+
+
+def fmt_percent(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1f}%"
+
+
+FORMATTERS = {"bytes": fmt_bytes, "rate": fmt_rate, "number": fmt_number, "ms": fmt_ms}
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Figure:
+    path: pathlib.Path      # the PNG file
+    caption: str
+
+
+@dataclass
+class Section:
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    links: list[tuple[str, pathlib.Path]] = field(default_factory=list)  # (text, file)
+    figures_per_row: int = 1   # >1: figures side by side (one per device when comparing)
+
+
+@dataclass
+class Document:
+    title: str
+    intro: list[str] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)   # what could not be shown, and why

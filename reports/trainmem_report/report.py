@@ -1,0 +1,237 @@
+"""One results folder -> the report Document (sections with tables, figures and claims), and the
+PNG plots it shows. markdown.py and html.py write it out.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+
+from . import claims as claims_mod
+from . import plots
+from .document import FORMATTERS, MiB, Document, Figure, Section, Table, fmt_bytes, fmt_ms
+from .results import Benchmark, ResultFolder
+from .snapshot import snapshot_to_pickle
+from .suites import SUITES, Suite, safe_split, suite_for
+from .timeline import CATEGORIES, step_timeline
+
+TRADEOFF_SUITES = {  # suite -> (memory counter on the y axis, its axis label)
+    "checkpointing": ("activations_peak_bytes", "activations peak (MiB)"),
+    "accumulation": ("peak_allocated_bytes", "peak allocated (MiB)"),
+    "mixed_precision": ("peak_allocated_bytes", "peak allocated (MiB)"),
+}
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+
+
+def device_rows(folder: ResultFolder) -> list[list[str]]:
+    d, a = folder.device, folder.allocator
+    rows = [["device", folder.device_name()], ["kind", str(d.get("kind", "?"))]]
+    if d.get("kind") == "cuda":
+        rows += [["memory", fmt_bytes(d.get("total_memory_bytes"))], ["driver", str(d.get("driver_version", "?"))],
+                 ["CUDA runtime", str(d.get("runtime_version", "?"))], ["cuDNN", str(d.get("cudnn_version", "-"))],
+                 ["compute capability", str(d.get("compute_capability", "?"))]]
+    else:
+        rows += [["device-memory budget", fmt_bytes(d.get("device_memory_bytes"))],
+                 ["host memory", fmt_bytes(d.get("total_memory_bytes"))], ["cores", str(d.get("cpu_cores", "?"))]]
+    rows.append(["allocator", str(a.get("config", "?"))])
+    # Google Benchmark records the 1-minute load average: above the core count, other work
+    # shared the machine and the times are inflated (memory figures are not affected).
+    loads = [c["load_avg"][0] for c in folder.contexts.values() if c.get("load_avg")]
+    cpus = next((c.get("num_cpus") for c in folder.contexts.values() if c.get("num_cpus")), None)
+    if loads:
+        rows.append(["load average while benchmarking", f"{min(loads):.1f} to {max(loads):.1f} on {cpus} CPUs"])
+    return rows
+
+
+def grouped(folder: ResultFolder, suite: Suite) -> dict[str, list[tuple[str, Benchmark]]]:
+    """group -> [(setting, benchmark)] in the order the benchmarks ran."""
+    out: dict[str, list[tuple[str, Benchmark]]] = {}
+    for b in folder.runs(suite.bench):
+        group, setting = safe_split(suite, b)
+        out.setdefault(group, []).append((setting, b))
+    return out
+
+
+def suite_table(folder: ResultFolder, suite: Suite) -> Table:
+    columns = [c for c in suite.columns if any(c[0] in b.counters for b in folder.runs(suite.bench))]
+    rows = []
+    for b in folder.runs(suite.bench):  # in the order they ran, as in the JSON
+        group, setting = safe_split(suite, b)
+        rows.append([group, setting, fmt_ms(b.real_time_ms)] +
+                    [FORMATTERS[kind](b.counter(key)) for key, _, kind in columns])
+    return Table(["group", "setting", "time / iteration"] + [h for _, h, _ in columns], rows,
+                 caption=f"{suite.bench}.json")
+
+
+def category_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> list[Figure]:
+    figures = []
+    for group, runs in grouped(folder, suite).items():
+        bars = [(setting, {c: b.counter(f"{c}_peak_bytes", 0) for c in CATEGORIES}, b.counter("peak_allocated_bytes"))
+                for setting, b in runs]
+        if any(sum(cats.values()) for _, cats, _ in bars):
+            path = plots.category_bars(bars, f"{suite.title}: {group}", out / f"{suite.key}-categories-{slug(group)}.png")
+            figures.append(Figure(path, f"{suite.title}, {group}: each category's peak per setting "
+                                        "(black: peak allocated)."))
+    return figures
+
+
+def tradeoff_figure(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> list[Figure]:
+    if suite.key not in TRADEOFF_SUITES:
+        return []
+    counter, ylabel = TRADEOFF_SUITES[suite.key]
+    series = {group: [(b.real_time_ms, b.counter(counter), setting) for setting, b in runs if b.counter(counter)]
+              for group, runs in grouped(folder, suite).items()}
+    series = {g: p for g, p in series.items() if p}
+    if not series:
+        return []
+    path = plots.tradeoff(series, f"{suite.title}: memory vs time", "time per step (ms)", ylabel,
+                          out / f"{suite.key}-tradeoff.png")
+    return [Figure(path, f"{suite.title}: the memory-time trade-off (lower left is better).")]
+
+
+def attention_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
+    """Saved bytes and TFLOP/s against T for each implementation (non-causal, smallest D)."""
+    runs = folder.runs("bench_flash_attention")
+    figures = []
+    for pass_name in ("fwd", "fwd_bwd"):
+        memory, speed = {}, {}
+        for b in runs:
+            parts = b.name.split("/")
+            if len(parts) < 3 or parts[2] != pass_name or b.counter("causal") != 0:
+                continue
+            key = f"{parts[1]} D={int(b.counter('D', 0))}"
+            memory.setdefault(key, []).append((b.counter("T"), b.counter("saved_bytes") / MiB))
+            speed.setdefault(key, []).append((b.counter("T"), b.counter("TFLOP/s")))
+        if memory:
+            figures.append(Figure(plots.lines(memory, f"attention {pass_name}: memory saved for backward",
+                                              "sequence length T", "MiB", out / f"attention-memory-{pass_name}.png",
+                                              logx=True, logy=True),
+                                  f"Attention ({pass_name}, non-causal): bytes kept for the backward vs T."))
+            figures.append(Figure(plots.lines(speed, f"attention {pass_name}: TFLOP/s", "sequence length T",
+                                              "TFLOP/s", out / f"attention-tflops-{pass_name}.png", logx=True),
+                                  f"Attention ({pass_name}, non-causal): achieved TFLOP/s vs T."))
+    series = {k: [(t, b / MiB) for t, b in v] for k, v in claims_mod.attention_memory_series(folder).items()}
+    if series:
+        figures.append(Figure(plots.lines(series, "GPT activation peak vs T (trainmem train)", "sequence length T",
+                                          "activation peak (MiB)", out / "attention-train-activations.png",
+                                          logx=True, logy=True),
+                              "Whole-model activation peak measured by the allocator, naive vs flash attention."))
+    return figures
+
+
+def zero_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
+    """Per-rank model states against world size, one line per stage (and offload)."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    for b in folder.runs("bench_zero"):
+        p = claims_mod.zero_point(b)
+        if p:
+            stage, world, offload = p
+            name = f"stage {stage}" + ("" if offload in ("none", "") else f" offload {offload}")
+            states = claims_mod.model_state_bytes(b) or b.counter("peak_allocated_bytes", 0)
+            series.setdefault(name, []).append((world, states / MiB))
+    if not series:
+        return []
+    path = plots.lines(series, "ZeRO: per-rank model states vs world size", "ranks N", "MiB per rank",
+                       out / "zero-per-rank.png", logx=True, logy=True)
+    return [Figure(path, "Per-rank parameters + gradients + optimizer state for each ZeRO stage.")]
+
+
+def claims_table(claims: list[claims_mod.Claim]) -> Table:
+    return Table(["claim", "verdict", "measured", "criterion"],
+                 [[c.claim, c.verdict, c.measured or "-", c.criterion] for c in claims])
+
+
+def suite_section(folder: ResultFolder, suite: Suite, claims: list[claims_mod.Claim], out: pathlib.Path) -> Section:
+    s = Section(f"{suite.title} ({suite.bench})", [suite.what])
+    s.tables.append(suite_table(folder, suite))
+    s.figures += category_figures(folder, suite, out) + tradeoff_figure(folder, suite, out)
+    if suite.key == "flash_attention":
+        s.figures += attention_figures(folder, out)
+    if suite.key == "zero":
+        s.figures += zero_figures(folder, out)
+    mine = [c for c in claims if c.suite == suite.key]
+    if mine:
+        s.tables.append(claims_table(mine))
+    s.links += [(p.name, p) for p in folder.bench_files.get(suite.bench, [])]
+    return s
+
+
+def timeline_section(folder: ResultFolder, out: pathlib.Path) -> Section:
+    t = step_timeline(folder.trace)
+    s = Section("Memory timeline of one training step",
+                [f"Allocated bytes by category over the allocator events of step {t.step} (replayed from "
+                 "memory-trace.json), reserved bytes dashed; phases shaded. Peak of the step: "
+                 f"{fmt_bytes(max(t.total()))} allocated, {fmt_bytes(max(t.reserved))} reserved."])
+    s.figures.append(Figure(plots.memory_timeline(t, f"one training step (step {t.step})", out / "memory-timeline.png"),
+                            "Memory timeline of one step, stacked by category."))
+    s.links.append(("memory-trace.json", folder.path / "memory-trace.json"))
+    return s
+
+
+def snapshot_section(folder: ResultFolder, out: pathlib.Path) -> Section:
+    pickle_path = snapshot_to_pickle(folder.snapshot_path, out / "memory-snapshot.pickle")
+    return Section("PyTorch memory visualizer",
+                   ["memory-snapshot.pickle holds the run's trace and final segments in PyTorch's snapshot "
+                    "structure: drop it on pytorch.org/memory_viz (\"Active Memory Timeline\", \"Allocator "
+                    "State History\")."],
+                   links=[("memory-snapshot.pickle", pickle_path), ("memory-snapshot.json", folder.snapshot_path)])
+
+
+def training_section(folder: ResultFolder, out: pathlib.Path) -> Section:
+    s = Section("Training runs (trainmem train)")
+    rows = []
+    for name, run in folder.train_runs.items():
+        steps, memory = run["steps"], run["memory"]
+        rows.append([name, str(len(steps)), f"{steps[0]['loss']:.4f}", f"{steps[-1]['loss']:.4f}",
+                     fmt_bytes(memory.get("peak_allocated_bytes")), fmt_bytes(memory.get("peak_reserved_bytes"))])
+    s.tables.append(Table(["run", "steps", "first loss", "last loss", "peak allocated", "peak reserved"], rows))
+    losses = {name[len("precision-"):]: [(st["step"], st["loss"]) for st in run["steps"]]
+              for name, run in folder.train_runs.items() if name.startswith("precision-")}
+    if losses:
+        s.figures.append(Figure(plots.loss_curves(losses, "loss by precision (tiny)", out / "precision-loss.png"),
+                                "Training loss per step for each precision: 16-bit should track fp32."))
+    return s
+
+
+def _guarded(doc: Document, what: str, build, *a) -> None:
+    """Adds the section `build` makes; a section that cannot be drawn from these results becomes a
+    line in doc.missing (this is the boundary where a partial folder must not stop the report)."""
+    try:
+        doc.sections.append(build(*a))
+    except Exception as e:  # noqa: BLE001 - reported, not swallowed: it lands in the "missing" list
+        doc.missing.append(f"{what}: could not be drawn ({type(e).__name__}: {e})")
+
+
+def build(folder: ResultFolder, out: pathlib.Path) -> Document:
+    plots_dir = out / "plots"
+    doc = Document(f"trainmem report: {folder.device_name()}",
+                   [f"Results folder: {folder.path.name}. Memory figures are properties of the allocation "
+                    "sequence and the allocator policy (identical on every device for the same run); times "
+                    "are this device's."])
+    doc.missing += folder.problems
+    claims = claims_mod.evaluate(folder)
+    doc.sections.append(Section("Device", tables=[Table(["", ""], device_rows(folder))]))
+    doc.sections.append(Section("The guides' claims", ["Each verdict is computed from the numbers by its criterion."],
+                                tables=[claims_table(claims)]))
+    if folder.trace is not None:
+        _guarded(doc, "memory timeline", timeline_section, folder, plots_dir)
+    else:
+        doc.missing.append("memory-trace.json: missing (run `trainmem train --record-memory`): no memory timeline")
+    if folder.snapshot_path is not None:
+        _guarded(doc, "memory snapshot", snapshot_section, folder, out)
+    else:
+        doc.missing.append("memory-snapshot.json: missing (run `trainmem train --memory-snapshot`): no pickle")
+    known = {s.bench for s in SUITES}
+    extra = [suite_for(b) for b in folder.benchmarks if b not in known]
+    for suite in SUITES + extra:
+        if folder.runs(suite.bench):
+            _guarded(doc, suite.bench, suite_section, folder, suite, claims, plots_dir)
+        elif suite.bench not in folder.benchmarks:
+            doc.missing.append(f"{suite.bench}.json: not in this folder (suite not built or not run)")
+    if folder.train_runs:
+        _guarded(doc, "training runs", training_section, folder, plots_dir)
+    else:
+        doc.missing.append("train-*.json: no `trainmem train --json` runs: no loss curves, no attention-vs-T runs")
+    return doc

@@ -1,0 +1,50 @@
+"""`trainmem train --memory-snapshot` JSON -> the pickle file PyTorch's memory visualizer opens
+(pytorch.org/memory_viz reads the pickle of torch.cuda.memory._snapshot()'s dict: plain dicts,
+lists, ints and strings). The JSON already has that structure (common/allocator/memory_snapshot.h);
+this checks it and pickles it.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import pickle
+
+SEGMENT_KEYS = {"device", "address", "total_size", "stream", "segment_type", "allocated_size",
+                "active_size", "requested_size", "blocks"}
+BLOCK_KEYS = {"address", "size", "requested_size", "state"}
+TRACE_KEYS = {"action", "addr", "size", "stream", "frames"}
+
+
+class SnapshotError(ValueError):
+    """The file is not a memory snapshot; the message says what is wrong."""
+
+
+def check_snapshot(snap: object) -> dict:
+    """Raises SnapshotError naming the first thing that is not in PyTorch's structure."""
+    if not isinstance(snap, dict) or not isinstance(snap.get("segments"), list) \
+            or not isinstance(snap.get("device_traces"), list):
+        raise SnapshotError("not a memory snapshot: needs a 'segments' list and a 'device_traces' list")
+    for i, seg in enumerate(snap["segments"]):
+        missing = SEGMENT_KEYS - set(seg)
+        if missing:
+            raise SnapshotError(f"segment {i} lacks {sorted(missing)}")
+        for j, block in enumerate(seg["blocks"]):
+            if BLOCK_KEYS - set(block):
+                raise SnapshotError(f"segment {i} block {j} lacks {sorted(BLOCK_KEYS - set(block))}")
+    for d, trace in enumerate(snap["device_traces"]):
+        for k, entry in enumerate(trace):
+            if TRACE_KEYS - set(entry):
+                raise SnapshotError(f"device {d} trace entry {k} lacks {sorted(TRACE_KEYS - set(entry))}")
+    return snap
+
+
+def snapshot_to_pickle(json_path: pathlib.Path, pickle_path: pathlib.Path) -> pathlib.Path:
+    try:
+        snap = json.loads(pathlib.Path(json_path).read_text())
+    except (OSError, ValueError) as e:
+        raise SnapshotError(f"{json_path}: unreadable ({e})") from e
+    check_snapshot(snap)
+    pickle_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(pickle_path, "wb") as f:
+        pickle.dump(snap, f, protocol=4)  # Python's default since 3.8: what torch's _dump_snapshot writes
+    return pickle_path

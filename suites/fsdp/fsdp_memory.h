@@ -1,0 +1,124 @@
+// FSDP's model-state memory per rank, computed exactly from the model's shape: the formula that
+// suites/fsdp/test_fsdp.cpp checks against the allocator's measured per-category peaks, and that
+// the estimator uses. Pure: inputs are the model config, the world size N, the FSDP options and
+// the precision; no device, no allocator.
+//
+// Every buffer is one allocation, counted as the allocator counts it: blk(n) = round_size(n), n
+// rounded up to a multiple of 512 bytes. b = bytes per element of the model's storage type
+// (4 in fp32, 2 in bf16/fp16). Units and S (elements per shard) as in fsdp_units.h.
+//
+// FULL_SHARD and SHARD_GRAD_OP, per rank:
+//   sharded parameters   P_s = sum over units u of blk(S_u * b)                  (always held)
+//   sharded gradients    G_s = sum over units u of blk(S_u * b)                  (always held)
+//   optimizer state      O   = sum over units u of k * blk(4 * S_u)              (always held after
+//                              the first step; k = 2 (Adam m, v) in fp32, 3 (m, v, fp32 master)
+//                              in 16 bits)
+//   a gathered unit      F_u = blk(N * S_u * b)                                  (the padded flat)
+//   parameters peak      P_s + F_root + gathered layer units at peak, where these are
+//                          full,    prefetch off: max_u F_u                       (1 unit)
+//                          full,    prefetch on:  max_u (F_u + F_{u+1})           (2 units: the
+//                                                 current one and the one prefetched)
+//                          grad_op (either):      sum_u F_u                       (all: each stays
+//                                                 gathered from its forward to its backward)
+//   gradients peak       G_s + F_root + max_u F_u  (the root's full gradient lives through the
+//                          whole backward; one layer unit's full gradient at a time, reduce-
+//                          scattered and freed after the unit's backward)
+//
+// NO_SHARD: every rank holds every unit whole and never frees it:
+//   parameters = gradients = sum over units of blk(numel_u * b),
+//   optimizer state = sum over units of k * blk(4 * numel_u)
+//
+// Exact while each buffer is at most 1 MiB (small pool: a block is split to exactly its rounded
+// size); a larger block may be handed out whole from the cache, which this formula does not model.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "common/allocator/allocator_config.h"
+#include "common/model/gpt_config.h"
+#include "common/model/precision.h"
+#include "suites/fsdp/fsdp_options.h"
+#include "suites/fsdp/fsdp_units.h"
+
+namespace trainmem::fsdp {
+
+struct FsdpMemory {
+  std::size_t sharded_parameter_bytes = 0;  // P_s (NO_SHARD: the whole flat parameters)
+  std::size_t sharded_gradient_bytes = 0;   // G_s
+  std::size_t optimizer_state_bytes = 0;    // O
+  std::size_t root_gathered_bytes = 0;      // F_root (0 for NO_SHARD: nothing is gathered)
+  std::size_t largest_unit_gathered_bytes = 0;  // max_u F_u over the layer units
+  std::size_t layer_units_gathered_at_peak = 0;  // 1, 2 or all (NO_SHARD: all, held for good)
+  std::size_t gathered_layer_bytes_at_peak = 0;  // their bytes
+  std::size_t parameters_peak_bytes = 0;    // peak of the `parameters` category
+  std::size_t gradients_peak_bytes = 0;     // peak of the `gradients` category
+  std::size_t optimizer_state_peak_bytes = 0;  // = O (allocated once, never freed)
+};
+
+inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const FsdpOptions& options,
+                              Precision precision) {
+  const std::size_t b = dtype_size(storage_dtype(precision));
+  const std::size_t state_arrays = precision == Precision::fp32 ? 2 : 3;  // m, v (+ master)
+  const std::vector<UnitLayout> units = unit_layouts(config, world, options.layers_per_unit, options.mode);
+  FsdpMemory m;
+
+  for (const UnitLayout& u : units) {
+    m.sharded_parameter_bytes += round_size(u.shard_numel * b);
+    m.sharded_gradient_bytes += round_size(u.shard_numel * b);
+    m.optimizer_state_bytes += state_arrays * round_size(4 * u.shard_numel);
+  }
+  m.optimizer_state_peak_bytes = m.optimizer_state_bytes;
+
+  // The layer units' gathered sizes, F_u, in layer order (units[0] is the root).
+  std::vector<std::size_t> gathered;
+  for (std::size_t i = 1; i < units.size(); ++i) gathered.push_back(round_size(units[i].padded_numel * b));
+  m.largest_unit_gathered_bytes = gathered.empty() ? 0 : *std::max_element(gathered.begin(), gathered.end());
+
+  if (options.mode == ShardingMode::none) {
+    m.layer_units_gathered_at_peak = gathered.size();
+    m.parameters_peak_bytes = m.sharded_parameter_bytes;
+    m.gradients_peak_bytes = m.sharded_gradient_bytes;
+    return m;
+  }
+
+  m.root_gathered_bytes = round_size(units[0].padded_numel * b);
+  if (options.mode == ShardingMode::grad_op) {
+    m.layer_units_gathered_at_peak = gathered.size();
+    for (std::size_t f : gathered) m.gathered_layer_bytes_at_peak += f;
+  } else if (options.prefetch && gathered.size() >= 2) {
+    m.layer_units_gathered_at_peak = 2;
+    for (std::size_t i = 0; i + 1 < gathered.size(); ++i)
+      m.gathered_layer_bytes_at_peak = std::max(m.gathered_layer_bytes_at_peak, gathered[i] + gathered[i + 1]);
+  } else {
+    m.layer_units_gathered_at_peak = gathered.empty() ? 0 : 1;
+    m.gathered_layer_bytes_at_peak = m.largest_unit_gathered_bytes;
+  }
+  m.parameters_peak_bytes = m.sharded_parameter_bytes + m.root_gathered_bytes + m.gathered_layer_bytes_at_peak;
+  m.gradients_peak_bytes = m.sharded_gradient_bytes + m.root_gathered_bytes + m.largest_unit_gathered_bytes;
+  return m;
+}
+
+// Bytes communicated per optimizer step and rank, in the Communicator's volume_bytes (the size of
+// the whole buffer gathered or reduced; an all-reduce counts twice), with B_u = N * S_u * b and
+// A micro-batches per step (--accum):
+//   FULL_SHARD     A * (2 B_root + 3 sum_layers B_u)  each layer unit gathered for forward and again
+//                                                     for backward, reduce-scattered once; the
+//                                                     root gathered once, reduce-scattered once
+//   SHARD_GRAD_OP  A * 2 sum_u B_u                    gathered once, reduce-scattered once
+//   NO_SHARD       2 sum_u B_u                        one all-reduce per unit, on the last micro-batch
+inline std::size_t fsdp_comm_volume_per_step(const GPTConfig& config, std::size_t world, const FsdpOptions& options,
+                                             Precision precision, std::size_t accumulation_steps = 1) {
+  const std::size_t b = dtype_size(storage_dtype(precision));
+  std::size_t root = 0, layers = 0;
+  for (const UnitLayout& u : unit_layouts(config, world, options.layers_per_unit, options.mode))
+    (u.root ? root : layers) += u.padded_numel * b;
+  switch (options.mode) {
+    case ShardingMode::full: return accumulation_steps * (2 * root + 3 * layers);
+    case ShardingMode::grad_op: return accumulation_steps * 2 * (root + layers);
+    case ShardingMode::none: return 2 * (root + layers);
+  }
+  return 0;
+}
+
+}  // namespace trainmem::fsdp

@@ -1,0 +1,114 @@
+// `trainmem train --fsdp ...` from the outside: under `mpirun -np 2` only rank 0 prints a progress
+// line per step and writes the JSON, whose `fsdp` section has the measured per-rank peaks equal to
+// the formula's; bad FSDP flags and --fsdp with --zero are one-line input errors (exit 2).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string temp_path(const std::string& name) {
+  std::string path = ::testing::TempDir();
+  path += "/trainmem_fsdp_cli_";
+  path += std::to_string(getpid());
+  path += "_";
+  path += name;
+  return path;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `PREFIX trainmem ARGS` through the shell, stdout from a pipe, stderr from a file.
+CliResult run(const std::string& prefix, const std::string& args) {
+  const std::string err_path = temp_path("stderr.txt");
+  std::string command = prefix;
+  command.append(" '").append(TRAINMEM_BINARY).append("' ").append(args).append(" 2>'").append(err_path).append("'");
+  CliResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  std::size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = read_file(err_path);
+  std::remove(err_path.c_str());
+  return r;
+}
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += (c == '\n');
+  return n;
+}
+
+std::string mpirun(int ranks) {
+  // As root (CI), OpenMPI runs only when told to; --oversubscribe: more ranks than cores.
+  std::string prefix = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '";
+  prefix.append(TRAINMEM_MPIEXEC).append("' -np ").append(std::to_string(ranks)).append(" --oversubscribe");
+  return prefix;
+}
+
+TEST(FsdpCli, FullShardOnTwoRanksPrintsOnceAndItsPeaksEqualTheFormula) {
+  if (std::string(TRAINMEM_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI: no mpirun to start 2 ranks";
+  const std::string json_path = temp_path("run.json");
+  const CliResult r = run(mpirun(2), "train --device cpu --model tiny --steps 3 --batch 2 --fsdp full --fsdp-unit layer "
+                                     "--fsdp-prefetch on --json '" + json_path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_EQ(count_lines(r.out), 3) << r.out;  // rank 0 only: one line per step
+  EXPECT_NE(r.out.find("step    3/3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fsdp=full"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("N=2"), std::string::npos) << r.out;
+
+  const nlohmann::json j = nlohmann::json::parse(read_file(json_path));
+  std::remove(json_path.c_str());
+  EXPECT_EQ(j["config"]["fsdp"]["mode"], "full");
+  EXPECT_EQ(j["config"]["fsdp"]["unit"], "layer");
+  EXPECT_EQ(j["config"]["fsdp"]["prefetch"], true);
+  EXPECT_EQ(j["config"]["world_size"], 2);
+  const nlohmann::json& f = j["fsdp"];
+  for (const char* category : {"parameters", "gradients", "optimizer_state"}) {
+    EXPECT_GT(f["per_rank_peak_bytes"][category].get<long long>(), 0) << category;
+    EXPECT_EQ(f["per_rank_peak_bytes"][category], f["predicted_per_rank_peak_bytes"][category]) << category;
+  }
+  EXPECT_EQ(f["layer_units_gathered_at_peak"], 2);
+  EXPECT_EQ(f["comm_per_step"]["volume_bytes"], f["comm_per_step"]["predicted_volume_bytes"]);
+  EXPECT_EQ(j["steps"].size(), 3u);
+}
+
+TEST(FsdpCli, BadFsdpFlagsAreOneLineErrors) {
+  struct Case {
+    std::string args, expected;
+  };
+  for (const Case& c : {Case{"--fsdp full --zero 1", "--fsdp"}, Case{"--fsdp half", "--fsdp must be full, grad_op or none"},
+                        Case{"--fsdp full --fsdp-unit 0-layers", "'layer' or 'K-layers'"},
+                        Case{"--fsdp full --fsdp-prefetch yes", "--fsdp-prefetch must be on or off"}}) {
+    SCOPED_TRACE(c.args);
+    const CliResult r = run("", "train --device cpu --model tiny --steps 1 " + c.args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("trainmem: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,134 @@
+// trainmem estimate: the memory of a training run, predicted before anything runs.
+//
+//   trainmem estimate --model gpt2-124m --batch 8 --precision bf16 --attention flash --gpu h100-80gb
+//
+// Takes exactly the flags of `trainmem train` (model, techniques, data, device), plus --gpu NAME
+// (a card from the catalog) or --device-memory SIZE, and prints the predicted peak memory by
+// category, where in the step the peak happens, whether it fits and the largest micro-batch that
+// does (suites/trainmem/estimator/README.md says how). --json prints the same as JSON.
+#include <iostream>
+#include <memory>
+
+#include "common/data/token_file.h"
+#include "common/util/byte_size.h"
+#include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/estimate_flags.h"
+#include "suites/trainmem/estimator/estimate_report.h"
+#include "suites/trainmem/estimator/gpu_catalog.h"
+#include "suites/trainmem/estimator/memory_estimate.h"
+#include "suites/trainmem/train_flags.h"
+
+namespace trainmem::cli {
+
+estimator::TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::size_t dataset_tokens) {
+  estimator::TrainingSetup s;
+  s.model = model_config(flags);
+  s.batch = flags.batch;
+  s.accum = flags.accum;
+  s.recompute = RecomputePolicy::parse(flags.recompute);
+  s.precision = parse_precision(flags.precision);
+  s.attention = parse_attention(flags.attention);
+  s.loader = estimator::parse_loader(flags.loader);
+  s.prefetch = flags.prefetch;
+  s.dataset_tokens = dataset_tokens;
+  s.backend = backend;
+  s.allocator = flags.device.allocator();
+  s.sharding.zero = flags.zero;
+  s.sharding.offload = parse_offload(flags.offload);
+  if (!flags.fsdp.empty()) {
+    s.sharding.fsdp = true;
+    s.sharding.fsdp_options = {fsdp::parse_sharding_mode(flags.fsdp), fsdp::parse_layers_per_unit(flags.fsdp_unit),
+                               fsdp::parse_on_off(flags.fsdp_prefetch, "--fsdp-prefetch")};
+  }
+  s.validate();
+  return s;
+}
+
+std::size_t dataset_tokens(const TrainFlags& flags) {
+  if (flags.data == "synthetic" || flags.loader != "eager") return 0;  // only an eager loader puts it on the device
+  const GPTConfig config = model_config(flags);
+  return load_dataset(flags.data, flags.batch * config.seq + 1, config.vocab, flags.seed).size();
+}
+
+namespace {
+
+struct EstimateFlags {
+  TrainFlags train;
+  std::size_t world_size = 1;
+  std::string gpu;
+  bool json = false;
+};
+
+// The device kind whose allocation pattern to predict: --gpu and --device cuda mean a GPU; auto
+// means a GPU when one answers (as trainmem train would pick), else the CPU.
+DeviceKind backend_for(const EstimateFlags& f) {
+  const std::string& d = f.train.device.device;
+  if (!f.gpu.empty()) {
+    if (d == "cpu") throw std::invalid_argument("--gpu names a GPU: drop --device cpu (or drop --gpu)");
+    return DeviceKind::cuda;
+  }
+  if (d == "cuda") return DeviceKind::cuda;
+  if (d == "cpu") return DeviceKind::cpu;
+  return cuda_unavailable_reason() ? DeviceKind::cpu : DeviceKind::cuda;
+}
+
+estimator::EstimateTarget target_for(const EstimateFlags& f, DeviceKind backend) {
+  estimator::EstimateTarget t;
+  if (!f.gpu.empty()) {
+    if (!f.train.device.device_memory.empty())
+      throw std::invalid_argument("give --gpu NAME or --device-memory SIZE, not both");
+    const estimator::GpuSpec& g = estimator::find_gpu(f.gpu);
+    t.name = g.name + " (" + g.description + ")";
+    t.total_bytes = g.total_bytes;
+    t.usable_bytes = g.total_bytes - estimator::kCudaContextBytes;
+  } else if (!f.train.device.device_memory.empty()) {
+    t.name = "--device-memory " + f.train.device.device_memory;
+    t.total_bytes = t.usable_bytes = parse_byte_size(f.train.device.device_memory);
+  } else if (backend == DeviceKind::cpu) {
+    t.name = "cpu budget (the default --device-memory)";
+    t.total_bytes = t.usable_bytes = kDefaultDeviceMemory;
+  } else {
+    if (auto reason = cuda_unavailable_reason())
+      throw DeviceError("no GPU to size the estimate by (" + *reason + "): give --gpu NAME or --device-memory SIZE");
+    const DeviceInfo info = query_cuda_device_info(0);
+    t.name = "cuda:0 (" + info.name + ")";
+    t.total_bytes = info.total_memory_bytes;
+    t.usable_bytes = t.total_bytes - std::min(t.total_bytes, estimator::kCudaContextBytes);
+  }
+  return t;
+}
+
+int run_estimate(const EstimateFlags& f) {
+  const DeviceKind backend = backend_for(f);
+  const estimator::EstimateTarget target = target_for(f, backend);
+  estimator::TrainingSetup setup = training_setup(f.train, backend, dataset_tokens(f.train));
+  setup.sharding.world_size = f.world_size;
+  setup.validate();
+  const estimator::MemoryEstimate e = estimator::estimate_memory(setup, target.usable_bytes);
+  if (f.json) std::cout << estimator::estimate_json(e, target).dump(2) << '\n';
+  else std::cout << estimator::estimate_table(e, target);
+  return 0;
+}
+
+}  // namespace
+
+void add_estimate_command(CLI::App& app, Command& run) {
+  auto flags = std::make_shared<EstimateFlags>();
+  CLI::App* cmd = app.add_subcommand("estimate", "Predict a training run's peak memory by category, before it runs");
+  add_device_flags(*cmd, flags->train.device);
+  add_model_flags(*cmd, flags->train);
+  add_technique_flags(*cmd, flags->train);
+  add_data_flags(*cmd, flags->train);
+  add_sharding_flags(*cmd, flags->train);
+  cmd->add_option("--world-size", flags->world_size,
+                  "Ranks of data parallelism to estimate for (trainmem train takes them from mpirun -np N); "
+                  "with --zero or --fsdp, the figures are per rank")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--gpu", flags->gpu, "Size the estimate for this card: " + estimator::gpu_names())
+      ->check(parses_with([](const std::string& name) { estimator::find_gpu(name); }));
+  cmd->add_flag("--json", flags->json, "Print JSON instead of the table");
+  cmd->callback([flags, &run] { run = [flags] { return run_estimate(*flags); }; });
+}
+
+}  // namespace trainmem::cli

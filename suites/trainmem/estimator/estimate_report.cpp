@@ -1,0 +1,199 @@
+#include "suites/trainmem/estimator/estimate_report.h"
+
+#include <cstdio>
+#include <optional>
+
+#include "common/util/byte_size.h"
+#include "suites/mixed_precision/precision_memory.h"
+
+namespace trainmem::estimator {
+
+namespace {
+
+// The suite formula for a category, where one exists.
+std::optional<std::size_t> formula_for(const FormulaBytes& f, MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::parameters: return f.parameters;
+    case MemoryCategory::gradients: return f.gradients;
+    case MemoryCategory::optimizer_state: return f.optimizer_state;
+    case MemoryCategory::activations: return f.activations;
+    case MemoryCategory::data: return f.data;
+    default: return std::nullopt;
+  }
+}
+
+std::string fmt(std::size_t bytes) { return format_bytes(static_cast<std::uint64_t>(bytes)); }
+
+nlohmann::json setup_json(const TrainingSetup& s) {
+  return {{"model", s.model.to_json()},
+          {"batch", s.batch},
+          {"seq", s.seq()},
+          {"accum", s.accum},
+          {"tokens_per_step", s.batch * s.seq() * s.accum},
+          {"recompute", s.recompute.to_string()},
+          {"precision", to_string(s.precision)},
+          {"attention", to_string(s.attention)},
+          {"loader", to_string(s.loader)},
+          {"prefetch", s.prefetch},
+          {"eager_dataset_tokens", s.loader == Loader::eager ? s.eager_tokens() : 0},
+          {"backend", to_string(s.backend)},
+          {"allocator_config", s.allocator.to_string()}};
+}
+
+}  // namespace
+
+std::string bytes_and_gb(std::size_t bytes) {
+  char gb[32];
+  std::snprintf(gb, sizeof gb, " (%.2f GB)", static_cast<double>(bytes) / 1e9);
+  return fmt(bytes) + gb;
+}
+
+std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target) {
+  const TrainingSetup& s = e.setup;
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "model %s: %zu parameters (L=%zu H=%zu C=%zu T=%zu V=%zu)\n", s.model.name.c_str(),
+                e.num_parameters, s.model.layers, s.model.heads, s.model.dim, s.model.seq, s.model.vocab);
+  out += line;
+  std::snprintf(line, sizeof line, "setup: %s, %s allocation pattern, allocator %s\n", s.describe().c_str(),
+                to_string(s.backend).c_str(), s.allocator.to_string().c_str());
+  out += line;
+  const PrecisionBytesPerParameter bpp = bytes_per_parameter(s.precision);
+  std::snprintf(line, sizeof line, "model states: %zu bytes per parameter (parameters %zu + gradients %zu + optimizer %zu)\n\n",
+                bpp.total(), bpp.parameters, bpp.gradients, bpp.optimizer_state);
+  out += line;
+
+  std::snprintf(line, sizeof line, "%-16s %14s %14s %14s\n", "category", "peak in step", "at the peak", "suite formula");
+  out += line;
+  for (MemoryCategory c : kAllMemoryCategories) {
+    if (c == MemoryCategory::other) continue;
+    const auto formula = formula_for(e.formulas, c);
+    std::snprintf(line, sizeof line, "%-16s %14s %14s %14s\n", std::string(to_string(c)).c_str(),
+                  fmt(e.category_peak(c)).c_str(), fmt(e.replay.at_peak[index_of(c)]).c_str(),
+                  formula ? fmt(*formula).c_str() : "-");
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%-16s %14s %14s\n", "peak allocated", "", fmt(e.peak_allocated()).c_str());
+  out += line;
+  std::snprintf(line, sizeof line, "%-16s %14s %14s   (%lld segments at the end)\n\n", "peak reserved", "",
+                fmt(e.peak_reserved()).c_str(), static_cast<long long>(e.replay.stats.segment[0].current));
+  out += line;
+  std::snprintf(line, sizeof line, "the peak: %s of step %d, when %s is allocated\n", to_string(e.replay.peak_phase).c_str(),
+                e.replay.peak_step, e.replay.peak_tensor.c_str());
+  out += line;
+
+  if (e.sharded) {
+    const ShardedFigures& f = *e.sharded;
+    out += "\nper rank, " + f.scheme + " (model states from the sharding suites' exact formulas):\n";
+    std::snprintf(line, sizeof line, "%-16s %14s %14s\n", "", "this code", "ZeRO paper");
+    out += line;
+    // Both in decimal GB, the paper's unit, to one decimal as the paper prints them.
+    auto row = [&](const char* name, std::size_t exact, double paper) {
+      std::snprintf(line, sizeof line, "%-16s %11.1f GB %11.1f GB\n", name, static_cast<double>(exact) / 1e9, paper / 1e9);
+      out += line;
+    };
+    row("parameters", f.parameters, f.paper.parameters);
+    row("gradients", f.gradients, f.paper.gradients);
+    row("optimizer_state", f.optimizer_state, f.paper.optimizer_state);
+    row("model states", f.model_states(), f.paper.device_total());
+    if (f.communication) out += "communication    " + fmt(f.communication) + " (gathered units and gradient buckets)\n";
+    if (f.host) out += "host (offload)   " + fmt(f.host) + "\n";
+    std::snprintf(line, sizeof line, "%-16s %14s   (activations, workspace and data as on one device)\n",
+                  "peak allocated", fmt(f.peak_allocated).c_str());
+    out += line;
+    std::snprintf(line, sizeof line, "%-16s %14s\n", "peak reserved", fmt(f.peak_reserved).c_str());
+    out += line;
+  }
+
+  if (target.usable_bytes) {
+    std::snprintf(line, sizeof line, "device: %s, %s", target.name.c_str(), fmt(target.total_bytes).c_str());
+    out += line;
+    if (target.usable_bytes != target.total_bytes) out += ", usable " + fmt(target.usable_bytes) + " (less the CUDA context)";
+    out += "\n";
+    if (e.fits) {
+      out += "fits: yes (peak reserved " + fmt(e.peak_reserved_per_device()) + " of " + fmt(target.usable_bytes) +
+             (e.sharded ? " per rank)\n" : ")\n");
+    } else {
+      out += "fits: NO";
+      if (e.on_device && e.on_device->oom)
+        out += " (out of memory in " + to_string(e.on_device->oom_phase) + ", allocating " + e.on_device->oom_tensor + ")";
+      out += "\n";
+    }
+    if (e.max_batch == 0) {
+      out += "largest micro-batch that fits: none (not even --batch 1)\n";
+    } else {
+      std::snprintf(line, sizeof line, "largest micro-batch that fits: %s%zu\n", e.max_batch_capped ? ">= " : "",
+                    e.max_batch);
+      out += line;
+    }
+  }
+  return out;
+}
+
+nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& target) {
+  nlohmann::json j;
+  j["command"] = "estimate";
+  j["method"] =
+      "the predicted allocation sequence of setup and two training steps, replayed through the caching allocator "
+      "on a device without memory";
+  j["config"] = setup_json(e.setup);
+  j["num_parameters"] = e.num_parameters;
+  const PrecisionBytesPerParameter bpp = bytes_per_parameter(e.setup.precision);
+  j["bytes_per_parameter"] = {{"parameters", bpp.parameters},
+                              {"gradients", bpp.gradients},
+                              {"optimizer_state", bpp.optimizer_state},
+                              {"total", bpp.total()}};
+  j["peak_allocated_bytes"] = e.peak_allocated();
+  j["peak_reserved_bytes"] = e.peak_reserved();
+  j["peak"] = {{"phase", to_string(e.replay.peak_phase)}, {"step", e.replay.peak_step}, {"tensor", e.replay.peak_tensor}};
+  nlohmann::json by_category = nlohmann::json::object();
+  for (MemoryCategory c : kAllMemoryCategories) {
+    const auto formula = formula_for(e.formulas, c);
+    by_category[std::string(to_string(c))] = {{"peak_bytes", e.category_peak(c)},
+                                              {"at_peak_bytes", e.replay.at_peak[index_of(c)]},
+                                              {"formula_bytes", formula ? nlohmann::json(*formula) : nlohmann::json()}};
+  }
+  j["by_category"] = by_category;
+  j["memory_stats"] = e.replay.stats.to_json();
+  if (e.sharded) {
+    const ShardedFigures& f = *e.sharded;
+    j["sharding"] = {
+        {"scheme", f.scheme},
+        {"world_size", e.setup.sharding.world_size},
+        {"zero", e.setup.sharding.fsdp ? -1 : e.setup.sharding.zero_stage()},
+        {"fsdp", e.setup.sharding.fsdp ? nlohmann::json(fsdp::to_string(e.setup.sharding.fsdp_options.mode)) : nlohmann::json()},
+        {"offload", to_string(e.setup.sharding.offload)},
+        {"per_rank_bytes",
+         {{"parameters", f.parameters},
+          {"gradients", f.gradients},
+          {"optimizer_state", f.optimizer_state},
+          {"model_states", f.model_states()},
+          {"communication", f.communication},
+          {"host", f.host},
+          {"peak_allocated", f.peak_allocated},
+          {"peak_reserved", f.peak_reserved}}},
+        {"paper_stage", f.paper_stage},
+        {"paper_per_rank_bytes",
+         {{"parameters", f.paper.parameters},
+          {"gradients", f.paper.gradients},
+          {"optimizer_state", f.paper.optimizer_state},
+          {"model_states", f.paper.device_total()},
+          {"host", f.paper.host}}}};
+  }
+  if (target.usable_bytes) {
+    nlohmann::json d = {{"name", target.name},
+                        {"total_bytes", target.total_bytes},
+                        {"usable_bytes", target.usable_bytes},
+                        {"fits", e.fits},
+                        {"max_batch", e.max_batch},
+                        {"max_batch_capped", e.max_batch_capped}};
+    if (e.on_device && e.on_device->oom)
+      d["oom"] = {{"phase", to_string(e.on_device->oom_phase)},
+                  {"tensor", e.on_device->oom_tensor},
+                  {"message", e.on_device->oom->message()}};
+    j["device"] = d;
+  }
+  return j;
+}
+
+}  // namespace trainmem::estimator

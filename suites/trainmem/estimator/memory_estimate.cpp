@@ -1,0 +1,133 @@
+#include "suites/trainmem/estimator/memory_estimate.h"
+
+#include "suites/checkpointing/recompute.h"
+#include "suites/fsdp/fsdp_memory.h"
+#include "suites/mixed_precision/precision_memory.h"
+
+namespace trainmem::estimator {
+
+namespace {
+
+// The element counts of the model's parameter tensors, in GPT::GPT's order (what
+// category_bytes() reads from a built model; here without building one).
+std::vector<std::size_t> parameter_sizes(const GPTConfig& c) {
+  const std::size_t C = c.dim;
+  std::vector<std::size_t> n = {c.vocab * C, c.seq * C};
+  for (std::size_t l = 0; l < c.layers; ++l)
+    for (std::size_t size : {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C}) n.push_back(size);
+  n.push_back(C);
+  n.push_back(C);
+  return n;
+}
+
+}  // namespace
+
+FormulaBytes formula_bytes(const TrainingSetup& s) {
+  FormulaBytes f;
+  // precision_memory.h: bytes per parameter per category, each tensor rounded to 512 bytes; the
+  // optimizer's fp32 tensors (m, v and, in 16 bits, the master weights) are 4 bytes each.
+  const PrecisionBytesPerParameter b = bytes_per_parameter(s.precision);
+  for (std::size_t n : parameter_sizes(s.model)) {
+    f.parameters += round_size(n * b.parameters);
+    f.gradients += round_size(n * b.gradients);
+    f.optimizer_state += (b.optimizer_state / 4) * round_size(n * 4);
+  }
+  f.activations = predicted_activation_peak(s.model, s.batch, s.seq(), s.recompute, storage_dtype(s.precision), s.attention);
+  // The trainer's int32 tokens and targets; eager: the whole dataset as int32; lazy: `prefetch`
+  // slots of tokens + targets (suites/lazy_loading/lazy_loader.h).
+  const std::size_t batch = round_size(4 * s.batch * s.seq());
+  f.data = 2 * batch;
+  if (s.loader == Loader::eager) f.data += round_size(4 * s.eager_tokens());
+  if (s.loader == Loader::lazy) f.data += s.prefetch * 2 * batch;
+  return f;
+}
+
+ShardedFigures sharded_figures(const TrainingSetup& s, const PlanReplay& single) {
+  const Sharding& sh = s.sharding;
+  ShardedFigures f;
+  f.scheme = sh.describe();
+  const int N = static_cast<int>(sh.world_size);
+  if (sh.fsdp) {
+    const fsdp::FsdpMemory m = fsdp::fsdp_memory(s.model, sh.world_size, sh.fsdp_options, s.precision);
+    f.parameters = m.parameters_peak_bytes;  // gathered units count as parameters in the FSDP suite
+    f.gradients = m.gradients_peak_bytes;
+    f.optimizer_state = m.optimizer_state_peak_bytes;
+    f.paper_stage = sh.fsdp_options.mode == fsdp::ShardingMode::full ? 3
+                    : sh.fsdp_options.mode == fsdp::ShardingMode::grad_op ? 2 : 0;
+  } else {
+    const zero::ZeroExactBytes x = zero::exact_model_states(zero::zero_units(s.model), N, sh.zero_stage(), s.precision,
+                                                            sh.offload, s.accum);
+    f.parameters = x.parameters;
+    f.gradients = x.gradients;
+    f.optimizer_state = x.optimizer_state;
+    f.communication = x.communication_peak;
+    f.host = x.host;
+    f.paper_stage = sh.zero_stage();
+  }
+  f.paper = zero::paper_model_states(static_cast<double>(s.model.num_parameters()), N, f.paper_stage, s.precision,
+                                     sh.fsdp ? Offload::none : sh.offload);
+  // The single-device peak moment, its model states swapped for one rank's.
+  auto at = [&](MemoryCategory c) { return single.at_peak[index_of(c)]; };
+  f.peak_allocated = at(MemoryCategory::activations) + at(MemoryCategory::workspace) + at(MemoryCategory::data) +
+                     at(MemoryCategory::other) + f.model_states() + f.communication;
+  f.peak_reserved = f.peak_allocated + (single.peak_reserved - single.peak_allocated);
+  return f;
+}
+
+bool fits_on(const TrainingSetup& setup, std::size_t capacity) {
+  if (setup.sharding.active()) return estimate_memory(setup).peak_reserved_per_device() <= capacity;
+  return !replay_plan(plan_training(setup), capacity, setup.allocator).oom.has_value();
+}
+
+std::size_t largest_fitting_batch(TrainingSetup setup, std::size_t capacity, std::size_t limit, bool* capped) {
+  if (capped) *capped = false;
+  auto fits_with = [&](std::size_t b) {
+    setup.batch = b;
+    return fits_on(setup, capacity);
+  };
+  if (!fits_with(1)) return 0;
+  // Double until it does not fit (or the limit), then bisect: fits(lo) and !fits(hi).
+  std::size_t lo = 1, hi = 2;
+  while (hi <= limit && fits_with(hi)) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi > limit) {
+    if (fits_with(limit)) {
+      if (capped) *capped = true;
+      return limit;
+    }
+    hi = limit;
+  }
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    (fits_with(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+MemoryEstimate estimate_memory(const TrainingSetup& setup, std::size_t capacity) {
+  MemoryEstimate e;
+  e.setup = setup;
+  e.num_parameters = setup.model.num_parameters();
+  const std::vector<PlannedOp> plan = plan_training(setup);
+  e.replay = replay_plan(plan, 0, setup.allocator);
+  e.formulas = formula_bytes(setup);
+  if (setup.sharding.active()) e.sharded = sharded_figures(setup, e.replay);
+  e.capacity = capacity;
+  if (capacity == 0) return e;
+  // Within capacity on an unlimited device means it fits; beyond, the allocator may still make it
+  // by releasing its cache and retrying, which only the replay on the real capacity can tell.
+  if (e.peak_reserved_per_device() <= capacity) {
+    e.fits = true;
+  } else if (e.sharded) {
+    e.fits = false;
+  } else {
+    e.on_device = replay_plan(plan, capacity, setup.allocator);
+    e.fits = !e.on_device->oom.has_value();
+  }
+  e.max_batch = largest_fitting_batch(setup, capacity, kMaxBatchLimit, &e.max_batch_capped);
+  return e;
+}
+
+}  // namespace trainmem::estimator

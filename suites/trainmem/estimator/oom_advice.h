@@ -1,0 +1,43 @@
+// The OOM report's advice, from the estimator: which technique, the cheapest first, would make
+// the configuration that just ran out of memory fit, and by how much.
+//
+//   --recompute selective would bring the peak reserved from 31.00 MiB to 21.00 MiB (capacity 24.00 MiB)
+//
+// Candidates, cheapest first (by what they cost in time; each is simulated on the same capacity,
+// and the first that fits is named):
+//   1. --loader lazy           (eager only) the dataset leaves the device; copies overlap compute
+//   2. --attention flash       no B*H*T^2 matrices, and faster (on a GPU in 16 bits: with bf16)
+//   3. --precision bf16        half the activation bytes; faster on tensor cores
+//   4. --recompute selective   rebuild attention probabilities and GELU outputs: a few % more time
+//   5. --batch b --accum K'    the same tokens per step in smaller micro-batches (b divides B)
+//   6. --recompute full        one more forward per step: about a third more time
+//   7. combinations of the above (bf16 + flash + selective, ... + full)
+// Sharding (ZeRO/FSDP) needs more devices and is left to the generic advice.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "common/allocator/caching_allocator.h"
+#include "suites/trainmem/estimator/training_setup.h"
+
+namespace trainmem::estimator {
+
+struct Remedy {
+  std::string flags;           // what to add to the command line, e.g. "--recompute selective"
+  TrainingSetup setup;         // the configuration with it
+  std::size_t peak_reserved;   // its predicted peak reserved
+};
+
+// The remedies that fit `capacity`, cheapest first (empty when none does).
+std::vector<Remedy> remedies_that_fit(const TrainingSetup& failed, std::size_t capacity);
+
+// Advice lines for an OOM of `failed` on a device of `capacity` usable bytes: the cheapest remedy
+// that fits with the figures ("... would bring the peak from X to Y"), then the generic advice.
+std::vector<std::string> estimator_oom_advice(const TrainingSetup& failed, std::size_t capacity, const OomReport& report);
+
+// For CachingAllocator::set_oom_advisor: estimator_oom_advice with the capacity the allocator had
+// (reserved + what the device still had free).
+CachingAllocator::OomAdvisor make_oom_advisor(TrainingSetup setup);
+
+}  // namespace trainmem::estimator

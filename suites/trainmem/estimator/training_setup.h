@@ -1,0 +1,69 @@
+// What an estimate is about: one `trainmem train` configuration, described without running it.
+//
+// The fields are the ones `trainmem train` takes (model, micro-batch, techniques, data loader,
+// device kind and allocator options), so an estimate is always the estimate of a run you can start
+// (suites/trainmem/estimate_flags.h builds one from the command line).
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "common/allocator/allocator_config.h"
+#include "common/device/device.h"
+#include "common/model/attention_kind.h"
+#include "common/model/gpt_config.h"
+#include "common/model/precision.h"
+#include "common/train/sharded_adamw.h"
+#include "suites/fsdp/fsdp_options.h"
+#include "suites/checkpointing/recompute.h"
+
+namespace trainmem::estimator {
+
+enum class Loader { sequential, eager, lazy };
+
+// Data parallelism over `world_size` ranks, each holding a shard of the model states
+// (suites/zero, suites/fsdp). Every rank runs the same micro-batch of B rows.
+struct Sharding {
+  std::size_t world_size = 1;
+  int zero = -1;                     // ZeRO stage 0..3; -1: none (0 when world_size > 1 and no FSDP)
+  Offload offload = Offload::none;   // ZeRO-Offload of the optimizer state (and parameters)
+  bool fsdp = false;                 // FSDP instead of ZeRO, with these options:
+  fsdp::FsdpOptions fsdp_options;
+  // ZeRO's stage in effect (-1: no data parallelism at all).
+  int zero_stage() const { return zero >= 0 ? zero : (!fsdp && world_size > 1 ? 0 : -1); }
+  bool active() const { return fsdp || zero_stage() >= 0; }
+  std::string describe() const;  // "ZeRO-2 (P_os+g) over 64 ranks", "FSDP full over 8 ranks"
+};
+Loader parse_loader(const std::string& text);  // sequential | eager | lazy; std::invalid_argument
+std::string to_string(Loader loader);
+
+struct TrainingSetup {
+  GPTConfig model;               // T = model.seq: trainmem trains on full-length sequences
+  std::size_t batch = 4;         // B, the micro-batch
+  std::size_t accum = 1;         // micro-batches per optimizer step
+  RecomputePolicy recompute;     // --recompute
+  Precision precision = Precision::fp32;
+  AttentionKind attention = AttentionKind::naive;
+
+  Loader loader = Loader::sequential;
+  std::size_t prefetch = 2;         // lazy: device batch buffers in the ring
+  std::size_t dataset_tokens = 0;   // eager: tokens uploaded to the device (0: the synthetic corpus's size)
+
+  // Which backend's allocation pattern: on the CPU every 16-bit operand of every op is widened to
+  // an fp32 scratch copy; on a GPU the matmuls read 16-bit operands directly (tensor cores).
+  DeviceKind backend = DeviceKind::cpu;
+  AllocatorConfig allocator;
+
+  Sharding sharding;  // per-rank figures when active
+
+  std::size_t seq() const { return model.seq; }
+  // The number of tokens `trainmem train --data synthetic` generates for this batch (it is what
+  // an eager loader puts on the device): max(4 (B*T + 1), 2^20), see load_dataset().
+  std::size_t synthetic_tokens() const;
+  std::size_t eager_tokens() const { return dataset_tokens ? dataset_tokens : synthetic_tokens(); }
+  // Checks what the trainer and the model would refuse (std::invalid_argument, one line).
+  void validate() const;
+  // "bf16 accum=4 recompute=selective attention=flash loader=lazy", for messages.
+  std::string describe() const;
+};
+
+}  // namespace trainmem::estimator

@@ -1,0 +1,176 @@
+// bench_zero: per-rank memory by category and step time for each ZeRO stage and offload, at the
+// world size it is launched with.
+//
+//   build/ci/suites/zero/bench_zero --benchmark_out=zero_n1.json --benchmark_out_format=json
+//   mpirun -np 2 --oversubscribe build/ci/suites/zero/bench_zero --benchmark_out=zero_n2.json --benchmark_out_format=json
+//   mpirun -np 4 --oversubscribe build/ci/suites/zero/bench_zero --benchmark_out=zero_n4.json --benchmark_out_format=json
+//   (as root, OpenMPI also wants --allow-run-as-root)
+//
+// Every rank runs every benchmark in lockstep (a fixed number of iterations: the collectives need
+// every rank); only rank 0 prints and writes the JSON (its figures: every rank holds the same
+// bytes). Model: `small` in bf16 at B = 4 per rank on the CPU; gpt2-124m at B = 4, T = 1024 on
+// a GPU. Counters:
+//   <category>_bytes            measured, allocator, after the timed steps (constant in training)
+//   predicted_<category>_bytes  zero_memory.h's exact formula (equal, or the tests would fail)
+//   paper_<category>_bytes      the paper's formula: 2Ψ/2Ψ/12Ψ divided as the stage says
+//   communication_peak_bytes    gathered units and gradient buckets (predicted_ alongside)
+//   host_bytes                  offloaded state in host memory
+//   comm_volume_bytes_per_step  the communicator's volume (2Ψ·e / 3Ψ·e, exact formula alongside)
+//   comm_s_per_step             wall time inside collectives
+//   tokens_per_s                global tokens (N ranks * B * T) per second
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <iostream>
+#include <vector>
+
+#include "common/comm/communicator.h"
+#include "common/data/token_file.h"
+#include "common/results/benchmark_context.h"
+#include "common/train/trainer.h"
+#include "suites/zero/zero_memory.h"
+#include "suites/zero/zero_strategy.h"
+
+namespace trainmem::zero {
+namespace {
+
+constexpr int kIterations = 5;
+
+struct BenchCase {
+  int stage;
+  Offload offload;
+};
+
+void BM_Zero(benchmark::State& state, const std::string& device_choice, const GPTConfig& config, std::size_t batch,
+             BenchCase c) {
+  DeviceOptions options;
+  options.choice = device_choice;
+  auto device = Device::open(options);
+  auto comm = make_communicator(*device);
+  const int N = comm->world_size();
+  ModelOptions mo;
+  mo.precision = Precision::bf16;
+  GPT model(*device, config, 1, mo);
+  const std::size_t steps = kIterations + 1;
+  SequentialBatches data(*device, synthetic_corpus(static_cast<std::size_t>(N) * batch * config.seq * steps + 1, 1),
+                         batch, config.seq, static_cast<std::size_t>(comm->rank()), static_cast<std::size_t>(N));
+  TrainerOptions topt;
+  topt.batch = batch;
+  topt.seq = config.seq;
+  ZeroOptions zo;
+  zo.stage = c.stage;
+  zo.offload = c.offload;
+  zo.adam = topt.adam;
+  zo.max_grad_norm = topt.max_grad_norm;
+  ZeroStrategy zero(model, *comm, zo);
+  Trainer trainer(model, data, topt, {&zero}, &zero.optimizer());
+  trainer.step();  // warm-up: stage 0's Adam moments are allocated at the first step
+  device->allocator().reset_peak_stats();
+  comm->reset_stats();
+  for (auto _ : state) benchmark::DoNotOptimize(trainer.step().loss);
+
+  const MemoryStats stats = device->allocator().stats();
+  set_memory_counters(state, stats);
+  const ZeroExactBytes x = exact_model_states(zero_units(config), N, c.stage, Precision::bf16, c.offload);
+  const ModelStateBytes paper =
+      paper_model_states(static_cast<double>(model.num_parameters()), N, c.stage, Precision::bf16, c.offload);
+  auto current = [&](MemoryCategory m) { return static_cast<double>(stats.by_category[index_of(m)].current); };
+  state.counters["world_size"] = N;
+  state.counters["stage"] = c.stage;
+  state.counters["parameters_bytes"] = bytes_counter(current(MemoryCategory::parameters));
+  state.counters["gradients_bytes"] = bytes_counter(current(MemoryCategory::gradients));
+  state.counters["optimizer_state_bytes"] = bytes_counter(current(MemoryCategory::optimizer_state));
+  state.counters["communication_peak_bytes"] =
+      bytes_counter(static_cast<double>(stats.by_category[index_of(MemoryCategory::communication)].peak));
+  state.counters["host_bytes"] = bytes_counter(static_cast<double>(zero.host_bytes()));
+  state.counters["predicted_parameters_bytes"] = bytes_counter(static_cast<double>(x.parameters));
+  state.counters["predicted_gradients_bytes"] = bytes_counter(static_cast<double>(x.gradients));
+  state.counters["predicted_optimizer_state_bytes"] = bytes_counter(static_cast<double>(x.optimizer_state));
+  state.counters["predicted_communication_peak_bytes"] = bytes_counter(static_cast<double>(x.communication_peak));
+  state.counters["predicted_host_bytes"] = bytes_counter(static_cast<double>(x.host));
+  state.counters["paper_parameters_bytes"] = bytes_counter(paper.parameters);
+  state.counters["paper_gradients_bytes"] = bytes_counter(paper.gradients);
+  state.counters["paper_optimizer_state_bytes"] = bytes_counter(paper.optimizer_state);
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["comm_volume_bytes_per_step"] = bytes_counter(static_cast<double>(comm->stats().total.volume_bytes) / iterations);
+  state.counters["predicted_comm_volume_bytes_per_step"] =
+      bytes_counter(static_cast<double>(x.volume_gradients + x.volume_parameters));
+  state.counters["comm_s_per_step"] = comm->stats().total.seconds / iterations;
+  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(static_cast<std::size_t>(N) * batch * config.seq),
+                                                      benchmark::Counter::kIsIterationInvariantRate);
+  std::string label = config.name;
+  label += " bf16 B=";
+  label += std::to_string(batch);
+  label += " N=";
+  label += std::to_string(N);
+  label += " ";
+  label += comm->backend();
+  state.SetLabel(label);
+}
+
+// Ranks other than 0 run the benchmarks (the collectives need them) and report nothing.
+class SilentReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+}  // namespace trainmem::zero
+
+int main(int argc, char** argv) {
+  using namespace trainmem;
+  const std::string device_choice = take_device_flag(argc, argv);
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Communicator> comm;
+  try {
+    DeviceOptions options;
+    options.choice = device_choice;
+    device = Device::open(options, launched_by_mpirun() ? nullptr : &std::cerr);
+    comm = make_communicator(*device);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_zero: " << e.what() << '\n';
+    return 2;
+  }
+  // Only rank 0 writes --benchmark_out: the other ranks drop the flag before Google Benchmark sees it.
+  if (comm->rank() != 0) {
+    int kept = 0;
+    for (int i = 0; i < argc; ++i)
+      if (std::strncmp(argv[i], "--benchmark_out", 15) != 0) argv[kept++] = argv[i];
+    argc = kept;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  add_benchmark_context(device->info(), device->allocator().config());
+  benchmark::AddCustomContext("trainmem.world_size", std::to_string(comm->world_size()));
+  benchmark::AddCustomContext("trainmem.comm_backend", comm->backend());
+
+  const bool gpu = device->kind() == DeviceKind::cuda;
+  static const GPTConfig config = gpt_preset(gpu ? "gpt2-124m" : "small");
+  const std::size_t batch = 4;
+  const std::vector<zero::BenchCase> cases = {{0, Offload::none},      {1, Offload::none},      {2, Offload::none},
+                                              {3, Offload::none},      {1, Offload::optimizer}, {2, Offload::optimizer},
+                                              {3, Offload::optimizer}, {3, Offload::params}};
+  for (const zero::BenchCase& c : cases) {
+    std::string name = "BM_Zero/";
+    name += config.name;
+    name += "/N";
+    name += std::to_string(comm->world_size());
+    name += "/zero";
+    name += std::to_string(c.stage);
+    name += "/offload_";
+    name += to_string(c.offload);
+    benchmark::RegisterBenchmark(name.c_str(), zero::BM_Zero, device_choice, config, batch, c)
+        ->Iterations(zero::kIterations)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  if (comm->rank() == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    zero::SilentReporter silent;
+    benchmark::RunSpecifiedBenchmarks(&silent);
+  }
+  benchmark::Shutdown();
+  return 0;
+}

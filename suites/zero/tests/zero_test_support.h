@@ -1,0 +1,126 @@
+// What the zero suite's tests share: a small model whose units do not divide evenly by 4 ranks
+// (so the padding is exercised), a ZeRO run on this rank's slice of the data, and the reference:
+// one rank, the plain Trainer, the whole global batch.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "common/comm/communicator.h"
+#include "common/data/token_file.h"
+#include "common/train/trainer.h"
+#include "suites/zero/zero_strategy.h"
+
+namespace trainmem::zero::testing {
+
+// Root unit 256*30 + 15*30 + 2*30 = 8190 elements, a layer 12*30^2 + 13*30 = 11190: both padded
+// by 2 for N = 4, by 0 for N = 2.
+inline GPTConfig test_config() {
+  GPTConfig c;
+  c.name = "zero-test";
+  c.vocab = 256;
+  c.seq = 15;
+  c.layers = 2;
+  c.heads = 2;
+  c.dim = 30;
+  return c;
+}
+
+constexpr std::uint64_t kModelSeed = 7;
+constexpr std::uint64_t kDataSeed = 3;
+
+inline std::unique_ptr<Device> cpu_device() {
+  DeviceOptions options;
+  options.choice = "cpu";
+  options.device_memory = std::size_t{1} << 30;
+  return Device::open(options);
+}
+
+struct Settings {
+  int stage = 0;
+  Offload offload = Offload::none;
+  Precision precision = Precision::fp32;
+  std::size_t batch = 2;          // B per rank
+  std::size_t accumulation = 1;   // K
+  float max_grad_norm = 1.0f;
+  int steps = 3;
+};
+
+inline TrainerOptions trainer_options(const Settings& s, std::size_t batch) {
+  TrainerOptions t;
+  t.batch = batch;
+  t.seq = test_config().seq;
+  t.accumulation_steps = s.accumulation;
+  t.adam.lr = 1e-3f;
+  t.adam.weight_decay = 0.1f;
+  t.max_grad_norm = s.max_grad_norm;
+  return t;
+}
+
+// Enough tokens for every step of the global batch, without wrapping.
+inline std::vector<std::uint16_t> corpus(const Settings& s, int world_size) {
+  return synthetic_corpus(static_cast<std::size_t>(world_size) * s.batch * s.accumulation * test_config().seq *
+                                  static_cast<std::size_t>(s.steps) + 1,
+                          kDataSeed);
+}
+
+// This rank's part of a ZeRO run over `comm`'s world.
+struct ZeroRun {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<GPT> model;
+  std::unique_ptr<SequentialBatches> data;
+  std::unique_ptr<ZeroStrategy> zero;
+  std::unique_ptr<Trainer> trainer;
+};
+
+// `device` must be the one `comm` was made for.
+inline ZeroRun make_zero_run(std::unique_ptr<Device> device, Communicator& comm, const Settings& s) {
+  ZeroRun r;
+  r.device = std::move(device);
+  ModelOptions mo;
+  mo.precision = s.precision;
+  r.model = std::make_unique<GPT>(*r.device, test_config(), kModelSeed, mo);
+  r.data = std::make_unique<SequentialBatches>(*r.device, corpus(s, comm.world_size()), s.batch, test_config().seq,
+                                               static_cast<std::size_t>(comm.rank()),
+                                               static_cast<std::size_t>(comm.world_size()));
+  const TrainerOptions topt = trainer_options(s, s.batch);
+  ZeroOptions zo;
+  zo.stage = s.stage;
+  zo.offload = s.offload;
+  zo.adam = topt.adam;
+  zo.max_grad_norm = topt.max_grad_norm;
+  r.zero = std::make_unique<ZeroStrategy>(*r.model, comm, zo);
+  r.trainer = std::make_unique<Trainer>(*r.model, *r.data, topt, std::vector<Strategy*>{r.zero.get()},
+                                        &r.zero->optimizer());
+  return r;
+}
+
+// One rank, the plain trainer, N*B rows per micro-batch: what every ZeRO stage must reproduce.
+inline std::vector<float> reference_parameters(const Settings& s, int world_size) {
+  auto device = cpu_device();
+  ModelOptions mo;
+  mo.precision = s.precision;
+  GPT model(*device, test_config(), kModelSeed, mo);
+  const std::size_t global_batch = static_cast<std::size_t>(world_size) * s.batch;
+  SequentialBatches data(*device, corpus(s, world_size), global_batch, test_config().seq);
+  Trainer trainer(model, data, trainer_options(s, global_batch));
+  for (int i = 0; i < s.steps; ++i) trainer.step();
+  return model.parameter_values();
+}
+
+inline double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+inline std::int64_t category_bytes(Device& device, MemoryCategory c) {
+  return device.allocator().stats().by_category[index_of(c)].current;
+}
+inline std::int64_t category_peak(Device& device, MemoryCategory c) {
+  return device.allocator().stats().by_category[index_of(c)].peak;
+}
+
+}  // namespace trainmem::zero::testing

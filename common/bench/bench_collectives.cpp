@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -178,12 +177,6 @@ void register_benchmarks() {
     }
 }
 
-// What ranks other than 0 report: nothing.
-class SilentReporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
 
 // Takes --comm=auto|local|mpi|nccl out of argv.
 std::string take_comm_flag(int& argc, char** argv) {
@@ -211,26 +204,15 @@ int main(int argc, char** argv) {
     options.device_memory = std::size_t{1} << 30;
     g_device = Device::open(options, &std::cerr);
     g_comm = make_communicator(*g_device, comm_choice);
-    const bool reporting = g_comm->rank() == 0;
     // Only rank 0 writes --benchmark_out: the other ranks drop the flag.
-    if (!reporting) {
-      int kept = 0;
-      for (int i = 0; i < argc; ++i)
-        if (std::strncmp(argv[i], "--benchmark_out", 15) != 0) argv[kept++] = argv[i];
-      argc = kept;
-    }
+    if (g_comm->rank() != 0) drop_benchmark_out_flags(argc, argv);
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
     add_benchmark_context(g_device->info(), g_device->allocator().config());
     benchmark::AddCustomContext("trainmem.comm.backend", g_comm->backend());
     benchmark::AddCustomContext("trainmem.comm.world_size", std::to_string(g_comm->world_size()));
     register_benchmarks();
-    if (reporting) {
-      benchmark::RunSpecifiedBenchmarks();
-    } else {
-      SilentReporter silent;
-      benchmark::RunSpecifiedBenchmarks(&silent);
-    }
+    run_benchmarks_reporting_on_rank0(g_comm->rank());
     benchmark::Shutdown();
     g_comm.reset();
     g_device.reset();

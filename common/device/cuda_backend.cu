@@ -135,6 +135,15 @@ std::optional<std::string> cuda_unavailable_reason() {
   return std::nullopt;
 }
 
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
 DeviceInfo query_cuda_device_info(int index) {
   DeviceInfo info = query_cpu_device_info();  // the host's model and cores
   cudaDeviceProp prop{};

@@ -2,6 +2,7 @@
 // order in which a device's parts are built and torn down.
 #include "common/device/device.h"
 
+#include <cstdlib>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +34,25 @@ nlohmann::json DeviceInfo::to_json() const {
           {"cpu_cores", cpu_cores}};
 }
 
+namespace {
+
+// Which GPU this process uses: under mpirun, one rank per GPU by node-local rank (OpenMPI's
+// OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, Slurm's SLURM_LOCALID); ranks beyond the
+// GPU count share them round-robin (e.g. 2 ranks on one GPU, which the MPI backend stages through
+// the host). A single process uses GPU 0 (restrict it with CUDA_VISIBLE_DEVICES).
+int gpu_index_for_this_process() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    const int local_rank = std::atoi(value);
+    const int count = cuda_device_count();
+    return count > 0 && local_rank >= 0 ? local_rank % count : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
 std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream* log) {
   if (options.choice != "auto" && options.choice != "cpu" && options.choice != "cuda")
     throw DeviceError("--device must be auto, cpu or cuda, not '" + options.choice + "'");
@@ -49,8 +69,9 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
 
   std::unique_ptr<Device> device(new Device());
   if (kind == DeviceKind::cuda) {
-    device->memory_ = make_cuda_device_memory(0, options.device_memory.value_or(0));
-    device->info_ = query_cuda_device_info(0);
+    const int index = gpu_index_for_this_process();
+    device->memory_ = make_cuda_device_memory(index, options.device_memory.value_or(0));
+    device->info_ = query_cuda_device_info(index);
   } else {
     device->memory_ = std::make_unique<BudgetDeviceMemory>(options.device_memory.value_or(kDefaultDeviceMemory), options.backed);
     device->info_ = query_cpu_device_info();

@@ -56,6 +56,7 @@ struct DeviceOptions {
 // Implemented with the CUDA runtime where trainmem was built with CUDA, by stubs otherwise.
 bool cuda_compiled();
 std::optional<std::string> cuda_unavailable_reason();  // nullopt: a usable GPU answered
+int cuda_device_count();                               // 0 without CUDA
 DeviceInfo query_cuda_device_info(int index);
 std::unique_ptr<DeviceMemory> make_cuda_device_memory(int index, std::size_t budget_bytes /*0: the card*/);
 void cuda_synchronize();

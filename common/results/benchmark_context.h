@@ -53,6 +53,31 @@ inline void set_memory_counters(benchmark::State& state, const MemoryStats& stat
   }
 }
 
+// Benchmarks under mpirun: every rank runs every benchmark (a collective needs all of them), and
+// only rank 0 reports. The other ranks drop --benchmark_out* before Google Benchmark reads argv
+// (else every rank would write the same file) and run with a reporter that prints nothing.
+inline void drop_benchmark_out_flags(int& argc, char** argv) {
+  int kept = 0;
+  for (int i = 0; i < argc; ++i)
+    if (std::strncmp(argv[i], "--benchmark_out", 15) != 0) argv[kept++] = argv[i];
+  argc = kept;
+}
+
+class SilentReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+inline void run_benchmarks_reporting_on_rank0(int rank) {
+  if (rank == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    SilentReporter silent;
+    benchmark::RunSpecifiedBenchmarks(&silent);
+  }
+}
+
 // The main of every trainmem benchmark binary: takes --device=auto|cpu|cuda, opens that device
 // once to record its description as context (and print the choice), lets `register_benchmarks`
 // register what suits it (device choice, whether it is a GPU), and runs Google Benchmark.

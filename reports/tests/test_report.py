@@ -52,6 +52,33 @@ def md_tables(summary: str) -> dict[str, list[dict[str, str]]]:
     return tables
 
 
+def bench_entries(folder: pathlib.Path, bench: str) -> list[dict]:
+    """A suite's Google Benchmark entries, read with the json module alone, from all its files in
+    the order the report lists them: bench_zero.json (world size 1), then bench_zero-n2.json, -n4."""
+    files = [folder / f"{bench}.json"] + sorted(folder.glob(f"{bench}-n*.json"), key=lambda p: (len(p.name), p.name))
+    return [e for path in files if path.exists() for e in json.loads(path.read_text())["benchmarks"]]
+
+
+def by_name(entries: list[dict]) -> dict[str, dict]:
+    """Entries by name without Google Benchmark's run options ("/iterations:5/real_time")."""
+    return {re.sub(r"(/iterations:\d+|/real_time)+$", "", e["name"]): e for e in entries}
+
+
+def ms(entry: dict) -> float:
+    return entry["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[entry["time_unit"]]
+
+
+def verdict(rendered: pathlib.Path, claim_start: str) -> str:
+    """The verdict summary.md's claims table gives the claim that starts with `claim_start`."""
+    summary = (rendered / "summary.md").read_text()
+    line = next(l for l in summary.splitlines() if l.startswith("| " + claim_start))
+    return line.split(" | ")[1]
+
+
+def expected(ok: bool) -> str:
+    return "holds" if ok else "does not hold"
+
+
 def test_every_plot_is_a_non_empty_png(rendered):
     pngs = list((rendered / "plots").glob("*.png"))
     assert len(pngs) >= 8, sorted(p.name for p in pngs)
@@ -64,7 +91,10 @@ def test_the_expected_plots_exist(rendered):
     names = {p.name for p in (rendered / "plots").glob("*.png")}
     for expected in ("memory-timeline.png", "checkpointing-tradeoff.png", "accumulation-tradeoff.png",
                      "mixed_precision-tradeoff.png", "attention-memory-fwd.png", "attention-tflops-fwd.png",
-                     "attention-train-activations.png", "precision-loss.png"):
+                     "attention-train-activations.png", "precision-loss.png", "zero-per-rank.png",
+                     "fsdp-parameters-peak.png", "fsdp-peak-allocated.png", "allocator-alloc-cost.png",
+                     "allocator-growingsequence.png", "allocator-growingwithkepttensors.png",
+                     "allocator-reservedgrowth.png"):
         assert expected in names
     assert any(n.startswith("checkpointing-categories-") for n in names)
 
@@ -98,12 +128,13 @@ def test_summary_numbers_equal_the_json(rendered):
     """Every time and byte cell of every suite table, against the Google Benchmark JSON read here
     with the json module alone (not the renderer's loader)."""
     tables = md_tables((rendered / "summary.md").read_text())
-    assert {"bench_baseline", "bench_checkpointing", "bench_mixed_precision"} <= set(tables)
+    assert {"bench_baseline", "bench_checkpointing", "bench_mixed_precision", "bench_allocator", "bench_zero",
+            "bench_fsdp"} <= set(tables)
     byte_columns = {"peak allocated": "peak_allocated_bytes", "peak reserved": "peak_reserved_bytes",
                     "activations peak": "activations_peak_bytes", "saved for backward": "saved_bytes"}
     checked = 0
     for bench, rows in tables.items():
-        entries = json.loads((rendered / f"{bench}.json").read_text())["benchmarks"]
+        entries = bench_entries(rendered, bench)
         assert len(rows) == len(entries), bench
         for row, entry in zip(rows, entries):  # the table keeps the JSON's order
             ms = entry["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[entry["time_unit"]]
@@ -133,6 +164,66 @@ def test_claim_verdicts_follow_from_the_json(rendered):
     assert line.split(" | ")[1] == expected
 
 
+def test_allocator_claims_follow_from_the_json(rendered):
+    """Each allocator claim's verdict, recomputed here from bench_allocator.json by its criterion."""
+    runs = by_name(bench_entries(rendered, "bench_allocator"))
+    speedups = [ms(runs[f"BM_AllocFree/raw/{size}"]) / ms(hit) for name, hit in runs.items()
+                for size in [name.rsplit("/", 1)[-1]]
+                if name.startswith("BM_AllocFree/hit/fixed/") and "touch" not in name]
+    assert speedups
+    assert verdict(rendered, "Caching exists") == expected(all(x >= 2 for x in speedups))
+
+    frag = lambda e: e["peak_reserved_bytes"] / e["peak_allocated_bytes"]
+    oks = []
+    for segments in ("fixed", "expandable"):
+        never, every = runs.get(f"BM_TrainEmptyCache/{segments}/never"), runs.get(f"BM_TrainEmptyCache/{segments}/every-step")
+        if never and every:
+            oks.append(ms(every) <= 1.05 * ms(never) and frag(every) < frag(never))
+    assert oks
+    assert verdict(rendered, "Calling empty_cache() every step") == expected(all(oks))
+
+    seq, kept = "BM_GrowingSequence/", "BM_GrowingWithKeptTensors/"
+    ratio_at_oom = lambda e: e["reserved_at_oom_bytes"] / e["allocated_at_oom_bytes"]
+    less_fragmented = (runs[seq + "expandable"]["reserved_over_allocated_at_peak"] <
+                       runs[seq + "fixed"]["reserved_over_allocated_at_peak"] and
+                       ratio_at_oom(runs[kept + "expandable"]) < ratio_at_oom(runs[kept + "fixed"]))
+    assert verdict(rendered, "Expandable segments reduce fragmentation") == expected(less_fragmented)
+    further = (runs[seq + "expandable"]["last_seq_trained"] > runs[seq + "fixed"]["last_seq_trained"] and
+               runs[kept + "expandable"]["steps_before_oom"] > runs[kept + "fixed"]["steps_before_oom"])
+    assert verdict(rendered, "Expandable segments let a growing workload") == expected(further)
+
+    growth = {name.split("/")[1]: e["reserved_growth_bytes"] for name, e in runs.items()
+              if name.startswith("BM_ReservedGrowth/")}
+    assert {"leak", "no_leak"} <= set(growth)
+    assert verdict(rendered, "Reserved memory that keeps growing") == \
+        expected(all(g <= 0 for case, g in growth.items() if case != "leak"))
+
+
+def test_zero_and_fsdp_claims_follow_from_the_json(rendered):
+    """The ZeRO and FSDP verdicts, recomputed here from every world size's file."""
+    states = lambda e: e["parameters_bytes"] + e["gradients_bytes"] + e["optimizer_state_bytes"]
+    zero = {(int(e["stage"]), int(e["world_size"])): e for e in bench_entries(rendered, "bench_zero")
+            if e["name"].split("/")[4] == "offload_none"}
+    worlds = [n for s, n in zero if s == 3 and n > 1 and (0, n) in zero]
+    assert worlds, "the results hold ZeRO at a world size > 1 (ci/suite runs bench_zero under mpirun)"
+    assert verdict(rendered, "ZeRO-3 divides the model states") == \
+        expected(all(states(zero[(0, n)]) / states(zero[(3, n)]) >= 0.8 * n for n in worlds))
+    paper = lambda e: sum(e[f"paper_{c}_bytes"] for c in ("parameters", "gradients", "optimizer_state"))
+    exact = lambda e: sum(e[f"predicted_{c}_bytes"] for c in ("parameters", "gradients", "optimizer_state"))
+    assert verdict(rendered, "ZeRO's per-rank model states are") == \
+        expected(all(abs(states(e) / paper(e) - 1) <= 0.01 and states(e) == exact(e) for e in zero.values()))
+
+    oks = []
+    for e in bench_entries(rendered, "bench_fsdp"):
+        _, _, mode, unit, prefetch = e["name"].split("/")[:5]
+        if mode == "full":
+            units = 2 if prefetch == "prefetch" and unit != "4-layers" else 1  # small: 4 layers
+            oks.append(e["parameters_peak_bytes"] == e["predicted_parameters_peak_bytes"] and
+                       e["gathered_units_at_peak"] == units)
+    assert oks
+    assert verdict(rendered, "FSDP's peak is the shard plus") == expected(all(oks))
+
+
 def test_timeline_replays_to_the_runs_own_peak(rendered):
     trace = json.loads((rendered / "memory-trace.json").read_text())
     run = json.loads((rendered / "train-baseline.json").read_text())
@@ -152,7 +243,7 @@ def test_every_claim_has_a_computed_verdict(rendered):
     folder = load_folder(rendered)
     verdicts = {c.claim: c.verdict for c in claims.evaluate(folder)}
     measured = [v for v in verdicts.values() if v != claims.NOT_MEASURED]
-    assert len(measured) >= 7, verdicts
+    assert len(measured) >= 17, verdicts
     assert set(measured) <= {claims.HOLDS, claims.FAILS}
 
 

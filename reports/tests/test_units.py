@@ -72,9 +72,64 @@ def test_zero_claim_and_plot_follow_the_numbers(tmp_path):
     assert claims.zero_point(loaded.runs("bench_zero")[-1]) == (3, 4, "none")
     claim = claims.zero3_divides_by_n(loaded)
     assert claim.verdict == claims.HOLDS
-    assert claim.numbers["N"] == 4 and abs(claim.numbers["ratio"] - 16 / 4.5) < 1e-9
+    assert list(claim.numbers) == ["N=4 ratio"]  # N = 2 has no stage 0 run to compare with
+    assert abs(claim.numbers["N=4 ratio"] - 16 / 4.5) < 1e-9
     assert main(["render", str(folder)]) == 0
     assert (folder / "plots" / "zero-per-rank.png").stat().st_size > 2000
 
     (folder / "bench_zero-n4.json").write_text(json.dumps(zero_bench([(0, 4, psi16), (3, 4, psi16 / 2)])))
     assert claims.zero3_divides_by_n(load_folder(folder)).verdict == claims.FAILS
+
+
+def bench_file(folder, name, runs):
+    """A Google Benchmark file with hand-made runs: (name, time in ms, counters)."""
+    entries = [{"name": n, "run_type": "iteration", "real_time": t, "time_unit": "ms", **counters}
+               for n, t, counters in runs]
+    (folder / f"{name}.json").write_text(json.dumps({"context": {}, "benchmarks": entries}))
+
+
+def test_allocator_claims_follow_the_numbers(tmp_path):
+    """The leak claim fails exactly when a run that keeps nothing grows its reserved memory, and
+    the empty_cache claim needs both conditions (cheap and less fragmented)."""
+    growth = lambda no_leak, sequence: [
+        ("BM_ReservedGrowth/no_leak/iterations:1", 1.0, {"reserved_growth_bytes": no_leak,
+                                                         "allocated_at_step_end_growth_bytes": 0}),
+        ("BM_ReservedGrowth/leak/iterations:1", 1.0, {"reserved_growth_bytes": 18 * MiB,
+                                                      "allocated_at_step_end_growth_bytes": 17 * MiB}),
+        ("BM_ReservedGrowth/growing_sequence/iterations:1", 1.0, {"reserved_growth_bytes": sequence,
+                                                                  "allocated_at_step_end_growth_bytes": 8192})]
+    empty_cache = lambda every_ms, every_reserved: [
+        ("BM_TrainEmptyCache/fixed/never", 100.0, {"peak_reserved_bytes": 38 * MiB, "peak_allocated_bytes": 36 * MiB}),
+        ("BM_TrainEmptyCache/fixed/every-step", every_ms, {"peak_reserved_bytes": every_reserved,
+                                                           "peak_allocated_bytes": 36 * MiB})]
+    bench_file(tmp_path, "bench_allocator", growth(0, 0) + empty_cache(104.0, 37 * MiB))
+    folder = load_folder(tmp_path)
+    assert claims.growing_reserved_means_a_leak(folder).verdict == claims.HOLDS
+    assert claims.empty_cache_is_cheap(folder).verdict == claims.HOLDS
+    bench_file(tmp_path, "bench_allocator", growth(0, 48 * MiB) + empty_cache(104.0, 38 * MiB))
+    folder = load_folder(tmp_path)
+    leak = claims.growing_reserved_means_a_leak(folder)
+    assert leak.verdict == claims.FAILS and "growing_sequence: reserved +48.00 MiB" in leak.measured
+    assert claims.empty_cache_is_cheap(folder).verdict == claims.FAILS  # no fragmentation reduced
+    bench_file(tmp_path, "bench_allocator", empty_cache(106.0, 37 * MiB))
+    assert claims.empty_cache_is_cheap(load_folder(tmp_path)).verdict == claims.FAILS  # 6% slower
+    assert claims.growing_reserved_means_a_leak(load_folder(tmp_path)).verdict == claims.NOT_MEASURED
+
+
+def test_fsdp_claim_follows_the_numbers(tmp_path):
+    """Peak = base + units x unit: holds when the measured peaks equal the formula with 1 unit
+    gathered (2 with prefetch); a third unit gathered at the peak makes it fail."""
+    unit, base = 3 * MiB, 10 * MiB
+
+    def run(k, prefetch, units, peak=None):
+        peak = base + units * k * unit if peak is None else peak
+        return (f"BM_Fsdp/small/full/{'layer' if k == 1 else f'{k}-layers'}/{'prefetch' if prefetch else 'no_prefetch'}"
+                "/iterations:5", 10.0, {"world_size": 2, "parameters_peak_bytes": peak,
+                                        "predicted_parameters_peak_bytes": base + (2 if prefetch else 1) * k * unit,
+                                        "gathered_units_at_peak": units})
+    bench_file(tmp_path, "bench_fsdp", [run(1, False, 1), run(1, True, 2), run(2, False, 1), run(2, True, 2)])
+    claim = claims.fsdp_peak_is_shard_plus_units(load_folder(tmp_path))
+    assert claim.verdict == claims.HOLDS
+    assert "N = 2, 1-layer units: 13.00 MiB = 10.00 MiB + 1 x 3.00 MiB" in claim.measured
+    bench_file(tmp_path, "bench_fsdp", [run(1, False, 1), run(1, True, 3)])
+    assert claims.fsdp_peak_is_shard_plus_units(load_folder(tmp_path)).verdict == claims.FAILS

@@ -9,7 +9,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .document import fmt_bytes, fmt_percent
+from .document import fmt_bytes, fmt_ms, fmt_percent
 from .results import Benchmark, ResultFolder
 from .suites import args, safe_split, suite_for
 
@@ -243,41 +243,131 @@ def pinned_memory_is_faster(f: ResultFolder, c: Claim) -> None:
             c.measured += " (CPU backend: no host-to-device copy exists to speed up)"
 
 
-@claim("Caching exists because asking the device for memory is slow", "allocator_ops",
-       "alloc+free with the cache faster than with the device (raw) at every size")
+# --- The caching allocator (bench_allocator)
+
+@claim("Caching exists because asking the device (the driver) for memory is slow", "allocator",
+       "alloc+free of one block: a cache hit at least 2x faster than raw mode (one device allocation and "
+       "one device free per request) at every block size")
 def caching_beats_device(f: ResultFolder, c: Claim) -> None:
-    parts, oks = [], []
-    for group, runs in table(f, "bench_allocator_ops").items():
-        if "caching" in runs and "raw" in runs and "AllocFree" in group:
-            speedup = runs["raw"].real_time_ms / runs["caching"].real_time_ms
-            c.numbers[f"{group} speedup"] = speedup
-            oks.append(speedup > 1)
-            parts.append(f"{group.split()[-1]} B: x{speedup:.1f}")
+    # Groups "AllocFree <size>" (the memory untouched: the allocator's own cost) and
+    # "AllocFree <size> pages touched" (the pages also written once, as a kernel would).
+    parts, touched, oks = [], [], []
+    for group, runs in table(f, "bench_allocator").items():
+        if group.startswith("AllocFree") and "hit/fixed" in runs and "raw" in runs:
+            speedup = runs["raw"].real_time_ms / runs["hit/fixed"].real_time_ms
+            size = group[len("AllocFree "):]
+            if group.endswith("pages touched"):
+                touched.append(f"{size.replace(' pages touched', '')} x{speedup:.1f}")
+                continue
+            c.numbers[f"{size} raw / hit"] = speedup
+            oks.append(speedup >= 2)
+            parts.append(f"{size} x{speedup:.1f} ({fmt_ms(runs['hit/fixed'].real_time_ms)} vs "
+                         f"{fmt_ms(runs['raw'].real_time_ms)})")
     if oks:
-        c.verdict, c.measured = _verdict(all(oks)), "cache faster by " + ", ".join(parts)
+        c.verdict = _verdict(all(oks))
+        c.measured = "raw / cache hit: " + ", ".join(parts)
+        if touched:
+            c.measured += "; with the pages written once: " + ", ".join(touched)
+
+
+def _reserved_over_allocated(b: Benchmark) -> float:
+    return b.counter("peak_reserved_bytes") / b.counter("peak_allocated_bytes")
 
 
 @claim("Calling empty_cache() every step is cheap and reduces fragmentation", "allocator",
-       "every-step vs never: step time at most 5% longer and peak reserved / peak allocated lower")
+       "training step, every-step vs never (fixed and expandable segments): step time at most 5% longer, "
+       "and peak reserved / peak allocated lower")
 def empty_cache_is_cheap(f: ResultFolder, c: Claim) -> None:
-    # BM_TrainEmptyCache/<segments>/<never|every-step|every:N>: one group per segment kind.
-    frag = lambda b: b.counter("peak_reserved_bytes") / b.counter("peak_allocated_bytes")
+    # Groups "TrainEmptyCache <fixed|expandable>", settings never / every-step / every:N.
     parts, oks = [], []
     for group, runs in table(f, "bench_allocator").items():
-        if "EmptyCache" in group and "never" in runs and "every-step" in runs:
+        if group.startswith("TrainEmptyCache") and "never" in runs and "every-step" in runs:
             never, every = runs["never"], runs["every-step"]
+            segments = group.split()[-1]
             overhead = _pct(every.real_time_ms, never.real_time_ms)
-            c.numbers[f"{group} overhead %"] = overhead
-            c.numbers[f"{group} reserved/allocated never"] = frag(never)
-            c.numbers[f"{group} reserved/allocated every step"] = frag(every)
-            oks.append(overhead <= 5 and frag(every) < frag(never))
-            parts.append(f"{group}: time {fmt_percent(overhead)}, peak reserved/allocated {frag(every):.3f} "
-                         f"(every step) vs {frag(never):.3f} (never)")
+            c.numbers[f"{segments} time change %"] = overhead
+            c.numbers[f"{segments} reserved/allocated never"] = _reserved_over_allocated(never)
+            c.numbers[f"{segments} reserved/allocated every step"] = _reserved_over_allocated(every)
+            oks.append(overhead <= 5 and _reserved_over_allocated(every) < _reserved_over_allocated(never))
+            text = (f"{segments}: time {fmt_percent(overhead)}, peak reserved {fmt_bytes(every.counter('peak_reserved_bytes'))} "
+                    f"vs {fmt_bytes(never.counter('peak_reserved_bytes'))} (reserved / allocated "
+                    f"{_reserved_over_allocated(every):.3f} vs {_reserved_over_allocated(never):.3f})")
+            if every.counter("reserved_at_step_end_bytes") is not None:
+                text += (f"; between steps {fmt_bytes(every.counter('reserved_at_step_end_bytes'))} vs "
+                         f"{fmt_bytes(never.counter('reserved_at_step_end_bytes'))}")
+            if every.counter("device_allocs_per_step") is not None:
+                text += f", {every.counter('device_allocs_per_step'):.0f} device allocations per step vs " \
+                        f"{never.counter('device_allocs_per_step'):.0f}"
+            parts.append(text)
     if oks:
         c.verdict, c.measured = _verdict(all(oks)), "; ".join(parts)
     elif f.runs("bench_allocator"):
         c.measured = "bench_allocator.json has no TrainEmptyCache never / every-step pair"
 
+
+# The two workloads that fragment, run until out of memory: (benchmark family, how far it got,
+# reserved/allocated at the decisive moment).
+GROWING = {
+    "GrowingSequence": ("last_seq_trained", "last T trained",
+                        lambda b: b.counter("reserved_over_allocated_at_peak")),
+    "GrowingWithKeptTensors": ("steps_before_oom", "steps before OOM",
+                               lambda b: b.counter("reserved_at_oom_bytes") / b.counter("allocated_at_oom_bytes")),
+}
+
+
+@claim("Expandable segments reduce fragmentation", "allocator",
+       "both growing workloads (sequence length +64 per step on 128 MiB; a growing activation and a kept tensor "
+       "per step on 256 MiB): reserved / allocated lower with expandable segments than with fixed segments")
+def expandable_segments_reduce_fragmentation(f: ResultFolder, c: Claim) -> None:
+    parts, oks = [], []
+    for group, (_, _, ratio) in GROWING.items():
+        runs = table(f, "bench_allocator").get(group, {})
+        if "fixed" in runs and "expandable" in runs:
+            fixed, expandable = ratio(runs["fixed"]), ratio(runs["expandable"])
+            c.numbers[f"{group} fixed"], c.numbers[f"{group} expandable"] = fixed, expandable
+            oks.append(expandable < fixed)
+            parts.append(f"{group}: reserved / allocated {expandable:.3f} (expandable) vs {fixed:.3f} (fixed)"
+                         + (f", {ratio(runs['max_split_size_mb:20']):.3f} (max_split_size_mb:20)"
+                            if "max_split_size_mb:20" in runs else ""))
+    if oks:
+        c.verdict, c.measured = _verdict(all(oks)), "; ".join(parts)
+
+
+@claim("Expandable segments let a growing workload go further before out of memory", "allocator",
+       "both growing workloads: expandable segments train a longer sequence / more steps before OOM than "
+       "fixed segments")
+def expandable_segments_move_the_oom_point(f: ResultFolder, c: Claim) -> None:
+    parts, oks = [], []
+    for group, (counter, what, _) in GROWING.items():
+        runs = table(f, "bench_allocator").get(group, {})
+        if "fixed" in runs and "expandable" in runs:
+            reach = {setting: b.counter(counter) for setting, b in runs.items()}
+            c.numbers[f"{group} fixed"], c.numbers[f"{group} expandable"] = reach["fixed"], reach["expandable"]
+            oks.append(reach["expandable"] > reach["fixed"])
+            parts.append(f"{group}, {what}: " + ", ".join(f"{s} {v:.0f}" for s, v in reach.items()))
+    if oks:
+        c.verdict, c.measured = _verdict(all(oks)), "; ".join(parts)
+
+
+@claim("Reserved memory that keeps growing means a leak", "allocator",
+       "20 training steps: reserved memory grows (step 3 to 20) only in the run that keeps a tensor every step, "
+       "not in the runs that leak nothing (fixed and growing sequence length)")
+def growing_reserved_means_a_leak(f: ResultFolder, c: Claim) -> None:
+    runs = table(f, "bench_allocator").get("ReservedGrowth", {})
+    if "leak" not in runs or len(runs) < 2:
+        return
+    growth = {s: b.counter("reserved_growth_bytes") for s, b in runs.items()}
+    kept = {s: b.counter("allocated_at_step_end_growth_bytes") for s, b in runs.items()}
+    c.numbers.update({f"{s} reserved growth": g for s, g in growth.items()})
+    # The claim, as a rule: reserved grows => something leaks. A run without a leak whose reserved
+    # memory grows contradicts it.
+    c.verdict = _verdict(all(g <= 0 for s, g in growth.items() if s != "leak"))
+    change = lambda x: "flat" if x == 0 else f"{'+' if x > 0 else ''}{fmt_bytes(x)}"
+    c.measured = "; ".join(f"{s}: reserved {change(g)}, allocated at step end {change(kept[s])}"
+                           for s, g in growth.items())
+
+
+# --- ZeRO (bench_zero, one file per world size)
 
 def zero_point(b: Benchmark) -> tuple[int, int, str] | None:
     """(stage, world size, offload) of a bench_zero run, from its counters or its name's key:value
@@ -317,23 +407,148 @@ def model_state_bytes(b: Benchmark) -> float:
     return sum(b.counter(f"{c}_peak_bytes", 0) for c in cats)
 
 
-@claim("ZeRO-3 divides the model states by the number of ranks N", "zero",
-       "per-rank parameters + gradients + optimizer state: stage 0 / stage 3 at least 0.8 N (no offload)")
-def zero3_divides_by_n(f: ResultFolder, c: Claim) -> None:
-    points = {}
+def zero_runs(f: ResultFolder) -> dict[tuple[int, int], Benchmark]:
+    """(stage, world size) -> bench_zero's run of it without offload."""
+    runs = {}
     for b in f.runs("bench_zero"):
         p = zero_point(b)
         if p and p[2] in ("none", ""):
-            points[(p[0], p[1])] = model_state_bytes(b)
-    worlds = sorted({w for s, w in points if s == 3 and (0, w) in points and w > 1})
-    if worlds:
-        n = worlds[-1]
-        ratio = points[(0, n)] / points[(3, n)]
-        c.numbers["ratio"], c.numbers["N"] = ratio, n
-        c.verdict = _verdict(ratio >= 0.8 * n)
-        c.measured = f"N = {n}: {fmt_bytes(points[(0, n)])} -> {fmt_bytes(points[(3, n)])} per rank (/{ratio:.2f})"
+            runs[(p[0], p[1])] = b
+    return runs
+
+
+@claim("ZeRO-3 divides the model states by the number of ranks N", "zero",
+       "per-rank parameters + gradients + optimizer state, every N > 1: stage 0 / stage 3 at least 0.8 N "
+       "(no offload)")
+def zero3_divides_by_n(f: ResultFolder, c: Claim) -> None:
+    runs = zero_runs(f)
+    worlds = sorted({w for s, w in runs if s == 3 and (0, w) in runs and w > 1})
+    parts, oks = [], []
+    for n in worlds:
+        before, after = model_state_bytes(runs[(0, n)]), model_state_bytes(runs[(3, n)])
+        ratio = before / after
+        c.numbers[f"N={n} ratio"] = ratio
+        oks.append(ratio >= 0.8 * n)
+        parts.append(f"N = {n}: {fmt_bytes(before)} -> {fmt_bytes(after)} per rank (/{ratio:.2f})")
+    if oks:
+        c.verdict, c.measured = _verdict(all(oks)), "; ".join(parts)
     elif f.runs("bench_zero"):
         c.measured = "bench_zero.json has no stage 0 and stage 3 runs at the same world size > 1"
+
+
+# The paper's per-rank model states (Rajbhandari et al. 2019), 16-bit Adam: 2Ψ weights, 2Ψ
+# gradients, 12Ψ fp32 master weights and moments; stage s partitions the first s of
+# (optimizer state, gradients, parameters) over the N ranks.
+ZERO_FORMULAS = {0: "2Ψ+2Ψ+12Ψ", 1: "2Ψ+2Ψ+12Ψ/N", 2: "2Ψ+(2Ψ+12Ψ)/N", 3: "(2Ψ+2Ψ+12Ψ)/N"}
+STATE_CATEGORIES = ("parameters", "gradients", "optimizer_state")
+
+
+def zero_paper_bytes(b: Benchmark) -> float:
+    """The paper's formula for this run (bench_zero's paper_<category>_bytes, from the model's Ψ)."""
+    return sum(b.counters[f"paper_{c}_bytes"] for c in STATE_CATEGORIES)
+
+
+def zero_exact_bytes(b: Benchmark) -> float:
+    """This implementation's exact formula (padding to N, 512-byte rounding): predicted_<category>_bytes."""
+    return sum(b.counters[f"predicted_{c}_bytes"] for c in STATE_CATEGORIES)
+
+
+@claim("ZeRO's per-rank model states are 2Ψ+2Ψ+12Ψ (stage 0), 2Ψ+2Ψ+12Ψ/N (1), 2Ψ+(2Ψ+12Ψ)/N (2), "
+       "(2Ψ+2Ψ+12Ψ)/N (3)", "zero",
+       "every run without offload: measured parameters + gradients + optimizer state within 1% of the paper's "
+       "formula (the rest is padding to N and 512-byte rounding) and equal to the exact formula to the byte")
+def zero_states_follow_the_formulas(f: ResultFolder, c: Claim) -> None:
+    runs = zero_runs(f)
+    if not runs:
+        return
+    oks, worst, exact = [], 0.0, 0
+    for (stage, n), b in sorted(runs.items()):
+        measured, paper = model_state_bytes(b), zero_paper_bytes(b)
+        gap = _pct(measured, paper)
+        worst = max(worst, abs(gap))
+        exact += measured == zero_exact_bytes(b)
+        oks.append(abs(gap) <= 1 and measured == zero_exact_bytes(b))
+        c.numbers[f"stage {stage} N={n} measured / paper"] = measured / paper
+    c.numbers["largest gap to the paper %"] = worst
+    c.verdict = _verdict(all(oks))
+    c.measured = f"{exact} of {len(runs)} runs equal to the exact formula to the byte; largest gap to the paper {worst:.2f}%"
+    psi = next((zero_paper_bytes(b) / 16 for (stage, _), b in runs.items() if stage == 0), None)
+    if psi:
+        c.measured += f" (Ψ = {psi:,.0f} parameters)"
+    largest = max(n for _, n in runs)
+    stage3 = runs.get((3, largest))
+    if stage3 is not None:
+        c.measured += (f"; stage 3, N = {largest}: {fmt_bytes(model_state_bytes(stage3))} measured, "
+                       f"{fmt_bytes(zero_paper_bytes(stage3))} = {ZERO_FORMULAS[3]}")
+
+
+@claim("ZeRO-1 and ZeRO-2 communicate as much as data parallel (2Ψ per step), ZeRO-3 50% more (3Ψ)", "zero",
+       "communicated volume per step in units of Ψ·(bytes per element), from stage 0's 2Ψ: stages 1-2 within 2% "
+       "of 2Ψ, stage 3 within 5% of 3Ψ, at every world size > 1")
+def zero_communication(f: ResultFolder, c: Claim) -> None:
+    runs = zero_runs(f)
+    parts, oks = [], []
+    for n in sorted({n for _, n in runs if n > 1}):
+        if (0, n) not in runs:
+            continue
+        # Ψ·e: the paper's 16-bit (or fp32) weights of stage 0, where nothing is partitioned.
+        psi_e = runs[(0, n)].counters["paper_parameters_bytes"]
+        multiples = {s: runs[(s, n)].counters["comm_volume_bytes_per_step"] / psi_e
+                     for s in range(4) if (s, n) in runs}
+        for s, m in multiples.items():
+            c.numbers[f"N={n} stage {s} volume / Ψe"] = m
+            oks.append(abs(m / (3 if s == 3 else 2) - 1) <= (0.05 if s == 3 else 0.02))
+        parts.append(f"N = {n}: " + ", ".join(f"stage {s} {m:.2f}Ψ" for s, m in multiples.items()))
+    if oks:
+        c.verdict, c.measured = _verdict(all(oks)), "; ".join(parts)
+
+
+# --- FSDP (bench_fsdp, one file per world size)
+
+def fsdp_layers_per_unit(setting_unit: str) -> int:
+    """--fsdp-unit as bench_fsdp names it: "layer" -> 1, "2-layers" -> 2."""
+    return 1 if setting_unit == "layer" else int(setting_unit.split("-")[0])
+
+
+def fsdp_full_shard_runs(f: ResultFolder) -> dict[tuple[int, int, bool], Benchmark]:
+    """(world size, layers per unit, prefetch) -> the FULL_SHARD run. Names:
+    BM_Fsdp/<model>/<full|grad_op|none>/<layer|K-layers>/<prefetch|no_prefetch>."""
+    runs = {}
+    for b in f.runs("bench_fsdp"):
+        parts = b.name.split("/")
+        if len(parts) >= 5 and parts[2] == "full":
+            runs[(int(b.counter("world_size", 1)), fsdp_layers_per_unit(parts[3]), parts[4] == "prefetch")] = b
+    return runs
+
+
+@claim("FSDP's peak is the shard plus the gathered units (one unit at a time, two with prefetch)", "fsdp",
+       "FULL_SHARD, every world size and unit size: parameters peak = shard + root + gathered layer units "
+       "(fsdp_memory.h) to the byte, with 1 layer unit gathered at the peak without prefetch and 2 with it "
+       "(1 when the whole stack is one unit)")
+def fsdp_peak_is_shard_plus_units(f: ResultFolder, c: Claim) -> None:
+    runs = fsdp_full_shard_runs(f)
+    oks, parts = [], []
+    for (n, k, prefetch), b in sorted(runs.items()):
+        measured, predicted = b.counter("parameters_peak_bytes"), b.counter("predicted_parameters_peak_bytes")
+        units = b.counter("gathered_units_at_peak")
+        alone = runs.get((n, k, not prefetch))
+        one_unit = alone is not None and alone.counter("parameters_peak_bytes") == measured  # nothing to prefetch
+        expected_units = 2 if prefetch and not one_unit else 1
+        oks.append(measured == predicted and units == expected_units)
+        c.numbers[f"N={n} {k}-layer units {'prefetch' if prefetch else 'no prefetch'} gathered"] = units
+        # The split measured: with equal units, peak(off) = base + F and peak(on) = base + 2F, so
+        # F = on - off and base (shard + root) = 2 off - on.
+        if prefetch and alone is not None and not one_unit:
+            unit, base = measured - alone.counter("parameters_peak_bytes"), 2 * alone.counter("parameters_peak_bytes") - measured
+            parts.append(f"N = {n}, {k}-layer units: {fmt_bytes(alone.counter('parameters_peak_bytes'))} = "
+                         f"{fmt_bytes(base)} + 1 x {fmt_bytes(unit)}, with prefetch {fmt_bytes(measured)} = "
+                         f"{fmt_bytes(base)} + 2 x {fmt_bytes(unit)}")
+    if oks:
+        c.verdict = _verdict(all(oks))
+        exact = sum(b.counter("parameters_peak_bytes") == b.counter("predicted_parameters_peak_bytes")
+                    for b in runs.values())
+        c.measured = f"{exact} of {len(runs)} runs equal to the formula to the byte" + \
+            ("; " + "; ".join(parts) if parts else "")
 
 
 def evaluate(folder: ResultFolder) -> list[Claim]:

@@ -14,7 +14,7 @@ import pathlib
 from . import claims as claims_mod
 from . import plots
 from .document import Document, Figure, Section, Table, fmt_bytes, fmt_ms
-from .report import category_figures, grouped, slug, tradeoff_figure
+from .report import grouped, slug, suite_figures
 from .results import ResultFolder
 from .suites import SUITES, Suite
 
@@ -151,8 +151,7 @@ def suite_section(folders: list[ResultFolder], suite: Suite, out: pathlib.Path) 
     s.tables.append(suite_table(folders, suite))
     for f, name in zip(folders, labels(folders)):  # each device's own plots, side by side
         mine = out / slug(f.name)
-        figs = category_figures(f, suite, mine) + tradeoff_figure(f, suite, mine)
-        s.figures += [Figure(fig.path, f"{name}: {fig.caption}") for fig in figs]
+        s.figures += [Figure(fig.path, f"{name}: {fig.caption}") for fig in suite_figures(f, suite, mine)]
     s.figures += time_bars(folders, suite, out)
     return s
 

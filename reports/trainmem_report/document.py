@@ -19,6 +19,19 @@ def fmt_bytes(b: float | None) -> str:
     return f"{b / MiB:.2f} MiB"
 
 
+def fmt_size(n: float) -> str:
+    """A power-of-two block or buffer size as a name: 4096 -> "4 KiB", 16777216 -> "16 MiB"."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale and n % scale == 0:
+            return f"{int(n // scale)} {unit}"
+    return f"{int(n)} B"
+
+
+def fmt_exact_bytes(b: float | None) -> str:
+    """Bytes to the byte, for figures compared with a formula that is exact: "1,692,672 B"."""
+    return "-" if b is None else f"{b:,.0f} B"
+
+
 def fmt_ms(ms: float | None) -> str:
     """Milliseconds, switching to µs and ns below 1 ms: "10.8 ms", "412.3 µs", "35.1 ns"."""
     if ms is None:
@@ -51,7 +64,13 @@ def fmt_percent(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1f}%"
 
 
-FORMATTERS = {"bytes": fmt_bytes, "rate": fmt_rate, "number": fmt_number, "ms": fmt_ms}
+def fmt_bandwidth(x: float | None) -> str:
+    """Bytes per second in decimal GB/s, as nccl-tests prints them: "2.78 GB/s"."""
+    return "-" if x is None else f"{x / 1e9:.2f} GB/s"
+
+
+FORMATTERS = {"bytes": fmt_bytes, "rate": fmt_rate, "number": fmt_number, "ms": fmt_ms, "bandwidth": fmt_bandwidth,
+              "exact_bytes": fmt_exact_bytes}
 
 
 @dataclass

@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+import matplotlib.ticker  # noqa: E402
 
 from .timeline import CATEGORIES, Timeline  # noqa: E402
 
@@ -71,21 +72,38 @@ def tradeoff(series: dict[str, list[tuple[float, float, str]]], title: str, xlab
 
 
 def lines(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, ylabel: str,
-          path: pathlib.Path, logx: bool = False, logy: bool = False) -> pathlib.Path:
-    """A line per series (scaling plots: memory or TFLOP/s vs sequence length or world size)."""
+          path: pathlib.Path, logx: bool = False, logy: bool = False,
+          dashed: dict[str, str] | None = None, xtick_label=lambda x: f"{x:g}") -> pathlib.Path:
+    """A line per series (scaling plots: memory or TFLOP/s vs sequence length or world size).
+    `dashed` maps a series to the series whose colour it takes, drawn dashed with crosses: a
+    formula next to the measurement it predicts. With `logx`, the ticks are the x values measured,
+    labelled by `xtick_label`."""
+    dashed = dashed or {}
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for name, points in series.items():
+    colors = {}
+    for name, points in sorted(series.items(), key=lambda item: item[0] in dashed):  # measured first
         points = sorted(points)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        if name in dashed:
+            ax.plot(xs, ys, linestyle="--", linewidth=1, marker="x", color=colors.get(dashed[name]), label=name)
+        else:
+            colors[name] = ax.plot(xs, ys, marker="o", label=name)[0].get_color()
     if logx:
         ax.set_xscale("log", base=2)
+        xs = sorted({p[0] for points in series.values() for p in points})
+        ax.set_xticks(xs, [xtick_label(x) for x in xs])  # 64, 128, ... rather than 2^6, 2^7
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    if len(series) > 5:  # a long legend goes beside the plot, not over the lines
+        fig.set_size_inches(9, 4.2)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    else:
+        ax.legend(fontsize=7)
     return _save(fig, path)
 
 
@@ -125,11 +143,18 @@ def loss_curves(series: dict[str, list[tuple[int, float]]], title: str, path: pa
 def device_bars(settings: list[str], values: dict[str, list[float | None]], title: str, ylabel: str,
                 path: pathlib.Path) -> pathlib.Path:
     """Side by side per device: one bar per (setting, device); `values` maps device -> per setting."""
+    return grouped_bars(settings, values, title, ylabel, path)
+
+
+def grouped_bars(settings: list[str], values: dict[str, list[float | None]], title: str, ylabel: str,
+                 path: pathlib.Path) -> pathlib.Path:
+    """One bar per (setting, series), the series of a setting side by side; `values` maps a series
+    (a device, or a quantity such as "peak reserved") to its value per setting (None: no bar)."""
     fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(settings) * max(1, len(values)) + 2), 4))
     width = 0.8 / max(1, len(values))
-    for i, (device, ys) in enumerate(values.items()):
+    for i, (series, ys) in enumerate(values.items()):
         xs = [j + i * width for j, y in enumerate(ys) if y is not None]
-        ax.bar(xs, [y for y in ys if y is not None], width=width, label=device)
+        ax.bar(xs, [y for y in ys if y is not None], width=width, label=series)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(settings))], settings, rotation=30, ha="right")
     ax.set_ylabel(ylabel)
     ax.set_title(title)

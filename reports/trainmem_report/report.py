@@ -8,7 +8,7 @@ import re
 
 from . import claims as claims_mod
 from . import plots
-from .document import FORMATTERS, MiB, Document, Figure, Section, Table, fmt_bytes, fmt_ms
+from .document import FORMATTERS, MiB, Document, Figure, Section, Table, fmt_bytes, fmt_ms, fmt_size
 from .results import Benchmark, ResultFolder
 from .snapshot import snapshot_to_pickle
 from .suites import SUITES, Suite, safe_split, suite_for
@@ -122,8 +122,10 @@ def attention_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
 
 
 def zero_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
-    """Per-rank model states against world size, one line per stage (and offload)."""
+    """Per-rank model states against world size, one line per stage (and offload), and the paper's
+    formula for each stage dashed beside it."""
     series: dict[str, list[tuple[float, float]]] = {}
+    dashed: dict[str, str] = {}
     for b in folder.runs("bench_zero"):
         p = claims_mod.zero_point(b)
         if p:
@@ -131,11 +133,114 @@ def zero_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
             name = f"stage {stage}" + ("" if offload in ("none", "") else f" offload {offload}")
             states = claims_mod.model_state_bytes(b) or b.counter("peak_allocated_bytes", 0)
             series.setdefault(name, []).append((world, states / MiB))
+            if offload in ("none", "") and all(f"paper_{c}_bytes" in b.counters for c in claims_mod.STATE_CATEGORIES):
+                formula = f"{claims_mod.ZERO_FORMULAS.get(stage, f'stage {stage}')} (paper)"
+                series.setdefault(formula, []).append((world, claims_mod.zero_paper_bytes(b) / MiB))
+                dashed[formula] = name
     if not series:
         return []
     path = plots.lines(series, "ZeRO: per-rank model states vs world size", "ranks N", "MiB per rank",
-                       out / "zero-per-rank.png", logx=True, logy=True)
-    return [Figure(path, "Per-rank parameters + gradients + optimizer state for each ZeRO stage.")]
+                       out / "zero-per-rank.png", logx=True, logy=True, dashed=dashed)
+    return [Figure(path, "Per-rank parameters + gradients + optimizer state for each ZeRO stage, measured by the "
+                         "allocator (solid) and the paper's formula for the same Ψ and N (dashed).")]
+
+
+def zero_formula_table(folder: ResultFolder) -> list[Table]:
+    """Each run's measured model states next to the paper's formula and the exact one."""
+    rows = []
+    for b in folder.runs("bench_zero"):
+        p = claims_mod.zero_point(b)
+        needed = [f"{kind}_{c}_bytes" for kind in ("paper", "predicted") for c in claims_mod.STATE_CATEGORIES]
+        if not p or not all(k in b.counters for k in needed):
+            continue
+        stage, world, offload = p
+        measured, paper = claims_mod.model_state_bytes(b), claims_mod.zero_paper_bytes(b)
+        formula = claims_mod.ZERO_FORMULAS.get(stage, "?") if offload in ("none", "") else f"offload {offload}"
+        rows.append([str(world), str(stage), offload, fmt_bytes(measured), fmt_bytes(claims_mod.zero_exact_bytes(b)),
+                     formula, fmt_bytes(paper), f"{measured / paper:.4f}" if paper else "-"])
+    if not rows:
+        return []
+    return [Table(["N", "stage", "offload", "measured (params + grads + optimizer)", "exact formula",
+                   "paper's formula", "paper", "measured / paper"], rows,
+                  caption="Per-rank model states: measured, this implementation's exact formula, and the paper's")]
+
+
+def fsdp_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
+    """FULL_SHARD's parameters peak and peak allocated against the unit size (layers per unit), a
+    line per world size and prefetch setting."""
+    runs = claims_mod.fsdp_full_shard_runs(folder)
+    if not runs:
+        return []
+    figures = []
+    for counter, what in (("parameters_peak_bytes", "parameters peak"), ("peak_allocated_bytes", "peak allocated")):
+        series: dict[str, list[tuple[float, float]]] = {}
+        for (n, k, prefetch), b in runs.items():
+            if b.counter(counter) is not None:
+                series.setdefault(f"N={n} {'prefetch' if prefetch else 'no prefetch'}", []).append(
+                    (k, b.counter(counter) / MiB))
+        if series:
+            path = plots.lines(series, f"FSDP (FULL_SHARD): {what} vs unit size", "layers per unit", f"{what} (MiB)",
+                               out / f"fsdp-{slug(what)}.png", logx=True)
+            figures.append(Figure(path, f"FSDP FULL_SHARD, per rank: {what} against the unit size, with and "
+                                        "without prefetch (the peak is the shard plus the root plus one gathered "
+                                        "unit, two with prefetch)."))
+    return figures
+
+
+def allocator_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
+    """The cost of one alloc+free against the block size per mode, and the growing workloads'
+    allocated vs reserved bytes per allocator configuration."""
+    figures = []
+    cost: dict[str, list[tuple[float, float]]] = {}
+    for b in folder.runs("bench_allocator"):
+        parts = b.name.split("/")
+        if parts[0] == "BM_AllocFree" and "touch" not in parts:
+            cost.setdefault("/".join(parts[1:-1]), []).append((float(parts[-1]), b.real_time_ms * 1e3))
+    if cost:
+        figures.append(Figure(plots.lines(cost, "alloc + free of one block", "block size", "µs",
+                                          out / "allocator-alloc-cost.png", logx=True, logy=True,
+                                          xtick_label=fmt_size),
+                              "Time of one allocate + free: from the cache (hit), after empty_cache (miss: a new "
+                              "segment or pages), and raw (one device allocation per request)."))
+    suite = suite_for("bench_allocator")
+    for family, counters, title in (
+            ("GrowingSequence", ("peak_allocated_bytes", "peak_reserved_bytes"),
+             "growing sequence until OOM (128 MiB)"),
+            ("GrowingWithKeptTensors", ("allocated_at_oom_bytes", "reserved_at_oom_bytes"),
+             "growing activation + kept tensors until OOM (256 MiB)"),
+            ("ReservedGrowth", ("allocated_at_step_end_growth_bytes", "reserved_growth_bytes"),
+             "growth from step 3 to step 20")):
+        runs = [(suite.setting(b), b) for b in folder.runs("bench_allocator") if b.name.startswith(f"BM_{family}/")]
+        if runs:
+            values = {key.replace("_bytes", "").replace("_", " "): [b.counter(key, 0) / MiB for _, b in runs]
+                      for key in counters}
+            path = plots.grouped_bars([s for s, _ in runs], values, f"allocator: {title}", "MiB",
+                                      out / f"allocator-{slug(family)}.png")
+            figures.append(Figure(path, f"Allocator, {title}: allocated and reserved bytes per configuration."))
+    return figures
+
+
+def suite_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> list[Figure]:
+    """Every plot of one suite: category bars, the trade-off curve, and the suite's own scaling plots."""
+    figures = category_figures(folder, suite, out) + tradeoff_figure(folder, suite, out)
+    own = {"flash_attention": attention_figures, "zero": zero_figures, "fsdp": fsdp_figures,
+           "allocator": allocator_figures}
+    if suite.key in own:
+        figures += own[suite.key](folder, out)
+    return figures
+
+
+def detail_tables(folder: ResultFolder, suite: Suite) -> list[Table]:
+    """The suite's further tables: one per benchmark family with counters of its own."""
+    tables = []
+    for title, prefix, columns in suite.details:
+        runs = [b for b in folder.runs(suite.bench) if b.name.startswith(prefix)]
+        columns = [c for c in columns if any(c[0] in b.counters for b in runs)]
+        if runs and columns:
+            rows = [list(safe_split(suite, b)) + [FORMATTERS[kind](b.counter(key)) for key, _, kind in columns]
+                    for b in runs]
+            tables.append(Table(["group", "setting"] + [h for _, h, _ in columns], rows, caption=title))
+    return tables
 
 
 def claims_table(claims: list[claims_mod.Claim]) -> Table:
@@ -146,11 +251,10 @@ def claims_table(claims: list[claims_mod.Claim]) -> Table:
 def suite_section(folder: ResultFolder, suite: Suite, claims: list[claims_mod.Claim], out: pathlib.Path) -> Section:
     s = Section(f"{suite.title} ({suite.bench})", [suite.what])
     s.tables.append(suite_table(folder, suite))
-    s.figures += category_figures(folder, suite, out) + tradeoff_figure(folder, suite, out)
-    if suite.key == "flash_attention":
-        s.figures += attention_figures(folder, out)
+    s.tables += detail_tables(folder, suite)
     if suite.key == "zero":
-        s.figures += zero_figures(folder, out)
+        s.tables += zero_formula_table(folder)
+    s.figures += suite_figures(folder, suite, out)
     mine = [c for c in claims if c.suite == suite.key]
     if mine:
         s.tables.append(claims_table(mine))

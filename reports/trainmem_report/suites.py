@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .document import fmt_size
 from .results import Benchmark
 
 
@@ -52,6 +53,9 @@ class Suite:
     setting: Callable[[Benchmark], str] = generic_setting
     columns: list = field(default_factory=lambda: list(MEMORY_COLUMNS))
     rank_by_time: bool = True       # compare the ranking of settings by time between devices
+    # Further tables after the main one, for benchmark families with counters of their own:
+    # (title, name prefix of the family, columns).
+    details: list = field(default_factory=list)
 
 
 def _attention_group(b: Benchmark) -> str:
@@ -66,6 +70,63 @@ def _lazy_setting(b: Benchmark) -> str:
 def _lazy_group(b: Benchmark) -> str:
     w = words(b)
     return "training step " + w[1] if w[0] == "BM_Train" and len(w) > 1 else "loader only"
+
+
+# bench_allocator's names (suites/allocator/bench_allocator.cpp):
+#   BM_AllocFree/<hit|miss>/<fixed|expandable>[/touch]/<bytes>, BM_AllocFree/raw[/touch]/<bytes>
+#   BM_LayerPattern/<fixed|expandable|raw>
+#   BM_TrainEmptyCache/<fixed|expandable>/<never|every-step|every:N>
+#   BM_ReservedGrowth/<no_leak|leak|growing_sequence>
+#   BM_GrowingSequence/<fixed|max_split_size_mb:20|expandable>, BM_GrowingWithKeptTensors/<same>
+# The settings hold ':' (every:4, max_split_size_mb:20), so the names are split on '/' only.
+def _allocator_group(b: Benchmark) -> str:
+    parts = b.name.split("/")
+    if parts[0] == "BM_AllocFree":
+        return f"AllocFree {fmt_size(float(parts[-1]))}" + (" pages touched" if "touch" in parts else "")
+    if parts[0] == "BM_TrainEmptyCache":
+        return f"TrainEmptyCache {parts[1]}"
+    return _plain(parts[0])
+
+
+def _allocator_setting(b: Benchmark) -> str:
+    parts = b.name.split("/")
+    if parts[0] == "BM_AllocFree":
+        return "/".join(p for p in parts[1:-1] if p != "touch")
+    return parts[-1]
+
+
+def _measured_and_formula(counters: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """Byte columns in pairs: each measured counter, then its prediction (`predicted_<counter>`)."""
+    columns = []
+    for key, header in counters:
+        columns += [(key, header, "exact_bytes"), (f"predicted_{key}", f"{header} (formula)", "exact_bytes")]
+    return columns
+
+
+ALLOCATOR_DETAILS = [
+    ("empty_cache policies in a training step", "BM_TrainEmptyCache/",
+     [("peak_reserved_bytes", "peak reserved", "bytes"),
+      ("reserved_at_step_end_bytes", "reserved at step end", "bytes"),
+      ("device_allocs_per_step", "device allocs / step", "number"),
+      ("device_frees_per_step", "device frees / step", "number"),
+      ("host_page_faults_per_step", "host page faults / step", "number")]),
+    ("Reserved memory over 20 steps (from step 3)", "BM_ReservedGrowth/",
+     [("reserved_step3_bytes", "reserved at step 3", "bytes"), ("reserved_last_bytes", "reserved at step 20", "bytes"),
+      ("reserved_growth_bytes", "reserved growth", "bytes"),
+      ("allocated_at_step_end_growth_bytes", "allocated-at-step-end growth", "bytes")]),
+    ("Growing sequence length on a 128 MiB budget, until out of memory", "BM_GrowingSequence/",
+     [("last_seq_trained", "last T trained", "number"), ("oom_at_seq", "OOM at T", "number"),
+      ("peak_allocated_bytes", "peak allocated", "bytes"), ("peak_reserved_bytes", "peak reserved", "bytes"),
+      ("reserved_over_allocated_at_peak", "peak reserved / peak allocated", "number"),
+      ("inactive_split_peak_bytes", "peak inactive split", "bytes"),
+      ("num_device_alloc", "device allocs", "number"), ("num_device_free", "device frees", "number"),
+      ("num_alloc_retries", "retries", "number")]),
+    ("A growing activation and a kept 2 MiB tensor per step on a 256 MiB card, until out of memory",
+     "BM_GrowingWithKeptTensors/",
+     [("steps_before_oom", "steps before OOM", "number"), ("largest_activation_bytes", "largest activation", "bytes"),
+      ("allocated_at_oom_bytes", "allocated at OOM", "bytes"), ("reserved_at_oom_bytes", "reserved at OOM", "bytes"),
+      ("inactive_split_at_oom_bytes", "inactive split at OOM", "bytes"), ("num_alloc_retries", "retries", "number")]),
+]
 
 
 SUITES: list[Suite] = [
@@ -104,28 +165,48 @@ SUITES: list[Suite] = [
           group=_lazy_group, setting=_lazy_setting,
           columns=MEMORY_COLUMNS + [("data_peak_bytes", "data peak", "bytes"),
                                     ("tokens_per_s", "tokens/s", "rate")]),
-    Suite("allocator_ops", "Allocator operations", "bench_allocator_ops",
-          "one alloc+free with the caching allocator against asking the device (raw)",
-          group=lambda b: " ".join([_plain(words(b)[0])] + words(b)[2:]),
-          setting=lambda b: words(b)[1] if len(words(b)) > 1 else b.label,
-          columns=[("device_allocs_per_iter", "device allocs / iter", "number"),
-                   ("peak_reserved_bytes", "peak reserved", "bytes")]),
     # BM_Zero/<model>/N<ranks>/zero<stage>/offload_<what>, one file per world size (mpirun -np N).
     Suite("zero", "ZeRO", "bench_zero", "per-rank memory vs ZeRO stage, world size and offload",
           group=lambda b: " ".join(b.name.split("/")[1:3]), setting=lambda b: " ".join(b.name.split("/")[3:]),
           columns=[("parameters_bytes", "parameters", "bytes"), ("gradients_bytes", "gradients", "bytes"),
                    ("optimizer_state_bytes", "optimizer state", "bytes"),
                    ("communication_peak_bytes", "communication peak", "bytes"),
-                   ("comm_volume_bytes_per_step", "sent / step", "bytes")] + MEMORY_COLUMNS),
+                   ("host_bytes", "host (offload)", "bytes"),
+                   ("comm_volume_bytes_per_step", "comm volume / step", "bytes")] + MEMORY_COLUMNS,
+          details=[("Measured against this implementation's exact formula (suites/zero/zero_memory.h)", "BM_Zero/",
+                    _measured_and_formula([("parameters_bytes", "parameters"), ("gradients_bytes", "gradients"),
+                                           ("optimizer_state_bytes", "optimizer state"),
+                                           ("communication_peak_bytes", "communication peak"),
+                                           ("host_bytes", "host"), ("comm_volume_bytes_per_step", "comm volume / step")]))]),
     # BM_Fsdp/<model>/<mode>/<unit>/<prefetch|no_prefetch>; the world size is a counter.
     Suite("fsdp", "FSDP", "bench_fsdp", "per-unit sharding, unit size and prefetch",
           group=lambda b: f"{b.name.split('/')[1]} N={int(b.counter('world_size', 1))}",
           setting=lambda b: " ".join(b.name.split("/")[2:]),
           columns=MEMORY_COLUMNS + [("parameters_peak_bytes", "parameters peak", "bytes"),
+                                    ("gradients_peak_bytes", "gradients peak", "bytes"),
                                     ("gathered_units_at_peak", "gathered units at peak", "number"),
-                                    ("comm_volume_bytes_per_step", "sent / step", "bytes")]),
-    Suite("allocator", "Allocator policies", "bench_allocator",
-          "alloc cost (hit, miss, raw), empty_cache policies, reserved growth, fragmentation and the OOM point"),
+                                    ("comm_volume_bytes_per_step", "comm volume / step", "bytes")],
+          details=[("Peaks against the formula P_s + F_root + gathered layer units (suites/fsdp/fsdp_memory.h)",
+                    "BM_Fsdp/",
+                    _measured_and_formula([("parameters_peak_bytes", "parameters peak"),
+                                           ("gradients_peak_bytes", "gradients peak")]) +
+                    [("gathered_units_at_peak", "layer units gathered at peak", "number")])]),
+    Suite("allocator", "The caching allocator", "bench_allocator",
+          "alloc+free on a cache hit, a miss and raw; empty_cache policies in training; reserved growth with "
+          "and without a leak; growing workloads until OOM with fixed segments, max_split_size and expandable "
+          "segments",
+          group=_allocator_group, setting=_allocator_setting,
+          columns=[("device_allocs_per_iter", "device allocs / iter", "number"),
+                   ("device_allocs_per_step", "device allocs / step", "number")] + MEMORY_COLUMNS,
+          details=ALLOCATOR_DETAILS),
+    # all_reduce/<dtype>/<bytes>, one file per world size (mpirun -np N); nccl-tests' columns.
+    Suite("collectives", "Collectives (the communicator)", "bench_collectives",
+          "all-reduce, reduce-scatter, all-gather and broadcast per buffer size, nccl-tests' bus bandwidth",
+          group=lambda b: f"{' '.join(b.name.split('/')[:2])} N={int(b.counter('ranks', 1))}",
+          setting=lambda b: fmt_size(float(b.name.split("/")[2])),
+          columns=[("busbw", "bus bandwidth", "bandwidth"), ("algbw", "algorithm bandwidth", "bandwidth"),
+                   ("wrong", "#wrong", "number")],
+          rank_by_time=False),
 ]
 
 

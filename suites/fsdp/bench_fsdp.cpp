@@ -18,7 +18,6 @@
 // gathered_units_at_peak, comm_volume_bytes_per_step, world_size, tokens_per_s (all ranks).
 #include <benchmark/benchmark.h>
 
-#include <cstring>
 #include <iostream>
 
 #include "common/comm/communicator.h"
@@ -69,12 +68,6 @@ void BM_Fsdp(benchmark::State& state, const std::string& device_choice, GPTConfi
                  " unit=" + unit_to_string(options.layers_per_unit) + (options.prefetch ? " prefetch=on" : " prefetch=off"));
 }
 
-// Prints and writes nothing: the reporter of every rank but 0.
-class SilentReporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
 
 }  // namespace
 }  // namespace trainmem::fsdp
@@ -96,12 +89,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Ranks other than 0 must not write --benchmark_out (they would all write the same file).
-  if (rank != 0) {
-    int kept = 0;
-    for (int i = 0; i < argc; ++i)
-      if (std::strncmp(argv[i], "--benchmark_out", 15) != 0) argv[kept++] = argv[i];
-    argc = kept;
-  }
+  if (rank != 0) drop_benchmark_out_flags(argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   add_benchmark_context(device->info(), device->allocator().config());
@@ -128,12 +116,7 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond)
         ->Iterations(kIterations);
   }
-  if (rank == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    SilentReporter silent;
-    benchmark::RunSpecifiedBenchmarks(&silent);
-  }
+  run_benchmarks_reporting_on_rank0(rank);
   benchmark::Shutdown();
   return 0;
 }

@@ -3,61 +3,22 @@
 // the formula's; bad FSDP flags and --fsdp with --zero are one-line input errors (exit 2).
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "common/tests/command_runner.h"
+
+namespace trainmem {
 namespace {
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
+using testing_support::count_lines;
+using testing_support::read_text_file;
+using CliResult = testing_support::CommandResult;
 
-std::string temp_path(const std::string& name) {
-  std::string path = ::testing::TempDir();
-  path += "/trainmem_fsdp_cli_";
-  path += std::to_string(getpid());
-  path += "_";
-  path += name;
-  return path;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs `PREFIX trainmem ARGS` through the shell, stdout from a pipe, stderr from a file.
+std::string temp_path(const std::string& name) { return testing_support::scratch_path("fsdp_cli_" + name); }
 CliResult run(const std::string& prefix, const std::string& args) {
-  const std::string err_path = temp_path("stderr.txt");
-  std::string command = prefix;
-  command.append(" '").append(TRAINMEM_BINARY).append("' ").append(args).append(" 2>'").append(err_path).append("'");
-  CliResult r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buffer[4096];
-  std::size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_file(err_path);
-  std::remove(err_path.c_str());
-  return r;
-}
-
-int count_lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += (c == '\n');
-  return n;
+  return testing_support::run_program(prefix, TRAINMEM_BINARY, args);
 }
 
 std::string mpirun(int ranks) {
@@ -78,7 +39,7 @@ TEST(FsdpCli, FullShardOnTwoRanksPrintsOnceAndItsPeaksEqualTheFormula) {
   EXPECT_NE(r.out.find("fsdp=full"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("N=2"), std::string::npos) << r.out;
 
-  const nlohmann::json j = nlohmann::json::parse(read_file(json_path));
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(json_path));
   std::remove(json_path.c_str());
   EXPECT_EQ(j["config"]["fsdp"]["mode"], "full");
   EXPECT_EQ(j["config"]["fsdp"]["unit"], "layer");
@@ -112,3 +73,4 @@ TEST(FsdpCli, BadFsdpFlagsAreOneLineErrors) {
 }
 
 }  // namespace
+}  // namespace trainmem

@@ -20,7 +20,6 @@
 //   tokens_per_s                global tokens (N ranks * B * T) per second
 #include <benchmark/benchmark.h>
 
-#include <cstring>
 #include <iostream>
 #include <vector>
 
@@ -108,12 +107,6 @@ void BM_Zero(benchmark::State& state, const std::string& device_choice, const GP
   state.SetLabel(label);
 }
 
-// Ranks other than 0 run the benchmarks (the collectives need them) and report nothing.
-class SilentReporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
 
 }  // namespace
 }  // namespace trainmem::zero
@@ -133,12 +126,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Only rank 0 writes --benchmark_out: the other ranks drop the flag before Google Benchmark sees it.
-  if (comm->rank() != 0) {
-    int kept = 0;
-    for (int i = 0; i < argc; ++i)
-      if (std::strncmp(argv[i], "--benchmark_out", 15) != 0) argv[kept++] = argv[i];
-    argc = kept;
-  }
+  if (comm->rank() != 0) drop_benchmark_out_flags(argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   add_benchmark_context(device->info(), device->allocator().config());
@@ -165,12 +153,7 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
-  if (comm->rank() == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    zero::SilentReporter silent;
-    benchmark::RunSpecifiedBenchmarks(&silent);
-  }
+  run_benchmarks_reporting_on_rank0(comm->rank());
   benchmark::Shutdown();
   return 0;
 }

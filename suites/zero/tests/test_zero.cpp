@@ -20,8 +20,8 @@
 namespace trainmem::zero {
 namespace {
 
-using testing::cpu_device;
-using testing::Settings;
+using test_support::cpu_device;
+using test_support::Settings;
 
 // ---------------------------------------------------------------------------------------------
 // the formulas
@@ -58,7 +58,7 @@ TEST(ZeroFormulas, OffloadMovesStatesToTheHost) {
 
 TEST(ZeroFormulas, UnitsFromTheConfigAreTheModelsTensors) {
   auto device = cpu_device();
-  GPT model(*device, testing::test_config(), 1);
+  GPT model(*device, test_support::test_config(), 1);
   const ZeroUnits units = zero_units(model.config());
   EXPECT_EQ(sum(units.root) + units.layers * sum(units.layer), model.num_parameters());
   const ZeroLayout layout(model, 4);
@@ -84,9 +84,9 @@ std::vector<float> train_with(bool sharded, Precision precision, Offload offload
   LocalCommunicator comm(*device);
   ModelOptions mo;
   mo.precision = precision;
-  GPT model(*device, testing::test_config(), testing::kModelSeed, mo);
-  SequentialBatches data(*device, testing::corpus(s, 1), s.batch, testing::test_config().seq);
-  const TrainerOptions topt = testing::trainer_options(s, s.batch);
+  GPT model(*device, test_support::test_config(), test_support::kModelSeed, mo);
+  SequentialBatches data(*device, test_support::corpus(s, 1), s.batch, test_support::test_config().seq);
+  const TrainerOptions topt = test_support::trainer_options(s, s.batch);
   ShardedAdamW adamw(*device, comm, topt.adam, topt.max_grad_norm, offload);
   if (sharded)
     for (Parameter& p : model.parameters())
@@ -110,7 +110,7 @@ TEST_P(ShardedAdamWEqualsAdamW, BitForBitWithClipping) {
   ASSERT_EQ(plain.size(), sharded.size());
   std::size_t differing = 0;
   for (std::size_t i = 0; i < plain.size(); ++i) differing += plain[i] != sharded[i];
-  EXPECT_EQ(differing, 0u) << "max |diff| " << testing::max_abs_difference(plain, sharded);
+  EXPECT_EQ(differing, 0u) << "max |diff| " << test_support::max_abs_difference(plain, sharded);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -178,14 +178,14 @@ TEST_P(ZeroAtWorldSizeOne, EqualsThePlainTrainerBitForBit) {
   s.max_grad_norm = 0;
   auto device = cpu_device();
   LocalCommunicator comm(*device);
-  testing::ZeroRun run = testing::make_zero_run(std::move(device), comm, s);
+  test_support::ZeroRun run = test_support::make_zero_run(std::move(device), comm, s);
   for (int i = 0; i < s.steps; ++i) run.trainer->step();
   const auto zero = run.zero->parameter_values();
-  const auto reference = testing::reference_parameters(s, 1);
+  const auto reference = test_support::reference_parameters(s, 1);
   ASSERT_EQ(zero.size(), reference.size());
   std::size_t differing = 0;
   for (std::size_t i = 0; i < zero.size(); ++i) differing += zero[i] != reference[i];
-  EXPECT_EQ(differing, 0u) << "max |diff| " << testing::max_abs_difference(zero, reference);
+  EXPECT_EQ(differing, 0u) << "max |diff| " << test_support::max_abs_difference(zero, reference);
 }
 
 INSTANTIATE_TEST_SUITE_P(

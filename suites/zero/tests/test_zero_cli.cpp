@@ -6,56 +6,22 @@
 // 1e-5 (relative for the norm) — the same batches, a different summation order.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "common/tests/command_runner.h"
+
+namespace trainmem {
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using testing_support::read_text_file;
+using CliRun = testing_support::CommandResult;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string temp_path(const std::string& name) {
-  std::string path = ::testing::TempDir();
-  path += "/trainmem_zero_cli_";
-  path += std::to_string(getpid());
-  path += "_";
-  path += name;
-  return path;
-}
-
-// Runs `PREFIX trainmem ARGS` through the shell; stdout from a pipe, stderr from a file.
+std::string temp_path(const std::string& name) { return testing_support::scratch_path("zero_cli_" + name); }
 CliRun run(const std::string& prefix, const std::string& args) {
-  const std::string err_path = temp_path("stderr.txt");
-  std::string command = prefix;
-  command.append(" '").append(TRAINMEM_BINARY).append("' ").append(args).append(" 2>'").append(err_path).append("'");
-  CliRun r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buffer[4096];
-  std::size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_file(err_path);
-  std::remove(err_path.c_str());
-  return r;
+  return testing_support::run_program(prefix, TRAINMEM_BINARY, args);
 }
 
 CliRun trainmem(const std::string& args) { return run("", args); }
@@ -92,8 +58,8 @@ TEST(ZeroCli, TwoRanksWithZero2MatchOneProcessWithTheWholeBatch) {
   EXPECT_EQ(count(sharded.out, "zero=2 N=2"), 3u) << sharded.out;
   EXPECT_EQ(count(sharded.err, "world: 2 ranks (mpi), ZeRO-2"), 1u) << sharded.err;
 
-  const auto a = nlohmann::json::parse(read_file(single_json));
-  const auto b = nlohmann::json::parse(read_file(sharded_json));
+  const auto a = nlohmann::json::parse(read_text_file(single_json));
+  const auto b = nlohmann::json::parse(read_text_file(sharded_json));
   EXPECT_EQ(b["config"]["world_size"], 2);
   EXPECT_EQ(b["config"]["zero"], 2);
   EXPECT_EQ(b["config"]["offload"], "none");
@@ -131,8 +97,8 @@ TEST(ZeroCli, Fp16OverTwoRanksSkipsTheStepsOneProcessSkips) {
   const CliRun sharded = trainmem_mpirun(
       2, "train --model tiny --steps 3 --batch 2 --precision fp16 --zero 1 --json '" + sharded_json + "'");
   ASSERT_EQ(sharded.exit_code, 0) << sharded.out << sharded.err;
-  const auto a = nlohmann::json::parse(read_file(single_json));
-  const auto b = nlohmann::json::parse(read_file(sharded_json));
+  const auto a = nlohmann::json::parse(read_text_file(single_json));
+  const auto b = nlohmann::json::parse(read_text_file(sharded_json));
   for (std::size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(b["steps"][i]["skipped"], a["steps"][i]["skipped"]) << "step " << i + 1;
     EXPECT_EQ(b["steps"][i]["loss_scale"], a["steps"][i]["loss_scale"]) << "step " << i + 1;
@@ -177,3 +143,4 @@ TEST(ZeroCli, UnderMpirunARankAwareLoaderIsRequired) {
 }
 
 }  // namespace
+}  // namespace trainmem

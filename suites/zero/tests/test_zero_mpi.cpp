@@ -28,8 +28,8 @@
 namespace trainmem::zero {
 namespace {
 
-using testing::cpu_device;
-using testing::Settings;
+using test_support::cpu_device;
+using test_support::Settings;
 
 constexpr double kParameterTolerance = 5e-5;    // no element further than this
 constexpr double kCloseTolerance = 1e-6;        // and at most kFarFraction of them further than this
@@ -67,12 +67,12 @@ TEST_P(ZeroOverRanks, ParametersEqualOneRankWithTheWholeBatch) {
   s.accumulation = c.accumulation;
   auto device = cpu_device();
   auto comm = make_communicator(*device);
-  testing::ZeroRun run = testing::make_zero_run(std::move(device), *comm, s);
+  test_support::ZeroRun run = test_support::make_zero_run(std::move(device), *comm, s);
   for (int i = 0; i < s.steps; ++i) run.trainer->step();
   const auto zero = run.zero->parameter_values();
-  const auto reference = testing::reference_parameters(s, comm->world_size());
+  const auto reference = test_support::reference_parameters(s, comm->world_size());
   ASSERT_EQ(zero.size(), reference.size());
-  const double diff = testing::max_abs_difference(zero, reference);
+  const double diff = test_support::max_abs_difference(zero, reference);
   std::size_t far = 0;
   for (std::size_t i = 0; i < zero.size(); ++i) far += std::fabs(static_cast<double>(zero[i]) - reference[i]) > kCloseTolerance;
   EXPECT_LE(diff, kParameterTolerance) << "rank " << comm->rank() << " of " << comm->world_size();
@@ -95,28 +95,28 @@ TEST_P(ZeroOverRanks, BytesPerCategoryEqualTheFormula) {
   Device& d = *device;
   auto comm = make_communicator(d);
   const int N = comm->world_size();
-  testing::ZeroRun run = testing::make_zero_run(std::move(device), *comm, s);
+  test_support::ZeroRun run = test_support::make_zero_run(std::move(device), *comm, s);
   for (int i = 0; i < s.steps; ++i) run.trainer->step();
 
   const ZeroExactBytes x =
-      exact_model_states(zero_units(testing::test_config()), N, s.stage, s.precision, s.offload, s.accumulation);
+      exact_model_states(zero_units(test_support::test_config()), N, s.stage, s.precision, s.offload, s.accumulation);
   using MC = MemoryCategory;
   // The model states: constant, so current and peak (since the set-up) both equal the formula.
   for (auto [category, expected] : {std::pair{MC::parameters, x.parameters}, std::pair{MC::gradients, x.gradients},
                                     std::pair{MC::optimizer_state, x.optimizer_state}}) {
-    EXPECT_EQ(testing::category_bytes(d, category), static_cast<std::int64_t>(expected)) << to_string(category);
-    EXPECT_EQ(testing::category_peak(d, category), static_cast<std::int64_t>(expected)) << to_string(category);
+    EXPECT_EQ(test_support::category_bytes(d, category), static_cast<std::int64_t>(expected)) << to_string(category);
+    EXPECT_EQ(test_support::category_peak(d, category), static_cast<std::int64_t>(expected)) << to_string(category);
   }
   // Gathered units and gradient buckets: none between steps; their peak as stated.
-  EXPECT_EQ(testing::category_bytes(d, MC::communication), 0);
-  EXPECT_EQ(testing::category_peak(d, MC::communication), static_cast<std::int64_t>(x.communication_peak));
+  EXPECT_EQ(test_support::category_bytes(d, MC::communication), 0);
+  EXPECT_EQ(test_support::category_peak(d, MC::communication), static_cast<std::int64_t>(x.communication_peak));
   EXPECT_EQ(run.zero->host_bytes(), x.host);
 
   // The paper's formula, up to what the exact one adds: 512-byte rounding of each allocation and
   // the padding of each unit to a multiple of N.
   const double psi = static_cast<double>(run.model->num_parameters());
   const ModelStateBytes paper = paper_model_states(psi, N, s.stage, s.precision, s.offload);
-  const std::size_t units = 1 + testing::test_config().layers;
+  const std::size_t units = 1 + test_support::test_config().layers;
   const std::size_t tensors = run.model->parameters().size();
   const double allocations = s.stage == 0 ? static_cast<double>(tensors) : static_cast<double>(units);
   const double slack_per_array = 512.0 * allocations + 4.0 * units;  // rounding + (N-1)/N padding elements * e / N
@@ -149,13 +149,13 @@ TEST_P(ZeroOverRanks, BytesCommunicatedPerStepEqualTheFormula) {
   auto device = cpu_device();
   auto comm = make_communicator(*device);
   const int N = comm->world_size();
-  testing::ZeroRun run = testing::make_zero_run(std::move(device), *comm, s);
+  test_support::ZeroRun run = test_support::make_zero_run(std::move(device), *comm, s);
   run.trainer->step();
   comm->reset_stats();
   run.trainer->step();  // one step, measured alone
 
   const ZeroExactBytes x =
-      exact_model_states(zero_units(testing::test_config()), N, s.stage, s.precision, s.offload, s.accumulation);
+      exact_model_states(zero_units(test_support::test_config()), N, s.stage, s.precision, s.offload, s.accumulation);
   const CommStats& stats = comm->stats();
   const auto gradients = stats.by_category[index_of(MemoryCategory::gradients)].volume_bytes;
   const auto parameters = stats.by_category[index_of(MemoryCategory::parameters)].volume_bytes;

@@ -12,7 +12,7 @@
 #include "common/train/trainer.h"
 #include "suites/zero/zero_strategy.h"
 
-namespace trainmem::zero::testing {
+namespace trainmem::zero::test_support {
 
 // Root unit 256*30 + 15*30 + 2*30 = 8190 elements, a layer 12*30^2 + 13*30 = 11190: both padded
 // by 2 for N = 4, by 0 for N = 2.
@@ -123,4 +123,4 @@ inline std::int64_t category_peak(Device& device, MemoryCategory c) {
   return device.allocator().stats().by_category[index_of(c)].peak;
 }
 
-}  // namespace trainmem::zero::testing
+}  // namespace trainmem::zero::test_support

@@ -14,54 +14,23 @@
 #include <nlohmann/json.hpp>
 
 #include "common/data/token_file.h"
+#include "common/tests/command_runner.h"
 
+namespace trainmem {
 namespace {
 
 constexpr long long kMiB = 1 << 20;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using testing_support::count_lines;
+using testing_support::read_text_file;
+using CliRun = testing_support::CommandResult;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A path for this process's scratch files (ctest may run several test processes at once).
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/trainmem_cli_" + std::to_string(getpid()) + "_" + name;
-}
+std::string temp_path(const std::string& name) { return testing_support::scratch_path("cli_" + name); }
 
 // Runs `trainmem ARGS` (ARGS is shell text), capturing stdout and stderr separately.
-CliRun trainmem(const std::string& args) {
-  const std::string err_path = temp_path("stderr.txt");
-  // Built with append: GCC 12 gives a false -Wrestrict warning for "literal" + std::string here.
-  std::string command = "'";
-  command.append(TRAINMEM_BINARY).append("' ").append(args).append(" 2>'").append(err_path).append("'");
-  CliRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return run;
-  char buffer[4096];
-  std::size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;  // -1: killed by a signal (a crash)
-  run.err = read_file(err_path);
-  std::remove(err_path.c_str());
-  return run;
-}
+CliRun trainmem(const std::string& args) { return testing_support::run_program("", TRAINMEM_BINARY, args); }
 
 std::string data(const char* name) { return std::string(TRAINMEM_CLI_TEST_DATA_DIR) + "/" + name; }
-
-int count_lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += (c == '\n');
-  return n;
-}
 
 // An input error: exit 2, nothing on stdout, exactly one line on stderr that starts with
 // "trainmem: error: " and contains `expected`.
@@ -188,7 +157,7 @@ TEST(Cli, ReplayCanRecordTheAllocatorsEventLog) {
   const std::string path = temp_path("record.json");
   const CliRun r = trainmem("replay " + data("small_trace.json") + " --record '" + path + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const nlohmann::json log = parse_json(read_file(path));
+  const nlohmann::json log = parse_json(read_text_file(path));
   std::remove(path.c_str());
   ASSERT_TRUE(log.contains("events"));
   ASSERT_GE(log["events"].size(), 2u);
@@ -231,7 +200,7 @@ TEST(Cli, TrainPrintsAProgressLinePerStepAndWritesItsResult) {
   EXPECT_EQ(count_lines(r.out), 3) << r.out;
   for (const char* text : {"step    3/3", "fp32 accum=1 recompute=none attention=naive", "loss ", "ms", "tok/s", "mem ", "(peak "})
     EXPECT_NE(r.out.find(text), std::string::npos) << text << " in\n" << r.out;
-  const nlohmann::json j = parse_json(read_file(json_path));
+  const nlohmann::json j = parse_json(read_text_file(json_path));
   EXPECT_EQ(j["config"]["model"]["name"], "tiny");
   EXPECT_EQ(j["config"]["batch"], 2);
   EXPECT_EQ(j["device"]["kind"], "cpu");
@@ -275,7 +244,7 @@ TEST(Cli, TrainWithEagerAndLazyLoaders) {
     const CliRun r = trainmem(std::string("train --device cpu --model tiny --steps 2 --loader ") + loader + " --json " + json_path);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find(std::string("loader=") + loader), std::string::npos) << r.out;
-    EXPECT_EQ(parse_json(read_file(json_path))["config"]["loader"], loader);
+    EXPECT_EQ(parse_json(read_text_file(json_path))["config"]["loader"], loader);
   }
 }
 
@@ -303,7 +272,7 @@ TEST(Cli, TrainComposesPrecisionRecomputeAndAccumulation) {
                             "--steps 4 --json " + json_path);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("bf16 accum=8 recompute=selective"), std::string::npos) << r.out;
-  const nlohmann::json j = parse_json(read_file(json_path));
+  const nlohmann::json j = parse_json(read_text_file(json_path));
   EXPECT_EQ(j["config"]["precision"], "bf16");
   EXPECT_EQ(j["config"]["recompute"], "selective");
   EXPECT_EQ(j["config"]["accum"], 8);
@@ -313,7 +282,7 @@ TEST(Cli, TrainComposesPrecisionRecomputeAndAccumulation) {
   const CliRun fp16 = trainmem("train --device cpu --model tiny --precision fp16 --loss-scale 512 --steps 2 --json " + json_path);
   ASSERT_EQ(fp16.exit_code, 0) << fp16.err;
   EXPECT_NE(fp16.out.find("scale=512"), std::string::npos) << fp16.out;
-  const nlohmann::json k = parse_json(read_file(json_path));
+  const nlohmann::json k = parse_json(read_text_file(json_path));
   EXPECT_EQ(k["config"]["loss_scaler"]["init_scale"], 512.0);
   EXPECT_EQ(k["config"]["loss_scaler"]["growth_interval"], 2000);
   EXPECT_EQ(k["steps"][0]["loss_scale"], 512.0);
@@ -337,7 +306,7 @@ TEST(Cli, EstimateEqualsWhatTrainMeasures) {
   ASSERT_EQ(e.exit_code, 0) << e.err;
   const CliRun t = trainmem("train " + config + " --steps 2 --json " + json_path);
   ASSERT_EQ(t.exit_code, 0) << t.err;
-  const nlohmann::json predicted = parse_json(e.out), measured = parse_json(read_file(json_path));
+  const nlohmann::json predicted = parse_json(e.out), measured = parse_json(read_text_file(json_path));
   EXPECT_EQ(predicted["peak_allocated_bytes"], measured["memory"]["peak_allocated_bytes"]);
   EXPECT_EQ(predicted["peak_reserved_bytes"], measured["memory"]["peak_reserved_bytes"]);
   for (const char* c : {"parameters", "gradients", "optimizer_state", "activations", "workspace", "data"})
@@ -405,4 +374,60 @@ TEST(Cli, OomReportNamesTheCheapestTechniqueThatFits) {
       << r.err;
 }
 
+
+// --memory-snapshot writes PyTorch's snapshot structure (torch.cuda.memory._snapshot()): segments
+// with their blocks, and one trace per device with PyTorch's action names, which replays to the
+// segments left at the end. With expandable segments the trace maps pages instead.
+TEST(Cli, TrainWritesAMemorySnapshotInPyTorchsStructure) {
+  const std::string path = temp_path("snapshot.json");
+  const CliRun r = trainmem("train --device cpu --model tiny --steps 2 --memory-snapshot " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json s = parse_json(read_text_file(path));
+  ASSERT_TRUE(s["segments"].is_array() && !s["segments"].empty());
+  long long reserved = 0;
+  for (const nlohmann::json& seg : s["segments"]) {
+    for (const char* key : {"address", "total_size", "stream", "allocated_size", "active_size", "requested_size"})
+      EXPECT_TRUE(seg[key].is_number_integer()) << key;
+    EXPECT_TRUE(seg["segment_type"] == "small" || seg["segment_type"] == "large");
+    long long tiled = 0;
+    for (const nlohmann::json& b : seg["blocks"]) {
+      EXPECT_TRUE(b["state"] == "active_allocated" || b["state"] == "active_awaiting_free" || b["state"] == "inactive");
+      EXPECT_TRUE(b["frames"].is_array());
+      tiled += b["size"].get<long long>();
+    }
+    EXPECT_EQ(tiled, seg["total_size"].get<long long>());  // the blocks tile their segment
+    reserved += seg["total_size"].get<long long>();
+  }
+  ASSERT_EQ(s["device_traces"].size(), 1u);  // one list per device
+  const std::string pytorch_actions = " alloc free_requested free_completed segment_alloc segment_free segment_map "
+                                      "segment_unmap oom snapshot ";
+  long long segment_bytes = 0, segments = 0, allocs = 0;
+  for (const nlohmann::json& e : s["device_traces"][0]) {
+    const std::string action = e["action"].get<std::string>();
+    EXPECT_NE(pytorch_actions.find(" " + action + " "), std::string::npos) << action;
+    for (const char* key : {"addr", "size", "stream"}) EXPECT_TRUE(e[key].is_number_integer()) << key;
+    if (action == "segment_alloc") {
+      segment_bytes += e["size"].get<long long>();
+      ++segments;
+    } else if (action == "segment_free") {
+      segment_bytes -= e["size"].get<long long>();
+      --segments;
+    } else if (action == "alloc") {
+      ++allocs;
+    }
+  }
+  EXPECT_GT(allocs, 100);
+  EXPECT_EQ(segments, static_cast<long long>(s["segments"].size()));
+  EXPECT_EQ(segment_bytes, reserved);
+
+  const CliRun x = trainmem("train --device cpu --model tiny --steps 2 --allocator-config expandable_segments:True "
+                            "--memory-snapshot " + path);
+  ASSERT_EQ(x.exit_code, 0) << x.err;
+  const std::string trace = parse_json(read_text_file(path))["device_traces"].dump();
+  EXPECT_NE(trace.find("\"segment_map\""), std::string::npos);
+  EXPECT_EQ(trace.find("\"segment_alloc\""), std::string::npos);
+  std::remove(path.c_str());
+}
+
 }  // namespace
+}  // namespace trainmem

@@ -1,12 +1,15 @@
 // Helpers shared by the allocator tests: short names for the statistics, and a check of every
-// statistic against the ground truth recomputed from a snapshot of the segments.
+// statistic against the ground truth recomputed from a snapshot of the segments, and the fixture
+// of the hand-computed trace tests.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 
 #include "common/allocator/caching_allocator.h"
+#include "common/allocator/host_device_memory.h"
 #include "common/util/byte_size.h"
 
 namespace trainmem::test {
@@ -137,5 +140,40 @@ inline ::testing::AssertionResult check_invariants(const CachingAllocator& a) {
     return ::testing::AssertionFailure() << "reserved + device free != capacity";
   return ::testing::AssertionSuccess();
 }
+
+// A caching allocator on a simulated card (addresses only, no memory touched), with every event
+// followed by the invariant check. The hand-computed trace tests derive their fixtures from it.
+class SimulatedCardTest : public ::testing::Test {
+ protected:
+  // A fresh card of `budget` bytes and an allocator with `config` (PYTORCH_CUDA_ALLOC_CONF text).
+  void make(std::size_t budget, const char* config) {
+    allocator_.reset();
+    device_ = std::make_unique<BudgetDeviceMemory>(budget, /*backed=*/false);
+    allocator_ = std::make_unique<CachingAllocator>(*device_, AllocatorConfig::parse(config));
+  }
+  void TearDown() override {
+    if (allocator_) {
+      EXPECT_TRUE(check_invariants(*allocator_));
+    }
+  }
+  void* alloc(std::size_t bytes, MemoryCategory category = MemoryCategory::other, StreamId stream = kDefaultStream) {
+    void* p = allocator_->allocate(bytes, category, stream);
+    EXPECT_TRUE(check_invariants(*allocator_)) << "after allocating " << bytes;
+    return p;
+  }
+  void release(void* p) {
+    allocator_->free(p);
+    EXPECT_TRUE(check_invariants(*allocator_)) << "after freeing";
+  }
+  void empty_cache() {
+    allocator_->empty_cache();
+    EXPECT_TRUE(check_invariants(*allocator_)) << "after empty_cache";
+  }
+  MemoryStats s() const { return allocator_->stats(); }
+  static std::uintptr_t addr(void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+  std::unique_ptr<BudgetDeviceMemory> device_;
+  std::unique_ptr<CachingAllocator> allocator_;
+};
 
 }  // namespace trainmem::test

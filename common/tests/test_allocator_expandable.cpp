@@ -18,36 +18,16 @@
 namespace trainmem::test {
 namespace {
 
-class ExpandableSegments : public ::testing::Test {
+class ExpandableSegments : public SimulatedCardTest {
  protected:
-  // A simulated card: addresses only, no memory touched.
   void make(std::size_t budget = GiB, const char* config = "expandable_segments:True") {
-    allocator_.reset();
-    device_ = std::make_unique<BudgetDeviceMemory>(budget, /*backed=*/false);
-    allocator_ = std::make_unique<CachingAllocator>(*device_, AllocatorConfig::parse(config));
+    SimulatedCardTest::make(budget, config);
     allocator_->recorder().enable();
   }
   void SetUp() override { make(); }
-  void TearDown() override {
-    if (allocator_) {
-      EXPECT_TRUE(check_invariants(*allocator_));
-    }
-  }
   void* alloc(std::size_t bytes, StreamId stream = kDefaultStream) {
-    void* p = allocator_->allocate(bytes, MemoryCategory::other, stream);
-    EXPECT_TRUE(check_invariants(*allocator_)) << "after allocating " << bytes;
-    return p;
+    return SimulatedCardTest::alloc(bytes, MemoryCategory::other, stream);
   }
-  void release(void* p) {
-    allocator_->free(p);
-    EXPECT_TRUE(check_invariants(*allocator_)) << "after freeing";
-  }
-  void empty_cache() {
-    allocator_->empty_cache();
-    EXPECT_TRUE(check_invariants(*allocator_)) << "after empty_cache";
-  }
-  MemoryStats s() const { return allocator_->stats(); }
-  static std::uintptr_t addr(void* p) { return reinterpret_cast<std::uintptr_t>(p); }
   // The recorded segment_map / segment_unmap events, as (action, address, size).
   std::vector<TraceEvent> page_events() const {
     std::vector<TraceEvent> out;
@@ -55,9 +35,6 @@ class ExpandableSegments : public ::testing::Test {
       if (e.action == TraceAction::segment_map || e.action == TraceAction::segment_unmap) out.push_back(e);
     return out;
   }
-
-  std::unique_ptr<BudgetDeviceMemory> device_;
-  std::unique_ptr<CachingAllocator> allocator_;
 };
 
 TEST_F(ExpandableSegments, SmallPoolMapsTwoMiBPages) {

@@ -15,34 +15,10 @@
 namespace trainmem::test {
 namespace {
 
-class AllocatorRules : public ::testing::Test {
+class AllocatorRules : public SimulatedCardTest {
  protected:
-  // A simulated card: addresses only, no memory touched.
-  void make(std::size_t budget = GiB, const char* config = "") {
-    allocator_.reset();
-    device_ = std::make_unique<BudgetDeviceMemory>(budget, /*backed=*/false);
-    allocator_ = std::make_unique<CachingAllocator>(*device_, AllocatorConfig::parse(config));
-  }
+  void make(std::size_t budget = GiB, const char* config = "") { SimulatedCardTest::make(budget, config); }
   void SetUp() override { make(); }
-  void TearDown() override {
-    if (allocator_) {
-      EXPECT_TRUE(check_invariants(*allocator_));
-    }
-  }
-  void* alloc(std::size_t bytes, MemoryCategory c = MemoryCategory::other) {
-    void* p = allocator_->allocate(bytes, c);
-    EXPECT_TRUE(check_invariants(*allocator_)) << "after allocating " << bytes;
-    return p;
-  }
-  void release(void* p) {
-    allocator_->free(p);
-    EXPECT_TRUE(check_invariants(*allocator_)) << "after freeing";
-  }
-  MemoryStats s() const { return allocator_->stats(); }
-  static std::uintptr_t addr(void* p) { return reinterpret_cast<std::uintptr_t>(p); }
-
-  std::unique_ptr<BudgetDeviceMemory> device_;
-  std::unique_ptr<CachingAllocator> allocator_;
 };
 
 TEST(AllocatorConstants, RoundingAndSegmentSizes) {

@@ -38,14 +38,11 @@ __global__ void spin(long long cycles) {
   }
 }
 
-TEST(CudaAllocator, BlocksAreUsableDeviceMemoryAndStatsMatchTheCpuBackend) {
-  SKIP_WITHOUT_GPU();
-  CudaDeviceMemory gpu(0, 0);
-  BudgetDeviceMemory cpu(gpu.total_bytes(), /*backed=*/false);
-  CachingAllocator on_gpu(gpu), on_cpu(cpu);
-  const std::size_t sizes[] = {1000, 700 * KiB, 3 * MiB, 5 * MiB, 12 * MiB + 7, 64 * MiB};
-  std::vector<void*> blocks, cpu_blocks;
-  for (std::size_t i = 0; i < std::size(sizes); ++i) {
+// Allocates each size on both allocators (the same sequence), writes a pattern over the whole GPU
+// block with a kernel and reads it back: the block is real, writable device memory.
+void allocate_and_fill(CachingAllocator& on_gpu, CachingAllocator& on_cpu, const std::size_t* sizes,
+                       std::size_t count, std::vector<void*>& blocks, std::vector<void*>& cpu_blocks) {
+  for (std::size_t i = 0; i < count; ++i) {
     void* p = on_gpu.allocate(sizes[i], MemoryCategory::activations);
     blocks.push_back(p);
     cpu_blocks.push_back(on_cpu.allocate(sizes[i], MemoryCategory::activations));
@@ -57,6 +54,16 @@ TEST(CudaAllocator, BlocksAreUsableDeviceMemoryAndStatsMatchTheCpuBackend) {
     for (std::size_t k = 0; k < n; ++k)
       ASSERT_EQ(host[k], static_cast<unsigned>(k) * 2654435761u + static_cast<unsigned>(i)) << "block " << i;
   }
+}
+
+TEST(CudaAllocator, BlocksAreUsableDeviceMemoryAndStatsMatchTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  CudaDeviceMemory gpu(0, 0);
+  BudgetDeviceMemory cpu(gpu.total_bytes(), /*backed=*/false);
+  CachingAllocator on_gpu(gpu), on_cpu(cpu);
+  const std::size_t sizes[] = {1000, 700 * KiB, 3 * MiB, 5 * MiB, 12 * MiB + 7, 64 * MiB};
+  std::vector<void*> blocks, cpu_blocks;
+  ASSERT_NO_FATAL_FAILURE(allocate_and_fill(on_gpu, on_cpu, sizes, std::size(sizes), blocks, cpu_blocks));
   // The policy does not depend on the hardware: the same sequence, the same statistics.
   EXPECT_EQ(on_gpu.stats().to_json(), on_cpu.stats().to_json());
   // 1000 B and 700 KiB share a 2 MiB small segment; 3 MiB and 5 MiB share a 20 MiB one;
@@ -155,18 +162,7 @@ TEST(CudaAllocator, ExpandableSegmentsMapUsableMemoryAndMatchTheCpuBackend) {
   // page boundary, which works only if the pages are mapped contiguously.
   const std::size_t sizes[] = {1000, 700 * KiB, 3 * MiB, 25 * MiB, 64 * MiB + 7};
   std::vector<void*> blocks, cpu_blocks;
-  for (std::size_t i = 0; i < std::size(sizes); ++i) {
-    void* p = on_gpu.allocate(sizes[i], MemoryCategory::activations);
-    blocks.push_back(p);
-    cpu_blocks.push_back(on_cpu.allocate(sizes[i], MemoryCategory::activations));
-    const std::size_t n = sizes[i] / sizeof(unsigned);
-    fill_pattern<<<256, 256>>>(static_cast<unsigned*>(p), n, static_cast<unsigned>(i));
-    CUDA_OK(cudaGetLastError());
-    std::vector<unsigned> host(n);
-    CUDA_OK(cudaMemcpy(host.data(), p, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
-    for (std::size_t k = 0; k < n; ++k)
-      ASSERT_EQ(host[k], static_cast<unsigned>(k) * 2654435761u + static_cast<unsigned>(i)) << "block " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(allocate_and_fill(on_gpu, on_cpu, sizes, std::size(sizes), blocks, cpu_blocks));
   // The same policy on both: the same pages, the same statistics. 3 + 25 + 64 MiB in the large
   // pool: 5 pages of 20 MiB; 1000 B + 700 KiB: one 2 MiB small page.
   EXPECT_EQ(on_gpu.stats().to_json(), on_cpu.stats().to_json());

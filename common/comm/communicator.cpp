@@ -90,11 +90,22 @@ void Communicator::counted(Collective c, std::uint64_t bytes_total, MemoryCatego
   wait_for_device();
   const auto start = Clock::now();
   body();
+  count_call(c, bytes_total, category, is_root, std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+void Communicator::count_call(Collective c, std::uint64_t bytes_total, MemoryCategory category, bool is_root,
+                              double seconds) {
   CommCounts k = counts_of_call(c, bytes_total, static_cast<std::uint64_t>(world_size()), is_root);
-  k.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  k.seconds = seconds;
   add(stats_.by_collective[static_cast<std::size_t>(c)], k);
   add(stats_.by_category[index_of(category)], k);
   add(stats_.total, k);
+}
+
+void Communicator::count_seconds(Collective c, MemoryCategory category, double seconds) {
+  stats_.by_collective[static_cast<std::size_t>(c)].seconds += seconds;
+  stats_.by_category[index_of(category)].seconds += seconds;
+  stats_.total.seconds += seconds;
 }
 
 void Communicator::all_reduce(void* buffer, std::size_t count, DType dtype, MemoryCategory category) {
@@ -117,6 +128,43 @@ void Communicator::all_gather(const void* send, void* recv, std::size_t send_cou
   const std::uint64_t S = static_cast<std::uint64_t>(world_size()) * send_count * dtype_size(dtype);
   counted(Collective::all_gather, S, category, false,
           [&] { do_all_gather(send, recv, send_count, dtype); });
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_all_gather(const void* send, void* recv, std::size_t send_count,
+                                                                  DType dtype, MemoryCategory category) {
+  check_dtype(dtype, "start_all_gather");
+  const auto start = Clock::now();
+  std::unique_ptr<InFlight> op = do_start_all_gather(send, recv, send_count, dtype);
+  if (!op) {
+    // No asynchronous version on this backend: the synchronous call, which counts itself.
+    all_gather(send, recv, send_count, dtype, category);
+  } else {
+    // Counted now, once, as all_gather counts: S = N * send_count * element size (volume S,
+    // sent = received = S*(N-1)/N); wait() adds the seconds it spends.
+    const std::uint64_t S = static_cast<std::uint64_t>(world_size()) * send_count * dtype_size(dtype);
+    count_call(Collective::all_gather, S, category, false, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return std::unique_ptr<PendingCollective>(new PendingCollective(*this, Collective::all_gather, category, std::move(op)));
+}
+
+void PendingCollective::wait() {
+  if (!op_) return;
+  const auto start = Clock::now();
+  op_->wait();
+  op_.reset();
+  comm_.count_seconds(collective_, category_, std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+PendingCollective::~PendingCollective() {
+  // A destructor must not throw: a collective that fails here (another rank died) ends the job,
+  // as a failed collective would have through the caller.
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::string what = "a collective left in flight failed: ";
+    what += e.what();
+    abort_world(what, 1);
+  }
 }
 
 void Communicator::broadcast(void* buffer, std::size_t count, DType dtype, int root, MemoryCategory category) {

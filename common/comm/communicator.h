@@ -27,6 +27,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "common/allocator/memory_category.h"
 #include "common/tensor/dtype.h"
@@ -60,6 +61,39 @@ struct CommError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+class Communicator;
+
+// A backend's collective still in flight: wait() returns once its result may be used (on a GPU:
+// once the compute stream is ordered after it). Only the Communicator's backends make these.
+class InFlight {
+ public:
+  virtual ~InFlight() = default;
+  virtual void wait() = 0;
+};
+
+// What start_all_gather returns: the collective, started. wait() before using the receive buffer
+// (and before writing the send buffer or freeing either). Waiting twice is harmless; the
+// destructor waits, so nothing is ever left in flight.
+class PendingCollective {
+ public:
+  ~PendingCollective();
+  PendingCollective(const PendingCollective&) = delete;
+  PendingCollective& operator=(const PendingCollective&) = delete;
+
+  void wait();
+  bool done() const { return op_ == nullptr; }
+
+ private:
+  friend class Communicator;
+  PendingCollective(Communicator& comm, Collective collective, MemoryCategory category, std::unique_ptr<InFlight> op)
+      : comm_(comm), collective_(collective), category_(category), op_(std::move(op)) {}
+
+  Communicator& comm_;
+  Collective collective_;
+  MemoryCategory category_;
+  std::unique_ptr<InFlight> op_;  // null once complete
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -83,6 +117,20 @@ class Communicator {
   void all_gather(const void* send, void* recv, std::size_t send_count, DType dtype, MemoryCategory category);
   void broadcast(void* buffer, std::size_t count, DType dtype, int root, MemoryCategory category);
   void barrier();
+
+  // all_gather, started but not waited for, so that the caller computes while it runs (FSDP's
+  // prefetch). Same buffers and rules as all_gather, plus: every rank starts the same gathers in
+  // the same order, and several may be in flight at once (other collectives may run meanwhile).
+  // Counted once, like all_gather: calls and bytes when started, by the same formulas; seconds are
+  // the time the host spent in start_all_gather plus in wait().
+  //   local, mpi staging a GPU:  run the synchronous all_gather; the handle is already complete
+  //   mpi on the CPU:            MPI_Iallgather; wait() is MPI_Wait
+  //   nccl:                      ncclAllGather on a communication stream, ordered after the work
+  //                              already queued on the compute stream; wait() orders the compute
+  //                              stream after the gather (the host does not block, so seconds are
+  //                              the launch only, not the transfer)
+  std::unique_ptr<PendingCollective> start_all_gather(const void* send, void* recv, std::size_t send_count, DType dtype,
+                                                      MemoryCategory category);
   // All-reduce of a host scalar (max or sum): gradient norms, found-inf flags, losses. Not
   // counted in the stats (8 bytes, not a device buffer).
   double all_reduce_sum(double value);
@@ -98,13 +146,24 @@ class Communicator {
   virtual void do_all_gather(const void* send, void* recv, std::size_t send_count, DType dtype) = 0;
   virtual void do_broadcast(void* buffer, std::size_t count, DType dtype, int root) = 0;
   virtual void do_barrier() = 0;
+  // The asynchronous all-gather, where the backend has one; nullptr means "none": start_all_gather
+  // then runs the synchronous all_gather.
+  virtual std::unique_ptr<InFlight> do_start_all_gather(const void* /*send*/, void* /*recv*/,
+                                                        std::size_t /*send_count*/, DType /*dtype*/) {
+    return nullptr;
+  }
   virtual double do_all_reduce_host(double value, bool max) = 0;
   // Waits for work already queued on the device, so that a collective's time is its own.
   virtual void wait_for_device() {}
 
  private:
+  friend class PendingCollective;
   template <class Body>
   void counted(Collective c, std::uint64_t bytes_total, MemoryCategory category, bool is_root, Body body);
+  // Adds one call's counts (communicator.cpp has the formulas) / more seconds to the totals, to
+  // the collective's and to the category's.
+  void count_call(Collective c, std::uint64_t bytes_total, MemoryCategory category, bool is_root, double seconds);
+  void count_seconds(Collective c, MemoryCategory category, double seconds);
   CommStats stats_;
 };
 

@@ -143,6 +143,45 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t se
   to_device(recv, host_recv, total);
 }
 
+namespace {
+
+// One MPI_Iallgather in flight; wait() is MPI_Wait. MPI completes non-blocking collectives in the
+// order every rank started them, whatever else is called meanwhile.
+class MpiAllGatherInFlight : public InFlight {
+ public:
+  explicit MpiAllGatherInFlight(MPI_Request request) : request_(request) {}
+  ~MpiAllGatherInFlight() override {
+    // Only reached without wait() when unwinding from an error: MPI must still finish the request.
+    if (request_ != MPI_REQUEST_NULL && mpi_active()) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  void wait() override { check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait (all_gather)"); }
+
+ private:
+  MPI_Request request_;
+};
+
+}  // namespace
+
+// Host memory only: a staged GPU buffer would need the copy back to the device after the gather
+// completes, so staging runs the synchronous all_gather (nullptr). An all-gather only moves bytes,
+// so 16-bit values travel as raw 16-bit words, as in do_all_gather.
+std::unique_ptr<InFlight> MpiCommunicator::do_start_all_gather(const void* send, void* recv, std::size_t send_count,
+                                                               DType dtype) {
+  if (staged_) return nullptr;
+  const int n = mpi_count(send_count, "start_all_gather");
+  const std::size_t slice = send_count * dtype_size(dtype), total = static_cast<std::size_t>(size_) * slice;
+  const bool in_place = send == static_cast<const std::byte*>(recv) + static_cast<std::size_t>(rank_) * slice;
+  if (!in_place && overlaps(send, slice, recv, total))
+    throw CommError("start_all_gather: the send buffer overlaps the receive buffer but is not this rank's slice of it");
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (in_place)
+    check_mpi(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, mpi_type(dtype), comm_, &request),
+              "MPI_Iallgather");
+  else
+    check_mpi(MPI_Iallgather(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_, &request), "MPI_Iallgather");
+  return std::make_unique<MpiAllGatherInFlight>(request);
+}
+
 void MpiCommunicator::do_broadcast(void* buffer, std::size_t count, DType dtype, int root) {
   const std::size_t es = dtype_size(dtype);
   void* host = to_host(buffer, count * es, staging_in_, rank_ == root);

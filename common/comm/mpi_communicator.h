@@ -10,6 +10,7 @@
 // bit whenever the fp32 sum is exact, whatever order MPI adds in.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "common/comm/communicator.h"
@@ -34,6 +35,9 @@ class MpiCommunicator : public Communicator {
   void do_all_gather(const void* send, void* recv, std::size_t send_count, DType dtype) override;
   void do_broadcast(void* buffer, std::size_t count, DType dtype, int root) override;
   void do_barrier() override;
+  // CPU ranks: MPI_Iallgather (nullptr when staging a GPU: the synchronous call).
+  std::unique_ptr<InFlight> do_start_all_gather(const void* send, void* recv, std::size_t send_count,
+                                                DType dtype) override;
   double do_all_reduce_host(double value, bool max) override;
   void wait_for_device() override;
 

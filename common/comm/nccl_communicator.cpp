@@ -51,6 +51,9 @@ class NcclCommunicator : public Communicator {
   NcclCommunicator(Device& device, int rank, int size, const ncclUniqueId& id)
       : device_(device), rank_(rank), size_(size), timeout_(timeout_seconds()) {
     check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), 2 * sizeof(double)), "cudaMalloc");
+    // Non-blocking: the legacy default stream (compute) would otherwise wait for it, and it for
+    // the default stream, at every launch, and nothing would overlap.
+    check_cuda(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // calls return at once; wait() polls for errors and the timeout
     const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
@@ -59,6 +62,7 @@ class NcclCommunicator : public Communicator {
 
   ~NcclCommunicator() override {
     if (comm_) ncclCommDestroy(comm_);
+    if (comm_stream_) cudaStreamDestroy(comm_stream_);
     cudaFree(scratch_);
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -95,7 +99,47 @@ class NcclCommunicator : public Communicator {
   }
   void wait_for_device() override { device_.synchronize(); }
 
+  // The asynchronous all-gather, on the communication stream, with two events:
+  //   ready  recorded on the compute stream: the kernels that wrote `send` (and the allocation of
+  //          `recv`) come before it; the communication stream waits for it
+  //   done   recorded on the communication stream after the gather; wait() makes the compute
+  //          stream wait for it (cudaStreamWaitEvent: the host does not block)
+  // Nothing synchronizes the device, so the kernels queued meanwhile on the compute stream run
+  // while NCCL gathers. Two operations of this communicator never run at once: gathers in flight
+  // share the one communication stream (in issue order), and every synchronous collective starts
+  // with wait_for_device(), cudaDeviceSynchronize, which lets the gathers in flight finish first
+  // (every rank issued them at the same point, so they can). A rank that died leaves `done`
+  // unrecorded: the next synchronous call's device synchronization waits on it (a hang that the
+  // dead rank's MPI_Abort ends, as for any collective).
+  std::unique_ptr<InFlight> do_start_all_gather(const void* send, void* recv, std::size_t send_count,
+                                                DType dtype) override {
+    cudaEvent_t ready = nullptr, done = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check_cuda(cudaEventRecord(ready, stream_), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(comm_stream_, ready, 0), "cudaStreamWaitEvent");
+    cudaEventDestroy(ready);  // allowed while in use: CUDA frees it once the wait is done
+    wait_for_call(ncclAllGather(send, recv, send_count, nccl_type(dtype), comm_, comm_stream_), "ncclAllGather (async)");
+    check_cuda(cudaEventRecord(done, comm_stream_), "cudaEventRecord");
+    return std::make_unique<AllGatherInFlight>(*this, done);
+  }
+
  private:
+  class AllGatherInFlight : public InFlight {
+   public:
+    AllGatherInFlight(NcclCommunicator& comm, cudaEvent_t done) : comm_(comm), done_(done) {}
+    ~AllGatherInFlight() override { cudaEventDestroy(done_); }
+    // The compute stream's later kernels (those that read the gathered buffer, and its free)
+    // run after the gather.
+    void wait() override {
+      comm_.check_cuda(cudaStreamWaitEvent(comm_.stream_, done_, 0), "cudaStreamWaitEvent (all_gather)");
+    }
+
+   private:
+    NcclCommunicator& comm_;
+    cudaEvent_t done_;
+  };
+
   // A collective: the call, then its work on the stream, both waited for.
   void run(ncclResult_t launched, const char* call) {
     wait_for_call(launched, call);
@@ -160,6 +204,7 @@ class NcclCommunicator : public Communicator {
   double timeout_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the default stream, where trainmem's kernels run
+  cudaStream_t comm_stream_ = nullptr;  // start_all_gather's gathers, beside the compute
   double* scratch_ = nullptr;
 };
 

@@ -6,7 +6,8 @@
 // (TRAINMEM_COMM_TIMEOUT_S seconds, default 600); an error or the timeout aborts the
 // communicator (ncclCommAbort) and throws CommError naming the rank, so nothing waits forever
 // on a rank that died. Collectives run on the default stream, after the kernels that produced
-// their buffers, and are waited for (the counts time them).
+// their buffers, and are waited for (the counts time them); start_all_gather's run on a second,
+// communication stream beside the compute (see do_start_all_gather).
 //
 // 16-bit sums are NCCL's own (communicator.h says how they compare with the other backends).
 // The communicator allocates 16 bytes of device memory of its own (cudaMalloc, outside the

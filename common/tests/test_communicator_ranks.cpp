@@ -164,6 +164,97 @@ TEST_P(CommunicatorRanks, AllGatherInPlaceFromTheRanksOwnSlice) {
   EXPECT_EQ(buf.download(), expected);
 }
 
+// start_all_gather + wait must give what all_gather gives, bytes and counts alike (counted once,
+// by the same formulas). Two gathers are in flight at once, one of them in place, and a
+// synchronous collective runs between their start and their wait, as in FSDP's backward.
+class CommunicatorAsyncGather : public CommunicatorFixture, public ::testing::WithParamInterface<DType> {};
+
+TEST_P(CommunicatorAsyncGather, StartedGathersEqualTheSynchronousOnesInBytesAndCounts) {
+  const DType dt = GetParam();
+  const std::size_t n1 = 1031, n2 = 129;
+  const std::size_t N_ = static_cast<std::size_t>(N);
+  const auto mine1 = encode(rank_values(rank, 41, n1, dt), dt);
+  const auto mine2 = encode(rank_values(rank, 42, n2, dt), dt);
+  // Slices of the second buffer but the rank's own hold garbage (0xff) before the in-place gather.
+  std::vector<std::uint8_t> start2(n2 * N_ * dtype_size(dt), 0xff);
+  std::copy(mine2.begin(), mine2.end(), start2.begin() + static_cast<std::ptrdiff_t>(rank * n2 * dtype_size(dt)));
+
+  // The synchronous reference.
+  DeviceArray send1(*device_, n1, dt), recv1(*device_, n1 * N_, dt), buf2(*device_, n2 * N_, dt);
+  send1.upload(mine1);
+  buf2.upload(start2);
+  comm_->reset_stats();
+  comm_->all_gather(send1.data(), recv1.data(), n1, dt, MemoryCategory::parameters);
+  comm_->all_gather(buf2.bytes_at(rank * n2, dt), buf2.data(), n2, dt, MemoryCategory::parameters);
+  const CommStats sync = comm_->stats();
+  const auto want1 = recv1.download(), want2 = buf2.download();
+  std::vector<std::uint8_t> expected1;  // and the reference itself checked against the CPU
+  for (int r = 0; r < N; ++r) {
+    const auto part = encode(rank_values(r, 41, n1, dt), dt);
+    expected1.insert(expected1.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(want1, expected1);  // not ASSERT: a rank that returned early would leave the others waiting
+
+  // The same two gathers, both in flight, a reduce-scatter between start and wait.
+  DeviceArray recv1b(*device_, n1 * N_, dt), buf2b(*device_, n2 * N_, dt);
+  buf2b.upload(start2);
+  DeviceArray rs_in(*device_, 4 * N_, DType::f32), rs_out(*device_, 4, DType::f32);
+  rs_in.upload(encode(rank_values(rank, 43, 4 * N_, DType::f32), DType::f32));
+  comm_->reset_stats();
+  auto first = comm_->start_all_gather(send1.data(), recv1b.data(), n1, dt, MemoryCategory::parameters);
+  auto second = comm_->start_all_gather(buf2b.bytes_at(rank * n2, dt), buf2b.data(), n2, dt, MemoryCategory::parameters);
+  comm_->reduce_scatter(rs_in.data(), rs_out.data(), 4, DType::f32, MemoryCategory::gradients);
+  second->wait();
+  first->wait();
+  first->wait();  // a second wait does nothing
+  EXPECT_TRUE(first->done());
+  EXPECT_TRUE(second->done());
+  EXPECT_EQ(recv1b.download(), want1);
+  EXPECT_EQ(buf2b.download(), want2);
+  EXPECT_EQ(rs_out.download(), slice(encode(sum_over_ranks(N, 43, 4 * N_, DType::f32), DType::f32), rank * 4, 4,
+                                     DType::f32));
+
+  const CommStats& async = comm_->stats();
+  const CommCounts& got = async.by_collective[static_cast<std::size_t>(Collective::all_gather)];
+  const CommCounts& ref = sync.by_collective[static_cast<std::size_t>(Collective::all_gather)];
+  EXPECT_EQ(got.calls, 2u);
+  EXPECT_EQ(got.calls, ref.calls);
+  EXPECT_EQ(got.volume_bytes, ref.volume_bytes);
+  EXPECT_EQ(got.sent_bytes, ref.sent_bytes);
+  EXPECT_EQ(got.received_bytes, ref.received_bytes);
+  // The formula, S = N * (n1 + n2) * element size: volume S, sent = received = S (N-1)/N.
+  const std::uint64_t S = N_ * (n1 + n2) * dtype_size(dt);
+  EXPECT_EQ(got.volume_bytes, S);
+  EXPECT_EQ(got.sent_bytes, S * (N_ - 1) / N_);
+  const CommCounts& params = async.by_category[index_of(MemoryCategory::parameters)];
+  EXPECT_EQ(params.calls, 2u);
+  EXPECT_EQ(params.volume_bytes, S);
+  EXPECT_EQ(async.total.calls, 3u);  // the two gathers, counted once each, and the reduce-scatter
+}
+
+class CommunicatorAsyncGatherHandle : public CommunicatorFixture {};
+
+TEST_F(CommunicatorAsyncGatherHandle, AStartedGatherLeftUnwaitedIsWaitedForByItsHandle) {
+  const std::size_t n = 64, N_ = static_cast<std::size_t>(N);
+  DeviceArray send(*device_, n, DType::f32), recv(*device_, n * N_, DType::f32);
+  send.upload(encode(rank_values(rank, 51, n, DType::f32), DType::f32));
+  comm_->reset_stats();
+  { auto pending = comm_->start_all_gather(send.data(), recv.data(), n, DType::f32, MemoryCategory::parameters); }
+  std::vector<std::uint8_t> expected;
+  for (int r = 0; r < N; ++r) {
+    const auto part = encode(rank_values(r, 51, n, DType::f32), DType::f32);
+    expected.insert(expected.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(recv.download(), expected);
+  EXPECT_EQ(comm_->stats().total.calls, 1u);
+  EXPECT_THROW(comm_->start_all_gather(send.data(), recv.data(), n, DType::i32, MemoryCategory::parameters),
+               std::invalid_argument);
+  comm_->barrier();  // every rank is still in step
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CommunicatorAsyncGather, ::testing::Values(DType::f32, DType::bf16),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
 TEST_P(CommunicatorRanks, BroadcastGivesEveryRankTheRootsBuffer) {
   const DType dt = GetParam();
   const std::size_t n = 513;

@@ -81,16 +81,28 @@ void FlatUnit::point_grads_at(Tensor& flat) {
                                         MemoryCategory::gradients, params[s.index].name + ".grad");
 }
 
-void FlatUnit::gather() {
+void FlatUnit::start_gather() {
   if (mode_ == ShardingMode::none || gathered()) return;
   gathered_ = Tensor(model_.device().allocator(), {static_cast<std::int64_t>(layout_.padded_numel)}, model_.dtype(),
                      MemoryCategory::parameters, layout_.name + ".gathered");
-  comm_.all_gather(shard_.data(), gathered_.data(), layout_.shard_numel, model_.dtype(), MemoryCategory::parameters);
+  pending_ = comm_.start_all_gather(shard_.data(), gathered_.data(), layout_.shard_numel, model_.dtype(),
+                                    MemoryCategory::parameters);
+}
+
+// Started now (not prefetched) or earlier (prefetched): either way wait for it here, just before
+// the model reads the unit's parameters, and only then let the model see them.
+void FlatUnit::gather() {
+  if (mode_ == ShardingMode::none) return;
+  start_gather();
+  if (!pending_) return;  // gathered and waited for already
+  pending_->wait();
+  pending_.reset();
   point_values_at(gathered_);
 }
 
 void FlatUnit::release() {
   if (mode_ == ShardingMode::none || !gathered()) return;
+  pending_.reset();  // waits: a gather in flight still writes into the buffer
   for (const Slot& s : slots_) model_.parameters()[s.index].value.reset();
   gathered_.reset();
 }

@@ -5,6 +5,8 @@
 //                   shard_grad S elements: the summed gradient of that slice (what the optimizer reads)
 //   gather()        gathered = all_gather(shard) (N*S elements); each model Parameter's value
 //                   becomes a view at its offset inside it, so the model computes unchanged
+//   start_gather()  the same all-gather, started (Communicator::start_all_gather) but not waited
+//                   for: the buffer exists, the model cannot see it yet; gather() waits for it
 //   release()       gathered freed; the model's Parameters become empty again
 //   begin_gradients()   a full-size gradient buffer, zeroed, that the unit's backward accumulates
 //                       into (each Parameter's grad is a view inside it)
@@ -20,6 +22,7 @@
 // whole run (S = numel, no padding); all_reduce_gradients() sums the gradient over the ranks.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,7 +43,9 @@ class FlatUnit {
   const UnitLayout& layout() const { return layout_; }
   const std::string& name() const { return layout_.name; }
 
+  // Gathered or being gathered: the gathered buffer exists (it counts in memory from the start).
   bool gathered() const { return gathered_.data() != nullptr; }
+  void start_gather();
   void gather();
   void release();
   void begin_gradients(bool accumulate);
@@ -68,6 +73,9 @@ class FlatUnit {
   std::vector<Slot> slots_;
   Tensor shard_, shard_grad_;   // sharded modes
   Tensor gathered_, full_grad_;  // while gathered / during the unit's backward (NO_SHARD: always)
+  // The gather in flight after start_gather(), until gather() waits for it. Declared after
+  // gathered_, so it is destroyed (waited for) before the buffer it writes is freed.
+  std::unique_ptr<PendingCollective> pending_;
 };
 
 }  // namespace trainmem::fsdp

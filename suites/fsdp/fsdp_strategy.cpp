@@ -93,6 +93,16 @@ bool FsdpStrategy::last_layer_of_unit(std::size_t layer) const {
 
 void FsdpStrategy::gather(std::size_t unit) {
   units_[unit].gather();
+  note_peak();
+}
+
+void FsdpStrategy::start_gather(std::size_t unit) {
+  units_[unit].start_gather();
+  note_peak();
+}
+
+// A unit being gathered counts: its buffer is allocated.
+void FsdpStrategy::note_peak() {
   std::size_t gathered = 0;
   for (std::size_t u = 1; u < units_.size(); ++u) gathered += units_[u].gathered() ? 1 : 0;
   if (options_.mode != ShardingMode::none && gathered > peak_gathered_) peak_gathered_ = gathered;
@@ -108,7 +118,8 @@ void FsdpStrategy::before_layer_forward(StepContext&, std::size_t layer) {
   if (!first_layer_of_unit(layer)) return;
   const std::size_t u = unit_of_layer(layer);
   gather(u);
-  if (options_.prefetch && u + 1 < units_.size()) gather(u + 1);  // the next unit, before this one computes
+  // The next unit's gather runs while this one computes; its first layer waits for it.
+  if (options_.prefetch && u + 1 < units_.size()) start_gather(u + 1);
 }
 
 void FsdpStrategy::after_layer_forward(StepContext&, std::size_t layer) {
@@ -121,7 +132,7 @@ void FsdpStrategy::before_layer_backward(StepContext&, std::size_t layer) {
   if (!last_layer_of_unit(layer)) return;
   const std::size_t u = unit_of_layer(layer);
   gather(u);  // FULL_SHARD freed it after forward; SHARD_GRAD_OP still holds it
-  if (options_.prefetch && u > 1) gather(u - 1);  // the unit below, before this one computes
+  if (options_.prefetch && u > 1) start_gather(u - 1);  // gathered while this one computes its backward
   units_[u].begin_gradients(!first_micro_step_);
 }
 

@@ -6,12 +6,14 @@
 // optimizer to give the Trainer). Per micro-batch (hooks in brackets):
 //
 //   [on_data_fetch]           gather the root (it stays gathered until the end of backward)
-//   [before_layer_forward]    at a unit's first layer: gather it; prefetch on: gather the next too
+//   [before_layer_forward]    at a unit's first layer: gather it (prefetched: wait for its gather);
+//                             prefetch on: start the next unit's gather
 //   [after_layer_forward]     at a unit's last layer: FULL_SHARD frees it (SHARD_GRAD_OP keeps it);
 //                             after the last layer: the root's full gradient buffer (the tied LM
 //                             head and the final layernorm write their gradients there first)
 //   [before_layer_backward]   at a unit's last layer: gather it (FULL_SHARD; SHARD_GRAD_OP still
-//                             has it); prefetch on: gather the one below too; its full gradient
+//                             has it; prefetched: wait); prefetch on: start the gather of the one
+//                             below; its full gradient
 //   [after_layer_backward]    at a unit's first layer: reduce-scatter its gradient into the shard
 //                             gradient, free the full gradient and the gathered parameters
 //   [after_backward]          the same for the root
@@ -20,10 +22,11 @@
 // unit's backward on the step's last micro-batch (the earlier ones accumulate locally, as DDP's
 // no_sync does); every rank then runs the whole AdamW.
 //
-// Prefetch: on the CPU (and with the Communicator as it is, whose collectives synchronize the
-// device) the next unit is gathered before the current unit computes, so two units are gathered
-// at the peak — the memory effect of prefetching, which the test checks. The time overlap needs an
-// asynchronous all-gather on a second stream (see README: not yet possible through Communicator).
+// Prefetch: the next unit's gather is started (Communicator::start_all_gather) before the current
+// unit computes and waited for just before the next unit's first layer, so it runs while the
+// current unit computes: MPI_Iallgather on CPU ranks, a communication stream under NCCL (the
+// local backend and MPI staging a GPU gather at once). Its buffer exists from the start, so two
+// units are gathered at the peak: the memory effect of prefetching, which the test checks.
 //
 // Composing: list this strategy BEFORE activation checkpointing (recompute reads the unit's
 // parameters in before_layer_backward, after FSDP has gathered them). Gradient accumulation
@@ -73,7 +76,9 @@ class FsdpStrategy : public Strategy {
   std::size_t unit_of_layer(std::size_t layer) const { return 1 + layer / options_.layers_per_unit; }
   bool first_layer_of_unit(std::size_t layer) const { return layer % options_.layers_per_unit == 0; }
   bool last_layer_of_unit(std::size_t layer) const;
-  void gather(std::size_t unit);
+  void gather(std::size_t unit);        // gathered when it returns (waits for a prefetch)
+  void start_gather(std::size_t unit);  // prefetch: started, waited for by gather(unit)
+  void note_peak();
   void finish_gradients(FlatUnit& unit);  // reduce (and free) a unit's gradient after its backward
 
   GPT& model_;

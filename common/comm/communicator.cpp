@@ -2,6 +2,7 @@
 // backend, and ending the whole job from one rank.
 #include "common/comm/communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -226,6 +227,10 @@ int env_int(const char* a, const char* b, int fallback) {
 }
 
 }  // namespace
+
+std::size_t launched_world_size() {
+  return static_cast<std::size_t>(std::max(1, env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1)));
+}
 
 void abort_world(const std::string& message, int exit_code) {
   int rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0);

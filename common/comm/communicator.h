@@ -176,6 +176,9 @@ std::unique_ptr<Communicator> make_communicator(Device& device, const std::strin
 // Whether this process was launched by mpirun (OMPI_COMM_WORLD_SIZE / PMI_SIZE set), without
 // initializing anything: decides before the device is opened.
 bool launched_by_mpirun();
+// The number of ranks mpirun started, from the same environment (1 for a single process): for
+// work done before any communicator exists, e.g. loading the data of the whole global batch.
+std::size_t launched_world_size();
 
 // Starts MPI now when launched by mpirun and built with MPI (else does nothing), so that an
 // error before any communicator exists still ends every rank through MPI_Abort. Call it first

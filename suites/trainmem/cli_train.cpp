@@ -81,14 +81,6 @@ void check_sharding_flags(const TrainFlags& flags, const RecomputePolicy& recomp
                                 "gathers one layer at a time: use --recompute full, selective or every:K with --zero 3");
 }
 
-// The number of ranks mpirun started (1 for a single process), from the launcher's environment:
-// the data is loaded and checked before the device and the world exist.
-std::size_t launched_world_size() {
-  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
-    if (const char* value = std::getenv(variable)) return std::max<std::size_t>(1, std::strtoul(value, nullptr, 10));
-  return 1;
-}
-
 // A communicator when launched by mpirun or when sharding is asked; none for a plain run.
 std::unique_ptr<Communicator> make_world(const TrainFlags& flags, Device& device) {
   if (!sharding_asked(flags) && !launched_by_mpirun()) return nullptr;

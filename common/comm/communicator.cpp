@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+
+#include <unistd.h>
 
 #include "common/comm/local_communicator.h"
 #include "common/device/device.h"
@@ -243,8 +246,17 @@ void abort_world(const std::string& message, int exit_code) {
   }
 #endif
   std::cout.flush();
-  std::cerr << "trainmem: rank " << rank << " of " << size << ": " << message << std::endl;
+  // One write(2) of the whole line: std::cerr is unbuffered, so `<<` piece by piece would be
+  // several writes, and mpirun's own abort banner could land between them.
+  std::string line = "trainmem: rank ";
+  line += std::to_string(rank);
+  line += " of ";
+  line += std::to_string(size);
+  line += ": ";
+  line += message;
+  line += '\n';
   std::fflush(nullptr);
+  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, line.data(), line.size());
 #if defined(TRAINMEM_WITH_MPI) && TRAINMEM_WITH_MPI
   // MPI_Abort makes mpirun end every rank, including those waiting in a collective.
   if (mpi) MPI_Abort(MPI_COMM_WORLD, exit_code == 0 ? 1 : exit_code);

@@ -9,7 +9,7 @@ namespace trainmem::lazy_loading {
 
 EagerLoader::EagerLoader(Device& device, const HostTokens& tokens, std::size_t B, std::size_t T,
                          EagerLoaderOptions options)
-    : device_(device), B_(B), T_(T), order_(tokens.size(), B, T, options.seed, options.shuffle), starts_(B) {
+    : device_(device), B_(B), T_(T), order_(tokens.size(), B, T, options.seed, options.shuffle, options.rank, options.world), starts_(B) {
   const std::size_t n = tokens.size();
   dataset_ = Tensor(device_.allocator(), {static_cast<std::int64_t>(n)}, DType::i32, MemoryCategory::data,
                     "dataset.tokens");

@@ -5,7 +5,8 @@
 // one a device-to-device slice can be copied in without a conversion kernel), as one tensor of
 // category `data`: round_size(4 * n) device bytes for n tokens. A batch is B device-to-device
 // copies of a window's inputs and B of its targets (the window shifted by one) into the
-// trainer's batch tensors, in the order ShuffleOrder gives.
+// trainer's batch tensors, in the order ShuffleOrder gives. Under mpirun every rank holds the whole
+// dataset (the guides' pattern, N times over) and copies out its own rows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +21,7 @@ namespace trainmem::lazy_loading {
 struct EagerLoaderOptions {
   std::uint64_t seed = 1;
   bool shuffle = true;
+  std::size_t rank = 0, world = 1;  // data parallel: this rank's rows of each global batch (shuffle_order.h)
 };
 
 class EagerLoader : public BatchSource {

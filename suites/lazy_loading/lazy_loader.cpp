@@ -14,7 +14,7 @@ LazyLoader::LazyLoader(Device& device, HostTokens tokens, std::size_t B, std::si
       T_(T),
       options_(std::move(options)),
       batches_per_epoch_(0),
-      sync_order_(host_.size(), B, T, options_.seed, options_.shuffle) {
+      sync_order_(host_.size(), B, T, options_.seed, options_.shuffle, options_.rank, options_.world) {
   batches_per_epoch_ = sync_order_.batches_per_epoch();
   const std::size_t batch_bytes = B_ * T_ * sizeof(std::int32_t);
   if (options_.prefetch == 0) {
@@ -71,7 +71,7 @@ void LazyLoader::assemble(ShuffleOrder& order, std::uint64_t k, std::int32_t* to
 }
 
 void LazyLoader::worker_loop() {
-  ShuffleOrder order(host_.size(), B_, T_, options_.seed, options_.shuffle);  // the worker's own
+  ShuffleOrder order(host_.size(), B_, T_, options_.seed, options_.shuffle, options_.rank, options_.world);  // the worker's own
   const std::size_t N = slots_.size();
   const std::size_t batch_bytes = B_ * T_ * sizeof(std::int32_t);
   try {

@@ -40,6 +40,7 @@ struct LazyLoaderOptions {
   bool pinned = true;        // pinned staging memory (effective on a GPU only)
   std::uint64_t seed = 1;
   bool shuffle = true;
+  std::size_t rank = 0, world = 1;  // data parallel: this rank's rows of each global batch (shuffle_order.h)
   // Called with the batch index before batch k is assembled, on the thread that assembles it
   // (the worker; the caller of next() when prefetch is 0). For tests: throw, or sleep.
   std::function<void(std::uint64_t)> before_assemble;

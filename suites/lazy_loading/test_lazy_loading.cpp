@@ -4,6 +4,7 @@
 //    and each batch is exactly the windows ShuffleOrder names (targets = inputs shifted by one);
 //  - device memory of category `data`: exactly N ring buffers (tokens + targets, each rounded as
 //    the allocator rounds) under lazy, exactly the dataset under eager;
+//  - under N ranks each rank's batch is its rows of the batch one process with N*B rows sees;
 //  - bad token files (truncated, wrong magic, too short, smaller than one batch) give DataError;
 //  - the worker thread stops cleanly when the loader is destroyed mid-epoch, and an exception in
 //    it surfaces in next() on the main thread.
@@ -192,6 +193,74 @@ TEST(SameBatchesFromFile, MappedTokenFileGivesTheSameBatchesAsTheVector) {
   EXPECT_EQ(a, b);
 }
 
+// --- several ranks (mpirun): rank r's batch k is rows r*B .. r*B+B-1 of one process's batch k
+// with N*B rows, under either loader, across epochs; and the ranks' rows never overlap.
+
+// The rows of a [B, T] batch, rank by rank, in one [N*B, T] batch.
+Batch concatenate(const std::vector<Batch>& ranks) {
+  Batch all;
+  for (const Batch& r : ranks) {
+    all.tokens.insert(all.tokens.end(), r.tokens.begin(), r.tokens.end());
+    all.targets.insert(all.targets.end(), r.targets.begin(), r.targets.end());
+  }
+  return all;
+}
+
+class RanksTakeTheirRows : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(RanksTakeTheirRows, OfTheBatchOneProcessWithAllRowsSees) {
+  const std::size_t world = GetParam(), B = 3, T = 16;
+  const std::vector<std::uint16_t> data = synthetic_corpus(5001, 9);  // 312 windows
+  auto device = cpu_device();
+  EagerLoader whole(*device, HostTokens(data), world * B, T, {5, true});
+  const std::size_t per_epoch = whole.batches_per_epoch();
+  ASSERT_EQ(per_epoch, 312u / (world * B));
+  const std::size_t count = 2 * per_epoch + 3;  // into a third epoch
+  const auto expected = pull(*device, whole, world * B, T, count);
+
+  std::vector<std::vector<Batch>> eager_rows, lazy_rows;
+  for (std::size_t r = 0; r < world; ++r) {
+    EagerLoader eager(*device, HostTokens(data), B, T, {5, true, r, world});
+    LazyLoaderOptions lo;
+    lo.seed = 5;
+    lo.rank = r;
+    lo.world = world;
+    LazyLoader lazy(*device, HostTokens(data), B, T, lo);
+    EXPECT_EQ(eager.batches_per_epoch(), per_epoch);
+    EXPECT_EQ(lazy.batches_per_epoch(), per_epoch);
+    eager_rows.push_back(pull(*device, eager, B, T, count));
+    lazy_rows.push_back(pull(*device, lazy, B, T, count));
+  }
+  for (std::size_t k = 0; k < count; ++k) {
+    std::vector<Batch> e, l;
+    for (std::size_t r = 0; r < world; ++r) {
+      e.push_back(eager_rows[r][k]);
+      l.push_back(lazy_rows[r][k]);
+    }
+    ASSERT_EQ(concatenate(e), expected[k]) << "eager, batch " << k;
+    ASSERT_EQ(concatenate(l), expected[k]) << "lazy, batch " << k;
+  }
+  // Different ranks get different rows (the same rows would be the bug of an unsharded loader).
+  EXPECT_NE(eager_rows[0][0], eager_rows[1][0]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, RanksTakeTheirRows, ::testing::Values(2, 3),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+TEST(RanksTakeTheirRows, ADatasetSmallerThanOneGlobalBatchNamesTheRanks) {
+  const std::vector<std::uint16_t> data = synthetic_corpus(100, 1);  // 3 windows of 32 + 1
+  auto device = cpu_device();
+  EXPECT_NO_THROW(EagerLoader(*device, HostTokens(data), 3, 32, {1, true, 0, 1}));
+  try {
+    EagerLoader(*device, HostTokens(data), 2, 32, {1, true, 1, 2});
+    FAIL() << "2 ranks x 2 rows of 32 need 129 tokens";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("one batch of 2 ranks x 2 x 32 needs 129"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("or fewer ranks"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ShuffleOrder(data.size(), 1, 32, 1, true, 2, 2), std::invalid_argument);  // rank 2 of 2
+}
+
 TEST(Training, LossesAreIdenticalUnderEitherLoader) {
   auto run = [](bool lazy) {
     auto device = cpu_device();
@@ -310,11 +379,11 @@ TEST(Worker, DestroyingTheLoaderMidEpochDoesNotHang) {
   const std::vector<std::uint16_t> data = synthetic_corpus(50000, 1);
   for (std::size_t N : {1u, 3u}) {
     // right after construction (the worker is filling the ring)
-    EXPECT_TRUE(finishes_within([&] { LazyLoader l(*device, HostTokens(data), 4, 16, {N, true, 1, true, {}}); }, 10));
+    EXPECT_TRUE(finishes_within([&] { LazyLoader l(*device, HostTokens(data), 4, 16, {N, true, 1, true, 0, 1, {}}); }, 10));
     // mid-epoch, with the ring full and the worker waiting for a free slot
     EXPECT_TRUE(finishes_within(
         [&] {
-          LazyLoader l(*device, HostTokens(data), 4, 16, {N, true, 1, true, {}});
+          LazyLoader l(*device, HostTokens(data), 4, 16, {N, true, 1, true, 0, 1, {}});
           pull(*device, l, 4, 16, 5);
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         },

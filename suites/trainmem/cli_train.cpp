@@ -198,9 +198,6 @@ int run_train(const TrainFlags& flags) {
   const std::size_t ranks = world ? static_cast<std::size_t>(world->world_size()) : 1;
   const std::size_t rank = world ? static_cast<std::size_t>(world->rank()) : 0;
   const bool reporting_rank = rank == 0;
-  if (ranks > 1 && flags.loader != "sequential")
-    throw std::invalid_argument("--loader " + flags.loader + " is not rank-aware yet: with mpirun -np " + std::to_string(ranks) +
-                                " use --loader sequential (each rank takes its rows of the global batch)");
   const int stage = zero_stage(flags, world.get());
   if (world && reporting_rank)
     std::cerr << "world: " << ranks << " rank" << (ranks > 1 ? "s" : "") << " (" << world->backend() << "), "
@@ -223,17 +220,20 @@ int run_train(const TrainFlags& flags) {
   GPT model(*device, config, flags.seed, model_options);
   // Where the dataset lives (suites/lazy_loading): on the host read in order (sequential), all on
   // the device (eager), or on the host with batches prefetched by a background thread (lazy).
+  // Under mpirun each takes this rank's rows of every global batch of N*B rows.
   std::unique_ptr<BatchSource> data;
   if (flags.loader == "sequential") {
     data = std::make_unique<SequentialBatches>(*device, std::move(tokens), flags.batch, T, rank, ranks);
   } else if (flags.loader == "eager") {
     data = std::make_unique<lazy_loading::EagerLoader>(*device, lazy_loading::HostTokens(std::move(tokens)), flags.batch,
-                                                      T, lazy_loading::EagerLoaderOptions{flags.seed, true});
+                                                      T, lazy_loading::EagerLoaderOptions{flags.seed, true, rank, ranks});
   } else {
     lazy_loading::LazyLoaderOptions lo;
     lo.prefetch = flags.prefetch;
     lo.pinned = flags.pinned;
     lo.seed = flags.seed;
+    lo.rank = rank;
+    lo.world = ranks;
     data = std::make_unique<lazy_loading::LazyLoader>(
         *device, map_token_file ? std::move(mapped_tokens) : lazy_loading::HostTokens(std::move(tokens)), flags.batch, T,
         lo);

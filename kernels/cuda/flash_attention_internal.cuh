@@ -127,6 +127,9 @@ void launch_rowsum_dout_out(cudaStream_t stream, Half16 dtype, float* Dvec, cons
 //
 // cp.async: 16 bytes global -> shared without passing through registers; the copy runs while
 // the warp goes on computing. src_bytes = 0 writes 16 zero bytes instead (tail rows past T).
+// Both addresses must be 16-byte aligned (PTX: cp.async addresses are aligned to cp-size): every
+// global offset used is a multiple of 8 elements (rows of 3C or C, heads of D, C = H*D, D = 64 or
+// 128) from a 16-byte-aligned base, and the shared rows are (D + 8) * 2 bytes.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int src_bytes = valid ? 16 : 0;

@@ -61,7 +61,7 @@ class NcclCommunicator : public Communicator {
   }
 
   ~NcclCommunicator() override {
-    if (comm_) ncclCommDestroy(comm_);
+    if (comm_) shut_down();
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
     cudaFree(scratch_);
   }
@@ -139,6 +139,28 @@ class NcclCommunicator : public Communicator {
     NcclCommunicator& comm_;
     cudaEvent_t done_;
   };
+
+  // The clean end nccl.h describes: ncclCommFinalize flushes what was issued and leaves the state
+  // ncclInProgress until every rank is quiescent; then ncclCommDestroy frees the rest without
+  // blocking. A destructor cannot throw, so an error or the timeout aborts instead.
+  void shut_down() noexcept {
+    ncclResult_t r = ncclCommFinalize(comm_);
+    const auto start = std::chrono::steady_clock::now();
+    while (r == ncclSuccess || r == ncclInProgress) {
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &state);
+      if (state == ncclSuccess) {
+        ncclCommDestroy(comm_);
+        comm_ = nullptr;
+        return;
+      }
+      if (state != ncclInProgress) break;
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_) break;
+      std::this_thread::yield();
+    }
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
 
   // A collective: the call, then its work on the stream, both waited for.
   void run(ncclResult_t launched, const char* call) {

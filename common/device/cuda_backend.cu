@@ -245,22 +245,38 @@ bool CudaDeviceMemory::map_pages(void* ptr, std::size_t bytes, std::size_t page_
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   const auto start = reinterpret_cast<CUdeviceptr>(ptr);
   std::vector<CUdeviceptr> mapped;
+  // All or nothing: on any failure, give back the pages this call mapped (and the page being
+  // mapped), then answer "no room" (out of memory) or throw the driver's error (anything else).
+  const auto give_back = [&](CUmemGenericAllocationHandle pending, bool pending_mapped, CUdeviceptr pending_address) {
+    if (pending_mapped) api.cuMemUnmap(pending_address, page_bytes);
+    if (pending != 0) api.cuMemRelease(pending);
+    for (CUdeviceptr m : mapped) {
+      api.cuMemUnmap(m, page_bytes);
+      api.cuMemRelease(page_handles_.at(static_cast<std::uintptr_t>(m)));
+      page_handles_.erase(static_cast<std::uintptr_t>(m));
+    }
+  };
   for (std::size_t offset = 0; offset < bytes; offset += page_bytes) {
     const CUdeviceptr address = start + offset;
     CUmemGenericAllocationHandle handle = 0;
     const CUresult created = api.cuMemCreate(&handle, page_bytes, &page, 0);
-    if (created == CUDA_ERROR_OUT_OF_MEMORY) {
-      // All or nothing: give back the pages this call mapped, and answer "no room".
-      for (CUdeviceptr m : mapped) {
-        TRAINMEM_CU_CHECK(api.cuMemUnmap(m, page_bytes));
-        TRAINMEM_CU_CHECK(api.cuMemRelease(page_handles_.at(static_cast<std::uintptr_t>(m))));
-        page_handles_.erase(static_cast<std::uintptr_t>(m));
-      }
-      return false;
+    if (created != CUDA_SUCCESS) {
+      give_back(0, false, address);
+      if (created == CUDA_ERROR_OUT_OF_MEMORY) return false;
+      TRAINMEM_CU_CHECK(created);
     }
-    TRAINMEM_CU_CHECK(created);
-    TRAINMEM_CU_CHECK(api.cuMemMap(address, page_bytes, 0, handle, 0));
-    TRAINMEM_CU_CHECK(api.cuMemSetAccess(address, page_bytes, &access, 1));
+    const CUresult map_result = api.cuMemMap(address, page_bytes, 0, handle, 0);
+    if (map_result != CUDA_SUCCESS) {
+      give_back(handle, false, address);
+      if (map_result == CUDA_ERROR_OUT_OF_MEMORY) return false;
+      TRAINMEM_CU_CHECK(map_result);
+    }
+    const CUresult access_result = api.cuMemSetAccess(address, page_bytes, &access, 1);
+    if (access_result != CUDA_SUCCESS) {
+      give_back(handle, true, address);
+      if (access_result == CUDA_ERROR_OUT_OF_MEMORY) return false;
+      TRAINMEM_CU_CHECK(access_result);
+    }
     page_handles_[static_cast<std::uintptr_t>(address)] = handle;
     mapped.push_back(address);
   }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/allocator/caching_allocator.h"
 #include "common/allocator/host_device_memory.h"
@@ -171,6 +173,25 @@ class SimulatedCardTest : public ::testing::Test {
   }
   MemoryStats s() const { return allocator_->stats(); }
   static std::uintptr_t addr(void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+  // The fragmented card of the OOM-advice tests: 8 blocks of 5 MiB fill 40 MiB (two 20 MiB
+  // segments or pages), every second one is freed (20 MiB free, in 5 MiB pieces), and 10 MiB is
+  // asked for. Returns the error's message and checks the report's figures for that state.
+  std::string oom_with_20_mib_free_in_5_mib_pieces() {
+    constexpr std::size_t MiB = std::size_t{1} << 20;
+    std::vector<void*> blocks;
+    for (int i = 0; i < 8; ++i) blocks.push_back(alloc(5 * MiB));
+    for (int i = 1; i < 8; i += 2) release(blocks[i]);
+    try {
+      allocator_->allocate(10 * MiB);
+    } catch (const OutOfMemoryError& e) {
+      EXPECT_EQ(e.report().reserved_unallocated_bytes(), 20 * MiB);
+      EXPECT_EQ(e.report().largest_free_block, 5 * MiB);
+      return e.what();
+    }
+    ADD_FAILURE() << "expected OutOfMemoryError";
+    return {};
+  }
 
   std::unique_ptr<BudgetDeviceMemory> device_;
   std::unique_ptr<CachingAllocator> allocator_;

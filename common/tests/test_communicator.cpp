@@ -6,6 +6,7 @@
 #include "common/comm/communicator.h"
 #include "common/comm/local_communicator.h"
 #include "common/tests/comm_test_support.h"
+#include "common/tests/cpu_device.h"
 
 namespace trainmem {
 namespace {
@@ -14,12 +15,7 @@ using comm_test::DeviceArray;
 using comm_test::encode;
 using comm_test::rank_values;
 
-std::unique_ptr<Device> cpu_device() {
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = std::size_t{64} << 20;
-  return Device::open(options);
-}
+std::unique_ptr<Device> cpu_device() { return testing_support::cpu_device(std::size_t{64} << 20); }
 
 TEST(Communicator, OneProcessIsAWorldOfOneWithoutMpi) {
   if (launched_by_mpirun()) GTEST_SKIP() << "this test is about a process not started by mpirun";

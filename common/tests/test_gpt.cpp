@@ -10,6 +10,7 @@
 #include "common/device/device.h"
 #include "common/device/device_ops.h"
 #include "common/model/gpt.h"
+#include "common/tests/cpu_device.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
@@ -21,12 +22,7 @@
 namespace trainmem {
 namespace {
 
-std::unique_ptr<Device> cpu_device(std::size_t budget = std::size_t{1} << 30) {
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = budget;
-  return Device::open(options);
-}
+using testing_support::cpu_device;
 
 // The model's forward in double precision on the host, with the parameters laid out as
 // GPT::parameters() lays them out. Returns the mean loss.

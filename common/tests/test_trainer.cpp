@@ -5,17 +5,13 @@
 #include <cmath>
 
 #include "common/data/token_file.h"
+#include "common/tests/cpu_device.h"
 #include "common/train/trainer.h"
 
 namespace trainmem {
 namespace {
 
-std::unique_ptr<Device> cpu_device() {
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = std::size_t{1} << 30;
-  return Device::open(options);
-}
+using testing_support::cpu_device;
 
 // Records every hook call as a letter: D data, f/F before/after forward, b/B before/after
 // backward, o/O before/after the optimizer.
@@ -86,10 +82,7 @@ TEST(Trainer, TheTinyModelLearnsTheSyntheticCorpus) {
 }
 
 TEST(Trainer, AModelThatDoesNotFitGivesTheOomReport) {
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = std::size_t{64} << 20;
-  auto device = Device::open(options);
+  auto device = testing_support::cpu_device(std::size_t{64} << 20);
   try {
     GPT model(*device, gpt_preset("gpt2-124m"), 1);
     FAIL() << "124M parameters cannot fit 64 MiB";

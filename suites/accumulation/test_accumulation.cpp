@@ -8,6 +8,7 @@
 
 #include "common/data/token_file.h"
 #include "common/train/trainer.h"
+#include "common/tests/cpu_device.h"
 
 namespace trainmem {
 namespace {
@@ -19,10 +20,7 @@ struct Outcome {
 };
 
 Outcome train(std::size_t B, std::size_t K, int steps) {
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = std::size_t{1} << 30;
-  auto device = Device::open(options);
+  auto device = testing_support::cpu_device();
   GPT model(*device, gpt_preset("tiny"), 11);
   const std::size_t T = 32;
   // Same tokens either way: micro-batch k of a step takes rows k*B .. (k+1)*B-1 of the big batch.

@@ -5,6 +5,7 @@
 #include "common/data/token_file.h"
 #include "common/train/trainer.h"
 #include "suites/checkpointing/recompute.h"
+#include "common/tests/cpu_device.h"
 
 namespace trainmem {
 namespace {
@@ -24,10 +25,7 @@ struct StepOutcome {
 // One step's gradients (taken before the optimizer clears them) and parameters after 3 steps.
 StepOutcome run(const GPTConfig& config, const RecomputePolicy& policy, std::size_t B, std::size_t T,
                 std::size_t accumulation_steps = 1) {
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = std::size_t{1} << 30;
-  auto device = Device::open(options);
+  auto device = testing_support::cpu_device();
   GPT model(*device, config, 3);
   SequentialBatches data(*device, synthetic_corpus(100000, 5), B, T);
   TrainerOptions topt;

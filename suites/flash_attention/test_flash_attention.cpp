@@ -10,6 +10,7 @@
 #include "common/allocator/allocator_config.h"
 #include "common/data/token_file.h"
 #include "common/train/trainer.h"
+#include "common/tests/cpu_device.h"
 
 namespace trainmem {
 namespace {
@@ -21,10 +22,7 @@ struct Outcome {
 };
 
 Outcome train(AttentionKind attention, Precision precision, int steps, std::size_t B = 2) {
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = std::size_t{1} << 30;
-  auto device = Device::open(options);
+  auto device = testing_support::cpu_device();
   const GPTConfig config = gpt_preset("tiny");
   ModelOptions mo;
   mo.attention = attention;

@@ -15,6 +15,7 @@
 
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
+#include "common/tests/cpu_device.h"
 #include "common/train/trainer.h"
 #include "suites/fsdp/fsdp_memory.h"
 #include "suites/fsdp/fsdp_strategy.h"
@@ -44,12 +45,7 @@ struct RunSetup {
   Precision precision = Precision::fp32;
 };
 
-std::unique_ptr<Device> cpu_device() {
-  DeviceOptions o;
-  o.choice = "cpu";
-  o.device_memory = std::size_t{256} << 20;
-  return Device::open(o);
-}
+std::unique_ptr<Device> cpu_device() { return testing_support::cpu_device(std::size_t{256} << 20); }
 
 TrainerOptions trainer_options(const RunSetup& s, std::size_t batch) {
   TrainerOptions t;

@@ -24,6 +24,7 @@
 
 #include "common/allocator/allocator_config.h"
 #include "common/data/token_file.h"
+#include "common/tests/cpu_device.h"
 #include "common/train/trainer.h"
 #include "suites/lazy_loading/eager_loader.h"
 #include "suites/lazy_loading/lazy_loader.h"
@@ -33,12 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<Device> cpu_device() {
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = std::size_t{1} << 30;
-  return Device::open(options);
-}
+using testing_support::cpu_device;
 
 std::int64_t data_current(Device& d) { return d.allocator().stats().by_category[index_of(MemoryCategory::data)].current; }
 std::int64_t data_peak(Device& d) { return d.allocator().stats().by_category[index_of(MemoryCategory::data)].peak; }

@@ -12,6 +12,7 @@
 #include "kernels/convert.h"
 #include "suites/mixed_precision/loss_scaler.h"
 #include "suites/mixed_precision/precision_memory.h"
+#include "common/tests/cpu_device.h"
 
 namespace trainmem {
 namespace {
@@ -26,10 +27,7 @@ struct TinyRun {
 
 TinyRun make_run(Precision precision, std::vector<Strategy*> strategies, std::size_t B = 4, float lr = 1e-3f) {
   TinyRun r;
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = std::size_t{1} << 30;
-  r.device = Device::open(options);
+  r.device = testing_support::cpu_device();
   const GPTConfig config = gpt_preset("tiny");
   ModelOptions mo;
   mo.precision = precision;

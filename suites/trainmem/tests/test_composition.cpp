@@ -17,6 +17,7 @@
 #include "common/train/trainer.h"
 #include "suites/checkpointing/recompute.h"
 #include "suites/mixed_precision/precision_memory.h"
+#include "common/tests/cpu_device.h"
 
 namespace trainmem {
 namespace {
@@ -28,10 +29,7 @@ struct Outcome {
 };
 
 Outcome train_one_step(Precision precision, const std::string& recompute, std::size_t B, std::size_t accum) {
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = std::size_t{1} << 30;
-  auto device = Device::open(options);
+  auto device = testing_support::cpu_device();
   const GPTConfig config = gpt_preset("tiny");
   ModelOptions mo;
   mo.precision = precision;

@@ -9,6 +9,7 @@
 
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
+#include "common/tests/cpu_device.h"
 #include "common/train/trainer.h"
 #include "suites/zero/zero_strategy.h"
 
@@ -30,12 +31,7 @@ inline GPTConfig test_config() {
 constexpr std::uint64_t kModelSeed = 7;
 constexpr std::uint64_t kDataSeed = 3;
 
-inline std::unique_ptr<Device> cpu_device() {
-  DeviceOptions options;
-  options.choice = "cpu";
-  options.device_memory = std::size_t{1} << 30;
-  return Device::open(options);
-}
+using testing_support::cpu_device;
 
 struct Settings {
   int stage = 0;

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <string>
 
+#include "common/util/checked_math.h"
+
 namespace trainmem {
 
 namespace {
@@ -43,9 +45,9 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
         throw AllocatorConfigError("allocator config: max_split_size_mb must be a whole number of MiB, not '" + value + "'");
       // PyTorch raises values below the large segment size to it: smaller limits would stop the
       // allocator from splitting its own 20 MiB segments.
-      if (mb * MiB < kLargeBuffer)
+      if (mb < kLargeBuffer / MiB)
         throw AllocatorConfigError("allocator config: max_split_size_mb must be at least 20 (the large segment size), not " + value);
-      config.max_split_size = mb * MiB;
+      config.max_split_size = checked_mul(mb, MiB, "allocator config: max_split_size_mb (MiB of 1048576 bytes)");
     } else if (key == "expandable_segments") {
       config.expandable_segments = parse_bool(key, value);
     } else {

@@ -7,6 +7,7 @@
 #include "common/allocator/allocator_blocks.h"
 
 #include "common/util/byte_size.h"
+#include "common/util/checked_math.h"
 
 namespace trainmem {
 
@@ -53,6 +54,9 @@ CachingAllocator::BlockPool& CachingAllocator::pool_for(std::size_t rounded) {
 
 void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category, StreamId stream) {
   if (bytes == 0) return nullptr;
+  // The statistics are signed 64-bit sums (PyTorch's too): a request above 2^62 bytes could not be
+  // counted, and rounding it up to a segment could wrap around. No device holds one anyway.
+  checked_limit(bytes, "allocation request (bytes)");
   std::lock_guard<std::mutex> lock(mutex_);
   process_events_locked();
 

@@ -153,7 +153,13 @@ class CachingAllocator {
   struct SegmentShape {
     std::int64_t mapped_ranges = 0, inactive_split_blocks = 0, inactive_split_bytes = 0;
   };
-  static SegmentShape shape_of(const Block* any_block_of_the_segment);
+  // A map or unmap changes the shape only near the block it works on: see shape_window.
+  struct ShapeWindow {
+    const Block* first = nullptr;  // nullptr: from the segment's first block
+    const Block* last = nullptr;   // nullptr: to the segment's last block
+  };
+  static ShapeWindow shape_window(const Block* block);
+  static SegmentShape shape_of(const Block* block, const ShapeWindow& window);
   void apply_shape_change(const BlockPool& pool, const SegmentShape& before, const SegmentShape& after);
 
   // Freeing steps.

@@ -117,7 +117,8 @@ bool CachingAllocator::map_block(Block* to_map, std::size_t bytes) {
   const ExpandableSegment& segment = *to_map->segment;
   const std::size_t map_bytes = round_up(bytes, segment.page_bytes);  // <= to_map->size: stretches are whole pages
   const std::uintptr_t address = to_map->address;
-  const SegmentShape before = shape_of(to_map);
+  const ShapeWindow window = shape_window(to_map);
+  const SegmentShape before = shape_of(to_map, window);
   if (!device_.map_pages(as_pointer(address), map_bytes, segment.page_bytes)) {
     refused_map_bytes_ = map_bytes;
     return false;
@@ -146,7 +147,7 @@ bool CachingAllocator::map_block(Block* to_map, std::size_t bytes) {
 
   for_pool_stats(pool, [&](std::size_t t) { stats_.reserved_bytes[t].increase(static_cast<std::int64_t>(map_bytes)); });
   stats_.num_device_alloc += 1;
-  apply_shape_change(pool, before, shape_of(to_map));
+  apply_shape_change(pool, before, shape_of(to_map, window));
   recorder_.record(TraceAction::segment_map, address, map_bytes, map_bytes, MemoryCategory::other, to_map->stream);
   return true;
 }
@@ -161,7 +162,8 @@ void CachingAllocator::unmap_block(Block* block) {
   const std::uintptr_t begin = segment.address + round_up(block->address - segment.address, segment.page_bytes);
   const std::uintptr_t end = segment.address + round_down(block_end - segment.address, segment.page_bytes);
   if (end <= begin) return;  // no whole page is free
-  const SegmentShape before = shape_of(block);
+  const ShapeWindow window = shape_window(block);
+  const SegmentShape before = shape_of(block, window);
   device_.unmap_pages(as_pointer(begin), end - begin, segment.page_bytes, block->stream);
 
   pool.blocks.erase(block);
@@ -199,7 +201,7 @@ void CachingAllocator::unmap_block(Block* block) {
 
   for_pool_stats(pool, [&](std::size_t t) { stats_.reserved_bytes[t].decrease(static_cast<std::int64_t>(end - begin)); });
   stats_.num_device_free += 1;
-  apply_shape_change(pool, before, shape_of(block));
+  apply_shape_change(pool, before, shape_of(block, window));
   recorder_.record(TraceAction::segment_unmap, begin, end - begin, end - begin, MemoryCategory::other, block->stream);
 }
 
@@ -259,18 +261,35 @@ void CachingAllocator::release_all_expandable_segments() {
   expandable_segments_.clear();
 }
 
-CachingAllocator::SegmentShape CachingAllocator::shape_of(const Block* any_block_of_the_segment) {
-  const Block* b = any_block_of_the_segment;
-  while (b->prev) b = b->prev;
+// What a map or unmap of `block` can change: `block` itself, its neighbours (which it may absorb,
+// or which are split off it), and one more block on each side, since a block's share of the shape
+// reads its neighbours ("a mapped range starts here", is_split()). Those outer blocks are never
+// absorbed, so the same window bounds the shape before and after; blocks further out keep their
+// share. Counting the window instead of the whole segment keeps a map O(1), not O(blocks).
+CachingAllocator::ShapeWindow CachingAllocator::shape_window(const Block* block) {
+  ShapeWindow w;
+  if (block->prev && block->prev->prev) w.first = block->prev->prev;
+  if (block->next && block->next->next) w.last = block->next->next;
+  return w;
+}
+
+CachingAllocator::SegmentShape CachingAllocator::shape_of(const Block* block, const ShapeWindow& window) {
+  const Block* b = window.first;
+  if (!b) {  // the segment's first block: a few steps back at most (the window had no second block before)
+    b = block;
+    while (b->prev) b = b->prev;
+  }
   SegmentShape shape;
   for (; b; b = b->next) {
-    if (!b->mapped) continue;
-    if (!b->prev || !b->prev->mapped) shape.mapped_ranges += 1;  // a mapped range starts here
-    const bool inactive = !b->allocated && b->event_count == 0;
-    if (inactive && b->is_split()) {
-      shape.inactive_split_blocks += 1;
-      shape.inactive_split_bytes += static_cast<std::int64_t>(b->size);
+    if (b->mapped) {
+      if (!b->prev || !b->prev->mapped) shape.mapped_ranges += 1;  // a mapped range starts here
+      const bool inactive = !b->allocated && b->event_count == 0;
+      if (inactive && b->is_split()) {
+        shape.inactive_split_blocks += 1;
+        shape.inactive_split_bytes += static_cast<std::int64_t>(b->size);
+      }
     }
+    if (b == window.last) break;
   }
   return shape;
 }

@@ -1,9 +1,8 @@
 #include "common/allocator/memory_recorder.h"
 
-#include <fstream>
-#include <stdexcept>
-
 #include <nlohmann/json.hpp>
+
+#include "common/util/output_file.h"
 
 namespace trainmem {
 
@@ -56,11 +55,8 @@ nlohmann::json MemoryRecorder::to_json() const {
   return {{"phases", phases_}, {"events", std::move(events)}};
 }
 
-void MemoryRecorder::write_json(const std::string& path) const {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write memory trace to '" + path + "'");
-  out << to_json().dump() << '\n';
-  if (!out) throw std::runtime_error("error while writing memory trace to '" + path + "'");
+void MemoryRecorder::write_json(const std::string& path, const std::string& flag) const {
+  write_output_file(path, to_json().dump() + '\n', flag);
 }
 
 }  // namespace trainmem

@@ -66,7 +66,8 @@ class MemoryRecorder {
   // {"phases": [...], "events": [{"seq", "action", "addr", "size", "block_size", "category",
   //   "stream", "step", "phase"}, ...]}
   nlohmann::json to_json() const;
-  void write_json(const std::string& path) const;  // throws std::runtime_error if it cannot write
+  // Whole or not at all (common/util/output_file.h); `flag` names the path in an error message.
+  void write_json(const std::string& path, const std::string& flag = "") const;  // throws OutputFileError
 
  private:
   bool enabled_ = false;

@@ -1,11 +1,9 @@
 #include "common/allocator/memory_snapshot.h"
 
-#include <fstream>
-#include <stdexcept>
-
 #include <nlohmann/json.hpp>
 
 #include "common/results/result_json.h"
+#include "common/util/output_file.h"
 
 namespace trainmem {
 
@@ -47,11 +45,8 @@ nlohmann::json memory_snapshot_json(const CachingAllocator& allocator) {
   return {{"segments", std::move(segments)}, {"device_traces", std::move(device_traces)}};
 }
 
-void write_memory_snapshot(const CachingAllocator& allocator, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write memory snapshot to '" + path + "'");
-  out << memory_snapshot_json(allocator).dump() << '\n';
-  if (!out) throw std::runtime_error("error while writing memory snapshot to '" + path + "'");
+void write_memory_snapshot(const CachingAllocator& allocator, const std::string& path, const std::string& flag) {
+  write_output_file(path, memory_snapshot_json(allocator).dump() + '\n', flag);
 }
 
 }  // namespace trainmem

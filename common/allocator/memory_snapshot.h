@@ -29,7 +29,8 @@ namespace trainmem {
 // The current segments and the whole recorded trace (empty if the recorder was never enabled).
 nlohmann::json memory_snapshot_json(const CachingAllocator& allocator);
 
-// Writes memory_snapshot_json(allocator) to `path`; throws std::runtime_error if it cannot.
-void write_memory_snapshot(const CachingAllocator& allocator, const std::string& path);
+// Writes memory_snapshot_json(allocator) to `path`, whole or not at all (common/util/output_file.h);
+// `flag` names the path in an error message. Throws OutputFileError.
+void write_memory_snapshot(const CachingAllocator& allocator, const std::string& path, const std::string& flag = "");
 
 }  // namespace trainmem

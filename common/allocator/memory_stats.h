@@ -18,14 +18,20 @@ struct Stat {
   std::int64_t allocated = 0;
   std::int64_t freed = 0;
 
+  // current and peak are bounded by the device's memory (at most 2^62 bytes); the running totals
+  // grow for ever, so they stop at the largest int64 instead of wrapping around to negative.
   void increase(std::int64_t amount) {
     current += amount;
     if (current > peak) peak = current;
-    allocated += amount;
+    allocated = saturating_add(allocated, amount);
   }
   void decrease(std::int64_t amount) {
     current -= amount;
-    freed += amount;
+    freed = saturating_add(freed, amount);
+  }
+  static std::int64_t saturating_add(std::int64_t total, std::int64_t amount) {
+    std::int64_t sum = 0;
+    return __builtin_add_overflow(total, amount, &sum) ? INT64_MAX : sum;
   }
   void reset_peak() { peak = current; }
   void reset_accumulated() { allocated = 0; freed = 0; }

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "common/results/result_json.h"
+#include "common/util/checked_math.h"
 
 namespace trainmem {
 
@@ -66,6 +67,9 @@ std::vector<TraceOp> parse_trace(const nlohmann::json& trace, const std::string&
       op.action = TraceOp::Action::alloc;
       static_assert(sizeof(std::size_t) >= sizeof(std::uint64_t), "sizes are read as 64-bit integers");
       op.size = static_cast<std::size_t>(read_count(e, "size", where));
+      if (op.size > kMaxBytes)
+        throw TraceError(where + ": \"size\" " + std::to_string(op.size) +
+                         " is more than the largest request the allocator counts, " + describe_limit(kMaxBytes) + " bytes");
       if (e.contains("category")) {
         const nlohmann::json& name = e.at("category");
         const auto category = name.is_string() ? parse_memory_category(name.get<std::string>()) : std::nullopt;
@@ -97,12 +101,13 @@ std::vector<TraceOp> parse_trace_file(const std::string& path) {
   nlohmann::json trace;
   try {
     trace = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann says "[json.exception.parse_error.101] parse error at line 3, column 5: ...";
-    // keep the part from "parse error" on, which names the position.
+  } catch (const nlohmann::json::exception& e) {
+    // nlohmann says "[json.exception.parse_error.101] parse error at line 3, column 5: ..." (or
+    // "[json.exception.out_of_range.406] number overflow parsing '1e400'"): keep the part after
+    // the bracketed tag, which names the position or the value.
     const std::string what = e.what();
-    const auto pos = what.find("parse error");
-    throw TraceError(path + ": not valid JSON: " + (pos == std::string::npos ? what : what.substr(pos)));
+    const auto tag_end = what.find("] ");
+    throw TraceError(path + ": not valid JSON: " + (tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
   }
   return parse_trace(trace, path);
 }

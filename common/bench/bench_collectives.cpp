@@ -204,8 +204,8 @@ int main(int argc, char** argv) {
     options.device_memory = std::size_t{1} << 30;
     g_device = Device::open(options, &std::cerr);
     g_comm = make_communicator(*g_device, comm_choice);
-    // Only rank 0 writes --benchmark_out: the other ranks drop the flag.
-    if (g_comm->rank() != 0) drop_benchmark_out_flags(argc, argv);
+    const auto out = take_benchmark_out(argc, argv, "bench_collectives", g_comm->rank());  // only rank 0 writes it
+    if (!out) return 2;
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
     add_benchmark_context(g_device->info(), g_device->allocator().config());
@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
     benchmark::Shutdown();
     g_comm.reset();
     g_device.reset();
-    return 0;
+    return commit_benchmark_out(*out, "bench_collectives");
   } catch (const std::exception& e) {
     if (launched_by_mpirun()) abort_world(e.what(), 1);
     std::cerr << "bench_collectives: " << e.what() << '\n';

@@ -6,12 +6,16 @@
 #include <fstream>
 #include <random>
 
+#include "common/util/checked_math.h"
+#include "common/util/host_memory.h"
+#include "common/util/output_file.h"
+
 namespace trainmem {
 
 namespace {
 template <typename T>
-void put(std::ofstream& out, T value) {
-  out.write(reinterpret_cast<const char*>(&value), sizeof value);  // little-endian hosts only (x86, Arm)
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);  // little-endian hosts only (x86, Arm)
 }
 template <typename T>
 T get(const char* bytes) {
@@ -22,24 +26,18 @@ T get(const char* bytes) {
 }  // namespace
 
 void write_token_file(const std::string& path, const std::vector<std::uint16_t>& tokens) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw DataError(path + ": cannot open for writing");
-  out.write(kTokenFileMagic, sizeof kTokenFileMagic);
-  put<std::uint32_t>(out, kTokenFileVersion);
-  put<std::uint32_t>(out, kTokenDtypeUint16);
-  put<std::uint64_t>(out, tokens.size());
-  put<std::uint64_t>(out, 0);
-  out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
-  if (!out) throw DataError(path + ": error while writing");
+  std::string header(kTokenFileMagic, sizeof kTokenFileMagic);
+  put<std::uint32_t>(header, kTokenFileVersion);
+  put<std::uint32_t>(header, kTokenDtypeUint16);
+  put<std::uint64_t>(header, tokens.size());
+  put<std::uint64_t>(header, 0);
+  PendingOutputFile file(path, "");  // whole or not at all; the tokens are not copied
+  file.write(header);
+  file.write({reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2});
+  file.commit();
 }
 
-std::vector<std::uint16_t> read_token_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path + ": cannot open the file");
-  char header[kTokenFileHeaderBytes];
-  in.read(header, sizeof header);
-  if (in.gcount() != static_cast<std::streamsize>(sizeof header))
-    throw DataError(path + ": too short to be a token file (a 32-byte header is needed)");
+std::uint64_t check_token_file_header(const char* header, std::uint64_t file_bytes, const std::string& path) {
   if (std::memcmp(header, kTokenFileMagic, sizeof kTokenFileMagic) != 0)
     throw DataError(path + ": not a trainmem token file (wrong magic; to train on text, give a file that "
                            "does not end in .tok and it is tokenized byte by byte)");
@@ -49,11 +47,46 @@ std::vector<std::uint16_t> read_token_file(const std::string& path) {
   if (version != kTokenFileVersion)
     throw DataError(path + ": token file version " + std::to_string(version) + ", this trainmem reads version 1");
   if (dtype != kTokenDtypeUint16) throw DataError(path + ": token dtype " + std::to_string(dtype) + " (only 1 = uint16)");
-  const auto size = std::filesystem::file_size(path);
-  if (size != kTokenFileHeaderBytes + 2 * count)
-    throw DataError(path + ": the header promises " + std::to_string(count) + " tokens (" +
-                    std::to_string(kTokenFileHeaderBytes + 2 * count) + " bytes) but the file has " +
-                    std::to_string(size) + " bytes: truncated or corrupt");
+  // 32 + 2 * count, checked: a count of 2^63 would otherwise wrap around to a small size.
+  const std::uint64_t promised =
+      kTokenFileHeaderBytes + checked_mul(count, 2, path + ": the header's token count (2 bytes each)");
+  if (promised != file_bytes)
+    throw DataError(path + ": the header promises " + std::to_string(count) + " tokens (" + std::to_string(promised) +
+                    " bytes) but the file has " + std::to_string(file_bytes) + " bytes: truncated or corrupt");
+  return count;
+}
+
+std::uint64_t check_data_file(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) throw DataError(path + ": no such file (or use --data synthetic)");
+  if (std::filesystem::is_directory(status)) throw DataError(path + ": is a folder; give a token file or a text file");
+  if (!std::filesystem::is_regular_file(status))
+    throw DataError(path + ": not a regular file (a device, a pipe or a socket has no size to check); give a token "
+                           "file or a text file");
+  return std::filesystem::file_size(path, ec);
+}
+
+void check_tokens_fit_host_memory(std::uint64_t num_tokens, const std::string& what) {
+  const std::uint64_t bytes = checked_mul(num_tokens, sizeof(std::uint16_t), what + ": the tokens' bytes");
+  const HostMemory host = host_memory();
+  if (bytes > host.available_bytes)
+    throw DataError(what + ": " + std::to_string(num_tokens) + " tokens need " + std::to_string(bytes) +
+                    " bytes of host memory, more than the " + std::to_string(host.available_bytes) +
+                    " bytes available (" + host.source + "); use a smaller dataset, or a .tok file with --loader "
+                    "lazy, which memory-maps it");
+}
+
+std::vector<std::uint16_t> read_token_file(const std::string& path) {
+  const std::uint64_t file_bytes = check_data_file(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path + ": cannot open the file");
+  char header[kTokenFileHeaderBytes];
+  in.read(header, sizeof header);
+  if (in.gcount() != static_cast<std::streamsize>(sizeof header))
+    throw DataError(path + ": too short to be a token file (a 32-byte header is needed)");
+  const std::uint64_t count = check_token_file_header(header, file_bytes, path);
+  check_tokens_fit_host_memory(count, path);
   std::vector<std::uint16_t> tokens(count);
   in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(count * 2));
   if (!in) throw DataError(path + ": read error");
@@ -61,12 +94,20 @@ std::vector<std::uint16_t> read_token_file(const std::string& path) {
 }
 
 std::vector<std::uint16_t> tokenize_bytes(const std::string& path) {
+  const std::uint64_t file_bytes = check_data_file(path);
+  check_tokens_fit_host_memory(file_bytes, path);  // one token per byte
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path + ": cannot open the file");
   std::vector<std::uint16_t> tokens;
+  tokens.reserve(file_bytes);
   char c;
   while (in.get(c)) tokens.push_back(static_cast<unsigned char>(c));
   return tokens;
+}
+
+std::size_t tokens_for_batches(std::size_t ranks, std::size_t batch, std::size_t seq) {
+  return checked_add(checked_product({ranks, batch, seq}, "the tokens of one global batch (N x B x T)"), 1,
+                     "the tokens of one global batch (N x B x T + 1)");
 }
 
 std::vector<std::uint16_t> synthetic_corpus(std::size_t num_tokens, std::uint64_t seed) {
@@ -108,9 +149,10 @@ std::vector<std::uint16_t> load_dataset(const std::string& spec, std::size_t min
                                         std::uint64_t seed) {
   std::vector<std::uint16_t> tokens;
   if (spec == "synthetic") {
-    tokens = synthetic_corpus(std::max<std::size_t>(min_tokens * 4, 1 << 20), seed);
+    const std::size_t corpus_tokens = std::max<std::size_t>(checked_mul(min_tokens, 4, "the synthetic corpus"), 1 << 20);
+    check_tokens_fit_host_memory(corpus_tokens, "--data synthetic (4 batches of tokens)");
+    tokens = synthetic_corpus(corpus_tokens, seed);
   } else {
-    if (!std::filesystem::exists(spec)) throw DataError("--data " + spec + ": no such file (or use --data synthetic)");
     const bool token_file = spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".tok") == 0;
     tokens = token_file ? read_token_file(spec) : tokenize_bytes(spec);
   }

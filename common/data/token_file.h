@@ -29,8 +29,24 @@ struct DataError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Whole or not at all (common/util/output_file.h); throws OutputFileError.
 void write_token_file(const std::string& path, const std::vector<std::uint16_t>& tokens);
+// Reads the whole file into host memory: refused (DataError) before reading when its tokens would
+// not fit in the host memory available (host_memory.h).
 std::vector<std::uint16_t> read_token_file(const std::string& path);
+
+// The checks of a token file's 32-byte header against the file's size, shared by the reader and
+// the lazy loader's memory map: magic, version, dtype, and exactly 32 + 2 * count bytes (checked
+// arithmetic: a count of 2^63 or more is refused, not wrapped). Returns the token count.
+std::uint64_t check_token_file_header(const char* header, std::uint64_t file_bytes, const std::string& path);
+
+// --data names a regular file (not a folder, a device such as /dev/zero, or a pipe): its size, or
+// a DataError saying what the path is instead.
+std::uint64_t check_data_file(const std::string& path);
+
+// Refuses (DataError, naming the size and the limit) `num_tokens` uint16 tokens that would not fit
+// in the host memory available. `what` names them in the message ("--data corpus.txt").
+void check_tokens_fit_host_memory(std::uint64_t num_tokens, const std::string& what);
 
 // Byte-level tokenization of any file: one token per byte (vocabulary 256).
 std::vector<std::uint16_t> tokenize_bytes(const std::string& path);
@@ -40,6 +56,10 @@ std::vector<std::uint16_t> tokenize_bytes(const std::string& path);
 // preferred-successor (bigram) rule, separated by spaces and ended by ". ". Byte-level tokens.
 // The same seed gives the same tokens on every machine.
 std::vector<std::uint16_t> synthetic_corpus(std::size_t num_tokens, std::uint64_t seed);
+
+// The tokens of one global batch, N ranks x B rows x T positions, plus the last row's last target
+// (checked arithmetic).
+std::size_t tokens_for_batches(std::size_t ranks, std::size_t batch, std::size_t seq);
 
 // --data synthetic | a .tok file | any other file (byte-tokenized). Checks that there are enough
 // tokens for one [B, T+1] window and that every token is below `vocab`.

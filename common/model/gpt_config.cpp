@@ -2,12 +2,29 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/util/checked_math.h"
+
 namespace trainmem {
 
 std::size_t GPTConfig::num_parameters() const {
-  const std::size_t C = dim;
-  const std::size_t per_layer = 12 * C * C + 13 * C;
-  return vocab * C + seq * C + layers * per_layer + 2 * C;
+  const char* what = "the number of parameters (V*C + T*C + L*(12*C*C + 13*C) + 2*C)";
+  const std::uint64_t C = dim;
+  const std::uint64_t per_layer = checked_add(checked_product({12, C, C}, what), checked_mul(13, C, what), what);
+  std::uint64_t n = checked_add(checked_mul(vocab, C, what), checked_mul(seq, C, what), what);
+  n = checked_add(n, checked_mul(layers, per_layer, what), what);
+  return checked_add(n, checked_mul(2, C, what), what);
+}
+
+void check_run_sizes(const GPTConfig& c, std::size_t batch) {
+  const std::uint64_t B = batch, T = c.seq, C = c.dim, H = c.heads, V = c.vocab;
+  try {
+    checked_mul(c.num_parameters(), 16, "the model states (16 bytes per parameter: weights, gradients, Adam's moments)");
+    checked_product({B, T, 4, C, 4}, "the MLP activations (B x T x 4C x 4 bytes)");
+    checked_product({B, T, V, 4}, "the logits (B x T x V x 4 bytes)");
+    checked_product({B, H, T, T, 4}, "the attention scores (B x H x T x T x 4 bytes)");
+  } catch (const SizeLimitError& e) {
+    throw SizeLimitError(std::string(e.what()) + " bytes; use a smaller model or --batch");
+  }
 }
 
 void GPTConfig::validate() const {

@@ -7,9 +7,12 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/comm/communicator.h"
+#include "common/results/benchmark_out_file.h"
 #include "common/results/result_json.h"
 
 namespace trainmem {
@@ -53,16 +56,35 @@ inline void set_memory_counters(benchmark::State& state, const MemoryStats& stat
   }
 }
 
-// Benchmarks under mpirun: every rank runs every benchmark (a collective needs all of them), and
-// only rank 0 reports. The other ranks drop --benchmark_out* before Google Benchmark reads argv
-// (else every rank would write the same file) and run with a reporter that prints nothing.
-inline void drop_benchmark_out_flags(int& argc, char** argv) {
-  int kept = 0;
-  for (int i = 0; i < argc; ++i)
-    if (std::strncmp(argv[i], "--benchmark_out", 15) != 0) argv[kept++] = argv[i];
-  argc = kept;
+// --benchmark_out, taken before benchmark::Initialize reads argv (results/benchmark_out_file.h):
+// written whole or not at all, its path checked now. Under mpirun only rank 0 writes it (else
+// every rank would write the same file). A path that cannot be written: one line and nullptr
+// (return 2); under mpirun every rank ends with exit code 2.
+inline std::unique_ptr<BenchmarkOutFile> take_benchmark_out(int& argc, char**& argv, const char* name, int rank = 0) {
+  try {
+    return std::make_unique<BenchmarkOutFile>(argc, argv, rank == 0);
+  } catch (const std::exception& e) {
+    const std::string message = std::string(name) + ": error: " + e.what();
+    if (launched_by_mpirun()) abort_world(message, 2);
+    std::cerr << message << '\n';
+    return nullptr;
+  }
 }
 
+// After RunSpecifiedBenchmarks: the exit code, 0, or 1 after a one-line error when the file could
+// not be written (the earlier one is kept).
+inline int commit_benchmark_out(BenchmarkOutFile& out, const char* name) {
+  try {
+    out.commit();
+    return 0;
+  } catch (const OutputFileError& e) {
+    std::cerr << name << ": error: " << e.what() << '\n';
+    return 1;
+  }
+}
+
+// Benchmarks under mpirun: every rank runs every benchmark (a collective needs all of them), and
+// only rank 0 reports; the other ranks run with a reporter that prints nothing.
 class SilentReporter : public benchmark::BenchmarkReporter {
  public:
   bool ReportContext(const Context&) override { return true; }
@@ -85,6 +107,8 @@ inline void run_benchmarks_reporting_on_rank0(int rank) {
 inline int benchmark_main(int argc, char** argv, const char* name,
                           const std::function<void(const std::string& device, bool gpu)>& register_benchmarks) {
   const std::string device_choice = take_device_flag(argc, argv);
+  const auto out = take_benchmark_out(argc, argv, name);
+  if (!out) return 2;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   try {
@@ -99,7 +123,7 @@ inline int benchmark_main(int argc, char** argv, const char* name,
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  return 0;
+  return commit_benchmark_out(*out, name);
 }
 
 }  // namespace trainmem

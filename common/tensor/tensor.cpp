@@ -3,7 +3,28 @@
 #include <sstream>
 #include <utility>
 
+#include "common/util/checked_math.h"
+
 namespace trainmem {
+
+namespace {
+// The tensor's bytes, numel * element size, checked: a shape whose product would pass 2^62 bytes
+// (or wrap around) is refused with its name and shape. Negative dimensions are refused too.
+std::uint64_t checked_nbytes(const std::vector<std::int64_t>& shape, DType dtype, const std::string& name) {
+  std::string described = "tensor '" + name + "' [";
+  bool has_zero = false;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) throw std::invalid_argument("tensor '" + name + "': negative dimension in its shape");
+    has_zero = has_zero || shape[i] == 0;
+    described += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  if (has_zero) return 0;
+  described += "] x " + std::to_string(dtype_size(dtype)) + " bytes";
+  std::uint64_t bytes = dtype_size(dtype);
+  for (std::int64_t d : shape) bytes = checked_mul(bytes, static_cast<std::uint64_t>(d), described);
+  return bytes;
+}
+}  // namespace
 
 Tensor::Tensor(CachingAllocator& allocator, std::vector<std::int64_t> shape, DType dtype, MemoryCategory category,
                std::string name, StreamId stream)
@@ -13,16 +34,13 @@ Tensor::Tensor(CachingAllocator& allocator, std::vector<std::int64_t> shape, DTy
       category_(category),
       name_(std::move(name)),
       stream_(stream) {
-  for (std::int64_t d : shape_)
-    if (d < 0) throw std::invalid_argument("tensor '" + name_ + "': negative dimension in its shape");
-  data_ = allocator_->allocate(nbytes(), category_, stream_);
+  data_ = allocator_->allocate(checked_nbytes(shape_, dtype_, name_), category_, stream_);
 }
 
 Tensor Tensor::view(void* data, std::vector<std::int64_t> shape, DType dtype, MemoryCategory category,
                     std::string name) {
   Tensor t;
-  for (std::int64_t d : shape)
-    if (d < 0) throw std::invalid_argument("tensor view '" + name + "': negative dimension in its shape");
+  checked_nbytes(shape, dtype, name);
   t.data_ = data;
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;

@@ -10,6 +10,7 @@ import os
 import pathlib
 
 from .document import Document, Table
+from .output_file import write_file
 
 STYLE = """
 body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
@@ -68,5 +69,4 @@ def write(doc: Document, path: pathlib.Path) -> pathlib.Path:
     items = "".join(f"<li>{_esc(m)}</li>" for m in doc.missing) or \
         "<li style=\"color:#282\">Nothing: every suite and run the report knows is here.</li>"
     parts.append(f'<h2 id="missing">Missing from these results</h2><ul class="missing">{items}</ul></body></html>')
-    path.write_text("\n".join(parts))
-    return path
+    return write_file(path, lambda p: p.write_text("\n".join(parts)))

@@ -5,6 +5,7 @@ import os
 import pathlib
 
 from .document import Document, Table
+from .output_file import write_file
 
 
 def _cell(text: str) -> str:
@@ -35,5 +36,4 @@ def write(doc: Document, path: pathlib.Path) -> pathlib.Path:
                                             if pathlib.Path(p).exists()), ""]
     lines += ["## Missing from these results", ""]
     lines += [f"- {m}" for m in doc.missing] or ["Nothing: every suite and run the report knows is here."]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_file(path, lambda p: p.write_text("\n".join(lines) + "\n"))

@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import matplotlib.ticker  # noqa: E402
 
+from .output_file import write_file  # noqa: E402
 from .timeline import CATEGORIES, Timeline  # noqa: E402
 
 MiB = 1024.0 * 1024.0
@@ -22,9 +23,10 @@ PHASE_COLORS = {"forward": "#e8f0fb", "backward": "#fbeee6", "optimizer": "#eaf5
 def _save(fig, path: pathlib.Path) -> pathlib.Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    try:
+        return write_file(path, lambda p: fig.savefig(p, dpi=100))
+    finally:
+        plt.close(fig)
 
 
 def category_bars(bars: list[tuple[str, dict[str, float], float | None]], title: str,

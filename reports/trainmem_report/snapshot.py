@@ -9,6 +9,8 @@ import json
 import pathlib
 import pickle
 
+from .output_file import write_file
+
 SEGMENT_KEYS = {"device", "address", "total_size", "stream", "segment_type", "allocated_size",
                 "active_size", "requested_size", "blocks"}
 BLOCK_KEYS = {"address", "size", "requested_size", "state"}
@@ -45,6 +47,5 @@ def snapshot_to_pickle(json_path: pathlib.Path, pickle_path: pathlib.Path) -> pa
         raise SnapshotError(f"{json_path}: unreadable ({e})") from e
     check_snapshot(snap)
     pickle_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(pickle_path, "wb") as f:
-        pickle.dump(snap, f, protocol=4)  # Python's default since 3.8: what torch's _dump_snapshot writes
-    return pickle_path
+    # Protocol 4: Python's default since 3.8, what torch's _dump_snapshot writes.
+    return write_file(pickle_path, lambda p: p.write_bytes(pickle.dumps(snap, protocol=4)))

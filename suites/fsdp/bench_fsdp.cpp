@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
     std::cerr << "bench_fsdp: " << e.what() << '\n';
     return 2;
   }
-  // Ranks other than 0 must not write --benchmark_out (they would all write the same file).
-  if (rank != 0) drop_benchmark_out_flags(argc, argv);
+  const auto out = take_benchmark_out(argc, argv, "bench_fsdp", rank);  // only rank 0 writes it
+  if (!out) return 2;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   add_benchmark_context(device->info(), device->allocator().config());
@@ -118,5 +118,5 @@ int main(int argc, char** argv) {
   }
   run_benchmarks_reporting_on_rank0(rank);
   benchmark::Shutdown();
-  return 0;
+  return commit_benchmark_out(*out, "bench_fsdp");
 }

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,41 +17,22 @@ HostTokens::HostTokens(std::vector<std::uint16_t> tokens)
     : owned_(std::move(tokens)), data_(owned_.data()), size_(owned_.size()) {}
 
 HostTokens HostTokens::map_file(const std::string& path) {
+  const std::uint64_t file_bytes = check_data_file(path);  // a regular file: a device or a pipe cannot be mapped
+  if (file_bytes < kTokenFileHeaderBytes)
+    throw DataError(path + ": too short to be a token file (a 32-byte header is needed)");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw DataError(path + ": cannot open the file (" + std::strerror(errno) + ")");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw DataError(path + ": cannot stat the file");
-  }
-  const auto file_bytes = static_cast<std::size_t>(st.st_size);
-  if (file_bytes < kTokenFileHeaderBytes) {
-    ::close(fd);
-    throw DataError(path + ": too short to be a token file (a 32-byte header is needed)");
-  }
   void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);  // the mapping keeps the file
   if (map == MAP_FAILED) throw DataError(path + ": mmap failed (" + std::strerror(errno) + ")");
-  auto fail = [&](const std::string& message) {
-    ::munmap(map, file_bytes);
-    throw DataError(path + ": " + message);
-  };
   const char* header = static_cast<const char*>(map);
-  if (std::memcmp(header, kTokenFileMagic, sizeof kTokenFileMagic) != 0)
-    fail("not a trainmem token file (wrong magic; to train on text, give a file that does not end in .tok and "
-         "it is tokenized byte by byte)");
-  std::uint32_t version = 0, dtype = 0;
   std::uint64_t count = 0;
-  std::memcpy(&version, header + 8, 4);
-  std::memcpy(&dtype, header + 12, 4);
-  std::memcpy(&count, header + 16, 8);
-  if (version != kTokenFileVersion)
-    fail("token file version " + std::to_string(version) + ", this trainmem reads version 1");
-  if (dtype != kTokenDtypeUint16) fail("token dtype " + std::to_string(dtype) + " (only 1 = uint16)");
-  if (count > (file_bytes - kTokenFileHeaderBytes) / 2 || file_bytes != kTokenFileHeaderBytes + 2 * count)
-    fail("the header promises " + std::to_string(count) + " tokens (" +
-         std::to_string(kTokenFileHeaderBytes + 2 * count) + " bytes) but the file has " + std::to_string(file_bytes) +
-         " bytes: truncated or corrupt");
+  try {
+    count = check_token_file_header(header, file_bytes, path);
+  } catch (...) {
+    ::munmap(map, file_bytes);
+    throw;
+  }
   HostTokens t;
   t.map_ = map;
   t.map_bytes_ = file_bytes;

@@ -4,13 +4,21 @@
 
 namespace trainmem::cli {
 
+std::size_t parse_device_memory(const std::string& text) {
+  const std::size_t bytes = parse_byte_size(text);
+  if (bytes < kMinDeviceMemory || bytes > kMaxDeviceMemory)
+    throw std::invalid_argument("must be from 1MiB (" + std::to_string(kMinDeviceMemory) + " bytes) to 4EiB (" +
+                                std::to_string(kMaxDeviceMemory) + " bytes), not " + text);
+  return bytes;
+}
+
 void add_memory_flags(CLI::App& command, DeviceFlags& flags) {
   command
       .add_option("--device-memory", flags.device_memory,
                   "Device memory to draw from, e.g. 16GiB, 80GB: the emulated card on cpu and in replay "
                   "(default 16GiB), a cap on the real card on cuda (default: all of it)")
       ->type_name("SIZE")
-      ->check(parses_with(parse_byte_size));
+      ->check(parses_with(parse_device_memory));
   command
       .add_option("--allocator-config", flags.allocator_config,
                   "Allocator options, written as PYTORCH_CUDA_ALLOC_CONF: backend:caching|raw, max_split_size_mb:N, "
@@ -28,7 +36,7 @@ void add_device_flags(CLI::App& command, DeviceFlags& flags) {
 }
 
 std::size_t DeviceFlags::device_memory_or(std::size_t fallback) const {
-  return device_memory.empty() ? fallback : parse_byte_size(device_memory);
+  return device_memory.empty() ? fallback : parse_device_memory(device_memory);
 }
 
 AllocatorConfig DeviceFlags::allocator() const { return AllocatorConfig::parse(allocator_config); }
@@ -36,7 +44,7 @@ AllocatorConfig DeviceFlags::allocator() const { return AllocatorConfig::parse(a
 DeviceOptions DeviceFlags::to_options() const {
   DeviceOptions options;
   options.choice = device;
-  if (!device_memory.empty()) options.device_memory = parse_byte_size(device_memory);
+  if (!device_memory.empty()) options.device_memory = parse_device_memory(device_memory);
   options.allocator = allocator();
   return options;
 }

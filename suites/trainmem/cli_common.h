@@ -26,6 +26,13 @@ using Command = std::function<int()>;
 // --device auto|cpu|cuda, --device-memory SIZE, --allocator-config STR.
 // The values are checked while parsing (a bad one is a one-line parse error naming the flag), so
 // the conversions below cannot fail afterwards.
+// --device-memory's valid range: at least one small segment's worth, and at most what the
+// allocator's statistics count (common/util/checked_math.h).
+constexpr std::size_t kMinDeviceMemory = std::size_t{1} << 20;  // 1 MiB
+constexpr std::size_t kMaxDeviceMemory = std::size_t{1} << 62;  // 4 EiB
+// parse_byte_size, then the range above (std::invalid_argument naming both limits).
+std::size_t parse_device_memory(const std::string& text);
+
 struct DeviceFlags {
   std::string device = "auto";
   std::string device_memory;     // empty: the default (16 GiB budget on cpu, the whole card on cuda)
@@ -57,6 +64,10 @@ CLI::Validator parses_with(Parse parse) {
 void add_device_flags(CLI::App& command, DeviceFlags& flags);
 // --device-memory and --allocator-config only (subcommands that simulate a device: replay).
 void add_memory_flags(CLI::App& command, DeviceFlags& flags);
+
+// The whole program: its description, footer and every subcommand below (cli_commands.cpp). main
+// and the flag fuzzer (fuzz/fuzz_flags.cpp) call it on `CLI::App app{"", "trainmem"}`.
+void add_commands(CLI::App& app, Command& run);
 
 void add_info_command(CLI::App& app, Command& run);    // cli_info.cpp
 void add_replay_command(CLI::App& app, Command& run);  // cli_replay.cpp

@@ -16,6 +16,7 @@
 #include "suites/trainmem/estimator/estimate_report.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
+#include "suites/trainmem/flag_ranges.h"
 #include "suites/trainmem/train_flags.h"
 
 namespace trainmem::cli {
@@ -47,7 +48,7 @@ estimator::TrainingSetup training_setup(const TrainFlags& flags, DeviceKind back
 std::size_t dataset_tokens(const TrainFlags& flags) {
   if (flags.data == "synthetic" || flags.loader != "eager") return 0;  // only an eager loader puts it on the device
   const GPTConfig config = model_config(flags);
-  return load_dataset(flags.data, flags.batch * config.seq + 1, config.vocab, flags.seed).size();
+  return load_dataset(flags.data, tokens_for_batches(1, flags.batch, config.seq), config.vocab, flags.seed).size();
 }
 
 namespace {
@@ -83,7 +84,7 @@ estimator::EstimateTarget target_for(const EstimateFlags& f, DeviceKind backend)
     t.usable_bytes = g.total_bytes - estimator::kCudaContextBytes;
   } else if (!f.train.device.device_memory.empty()) {
     t.name = "--device-memory " + f.train.device.device_memory;
-    t.total_bytes = t.usable_bytes = parse_byte_size(f.train.device.device_memory);
+    t.total_bytes = t.usable_bytes = parse_device_memory(f.train.device.device_memory);
   } else if (backend == DeviceKind::cpu) {
     t.name = "cpu budget (the default --device-memory)";
     t.total_bytes = t.usable_bytes = kDefaultDeviceMemory;
@@ -124,7 +125,7 @@ void add_estimate_command(CLI::App& app, Command& run) {
                   "Ranks of data parallelism to estimate for (trainmem train takes them from mpirun -np N); "
                   "with --zero or --fsdp, the figures are per rank")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, FlagLimits::max_world_size));
   cmd->add_option("--gpu", flags->gpu, "Size the estimate for this card: " + estimator::gpu_names())
       ->check(parses_with([](const std::string& name) { estimator::find_gpu(name); }));
   cmd->add_flag("--json", flags->json, "Print JSON instead of the table");

@@ -25,6 +25,7 @@
 #include "suites/trainmem/estimate_flags.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/estimator/trial_run.h"
+#include "suites/trainmem/flag_ranges.h"
 #include "suites/trainmem/train_flags.h"
 
 namespace trainmem::cli {
@@ -158,7 +159,7 @@ void add_max_batch_command(CLI::App& app, Command& run) {
   add_data_flags(*cmd, flags->train);
   cmd->add_option("--limit", flags->limit, "Search no further than this micro-batch")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, FlagLimits::max_batch));
   cmd->add_flag("--json", flags->json, "Print JSON (the trials go to stderr)");
   cmd->callback([flags, &run] { run = [flags] { return run_max_batch(*flags); }; });
 }

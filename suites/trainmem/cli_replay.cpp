@@ -7,6 +7,7 @@
 #include "common/allocator/host_device_memory.h"
 #include "common/allocator/trace_replay.h"
 #include "common/results/result_json.h"
+#include "common/util/output_file.h"
 #include "suites/trainmem/cli_common.h"
 
 namespace trainmem::cli {
@@ -23,6 +24,7 @@ int run_replay(const ReplayFlags& flags) {
   const std::size_t budget = flags.memory.device_memory_or(kDefaultDeviceMemory);
   const AllocatorConfig config = flags.memory.allocator();
   const std::vector<TraceOp> ops = parse_trace_file(flags.trace);  // every input error comes out here
+  if (!flags.record.empty()) check_output_path(flags.record, "--record");
 
   BudgetDeviceMemory device(budget, /*backed=*/false);
   CachingAllocator allocator(device, config);
@@ -37,7 +39,7 @@ int run_replay(const ReplayFlags& flags) {
   json["device"] = host.to_json();
   json["device"]["name"] = "simulated: " + device.name();
   std::cout << json.dump(2) << '\n';
-  if (!flags.record.empty()) allocator.recorder().write_json(flags.record);
+  if (!flags.record.empty()) allocator.recorder().write_json(flags.record, "--record");
   if (result.oom) {
     std::cerr << "trainmem replay: event " << result.oom_event_index << " ran out of memory\n"
               << result.oom->message() << '\n';

@@ -10,15 +10,18 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 
 #include "common/allocator/memory_snapshot.h"
 #include "common/comm/communicator.h"
+#include "common/comm/rank_agreement.h"
 #include "common/data/token_file.h"
 #include "common/results/result_json.h"
 #include "common/train/trainer.h"
 #include "common/util/byte_size.h"
+#include "common/util/checked_math.h"
+#include "common/util/host_memory.h"
+#include "common/util/output_file.h"
 #include "suites/allocator/empty_cache_policy.h"
 #include "suites/checkpointing/recompute.h"
 #include "suites/fsdp/fsdp_memory.h"
@@ -27,7 +30,9 @@
 #include "suites/lazy_loading/lazy_loader.h"
 #include "suites/mixed_precision/loss_scaler.h"
 #include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/command_settings.h"
 #include "suites/trainmem/estimate_flags.h"
+#include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/estimator/oom_advice.h"
 #include "suites/trainmem/train_flags.h"
 #include "suites/zero/zero_memory.h"
@@ -79,6 +84,13 @@ void check_sharding_flags(const TrainFlags& flags, const RecomputePolicy& recomp
   if (flags.zero == 3 && recompute.kind == RecomputePolicy::Kind::sqrt)
     throw std::invalid_argument("--recompute sqrt rebuilds a whole segment of layers in one layer's backward, but --zero 3 "
                                 "gathers one layer at a time: use --recompute full, selective or every:K with --zero 3");
+}
+
+// The files the run will write (common/util/output_file.h): each path can be written.
+void check_output_flags(const TrainFlags& flags) {
+  if (!flags.json.empty()) check_output_path(flags.json, "--json");
+  if (!flags.record_memory.empty()) check_output_path(flags.record_memory, "--record-memory");
+  if (!flags.memory_snapshot.empty()) check_output_path(flags.memory_snapshot, "--memory-snapshot");
 }
 
 // A communicator when launched by mpirun or when sharding is asked; none for a plain run.
@@ -166,15 +178,51 @@ nlohmann::json fsdp_json(const fsdp::FsdpStrategy& strategy, const GPT& model, c
             {"predicted_volume_bytes", fsdp::fsdp_comm_volume_per_step(model.config(), N, strategy.options(), precision, accum)}}}};
 }
 
-int run_train(const TrainFlags& flags) {
+// Before anything is allocated, on the CPU backend: a run that cannot fit is stopped now, not after
+// it has touched gigabytes of host memory (the CPU backend's "device" memory is host memory,
+// committed as it is touched).
+//  - The budget: a single-device run is replayed by the estimator, allocation for allocation,
+//    on a device of the budget's size (estimator/plan_replay.h); if that replay runs out of
+//    memory, so would the run, at the same allocation: the same report, now. (Sharded runs are
+//    composed from formulas, not replayed: the allocator decides for them.)
+//  - The host: the predicted peak reserved, times the ranks on this machine, must fit the host
+//    memory available; else the budget is larger than what this machine can back.
+void check_run_fits(const estimator::TrainingSetup& setup, Device& device) {
+  const std::size_t budget = device.memory().free_bytes();
+  if (!setup.sharding.active()) {
+    const estimator::PlanReplay on_budget = estimator::replay_plan(estimator::plan_training(setup), budget, setup.allocator);
+    if (on_budget.oom) {
+      OomReport report = *on_budget.oom;
+      report.device = device.memory().name();
+      report.advice = estimator::make_oom_advisor(setup)(report);
+      std::cerr << "trainmem: stopped before the first step: the estimator's replay of this run's allocations runs out "
+                   "of memory in " << to_string(on_budget.oom_phase) << ", allocating " << on_budget.oom_tensor << '\n';
+      throw OutOfMemoryError(report);
+    }
+  }
+  const std::size_t per_rank = estimator::estimate_memory(setup).peak_reserved_per_device();
+  if (per_rank > budget) return;  // the allocator stops it with its out-of-memory report
+  const std::size_t local_ranks = launched_local_size();
+  const std::uint64_t needed = checked_mul(per_rank, local_ranks, "the run's host memory (peak reserved x ranks)");
+  const HostMemory host = host_memory();
+  if (needed > host.available_bytes)
+    throw std::runtime_error("this run needs about " + format_bytes(needed) + " of host memory (the estimator's peak reserved" +
+                             (local_ranks > 1 ? " x " + std::to_string(local_ranks) + " ranks on this machine" : std::string()) +
+                             "), more than the " + format_bytes(host.available_bytes) + " available (" + host.source +
+                             "): the CPU backend's device memory is host memory; use a smaller --batch or model, or "
+                             "see 'trainmem estimate' with the same flags");
+}
+
+int run_train(const TrainFlags& flags, const Settings& settings) {
+  require_same_settings_on_every_rank(settings);  // under mpirun: before any collective, data or device
   const GPTConfig config = model_config(flags);
-  if (flags.steps < 1) throw std::invalid_argument("--steps must be at least 1");
   const RecomputePolicy recompute = RecomputePolicy::parse(flags.recompute);
   const Precision precision = parse_precision(flags.precision);
   if (flags.loss_scaler_flag_given && precision != Precision::fp16)
     throw std::invalid_argument("--loss-scale* options apply only to --precision fp16 (bf16 and fp32 need no loss scaling)");
   const std::size_t T = config.seq;
   check_sharding_flags(flags, recompute);
+  check_output_flags(flags);  // a path that cannot be written is found now, not after the run
   // Data first: a bad file is an input error, found before any memory is touched.
   // A token file under the lazy loader is memory-mapped, never read into the heap; everything else
   // is loaded (and checked) into host memory here.
@@ -187,7 +235,7 @@ int run_train(const TrainFlags& flags) {
     mapped_tokens.check_vocab(config.vocab, "--data " + flags.data);
   } else {
     // Under mpirun every rank loads the corpus of the global batch (N*B rows), as one process would.
-    tokens = load_dataset(flags.data, launched_world_size() * flags.batch * T + 1, config.vocab, flags.seed);
+    tokens = load_dataset(flags.data, tokens_for_batches(launched_world_size(), flags.batch, T), config.vocab, flags.seed);
   }
 
   // The device and the world of ranks (mpirun): each rank takes its rows of a global batch of
@@ -209,6 +257,7 @@ int run_train(const TrainFlags& flags) {
   estimator::TrainingSetup predicted = training_setup(flags, device->kind(), flags.loader == "eager" ? tokens.size() : 0);
   predicted.sharding.world_size = ranks;
   device->allocator().set_oom_advisor(estimator::make_oom_advisor(predicted));
+  if (device->kind() == DeviceKind::cpu) check_run_fits(predicted, *device);
   if (reporting_rank)
     std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
             << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab << "), batch "
@@ -388,12 +437,10 @@ int run_train(const TrainFlags& flags) {
       result["zero"] = zero_json(*zero_strategy, model, *world, device->allocator().stats(), flags.accum, flags.steps);
     result["steps"] = std::move(steps);
     result["memory"] = memory_json(device->allocator());
-    std::ofstream out(flags.json);
-    if (!out) throw std::runtime_error("cannot write --json " + flags.json);
-    out << result.dump(2) << '\n';
+    write_output_file(flags.json, result.dump(2) + '\n', "--json");
   }
-  if (!flags.record_memory.empty()) device->allocator().recorder().write_json(flags.record_memory);
-  if (!flags.memory_snapshot.empty()) write_memory_snapshot(device->allocator(), flags.memory_snapshot);
+  if (!flags.record_memory.empty()) device->allocator().recorder().write_json(flags.record_memory, "--record-memory");
+  if (!flags.memory_snapshot.empty()) write_memory_snapshot(device->allocator(), flags.memory_snapshot, "--memory-snapshot");
   return 0;
 }
 
@@ -409,7 +456,11 @@ void add_train_command(CLI::App& app, Command& run) {
   add_run_flags(*train, *flags);
   add_sharding_flags(*train, *flags);
   add_allocator_flags(*train, *flags);
-  train->callback([flags, &run] { run = [flags] { return run_train(*flags); }; });
+  train->callback([flags, train, &run] {
+    // What the ranks of mpirun compare first: every flag but the output paths, which may differ.
+    Settings settings = command_settings(*train, {"--json", "--record-memory", "--memory-snapshot"});
+    run = [flags, settings] { return run_train(*flags, settings); };
+  });
 }
 
 }  // namespace trainmem::cli

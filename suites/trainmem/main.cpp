@@ -7,10 +7,12 @@
 
 #include "common/allocator/trace_replay.h"
 #include "common/comm/communicator.h"
+#include "common/comm/rank_agreement.h"
 #include "common/data/token_file.h"
 #include "common/model/gpt_config.h"
 #include "common/device/device.h"
 #include "common/util/byte_size.h"
+#include "common/util/standard_output.h"
 #include "suites/trainmem/cli_common.h"
 
 namespace {
@@ -41,20 +43,29 @@ std::string error_line(const std::exception& e) {
 
 int input_error(const std::exception& e) { return fail(error_line(e), 2); }
 
+// Ranks started with different settings (rank_agreement.h) find it out together, so each prints
+// its own line and returns 2 (MPI finalizes at exit). Not fail(): the first rank's MPI_Abort
+// could kill the others before they have printed.
+int ranks_disagree(const trainmem::RanksDisagree& e) {
+  std::string line = "trainmem: rank ";
+  line += std::to_string(e.rank);
+  line += " of ";
+  line += std::to_string(e.world_size);
+  line += ": ";
+  line += error_line(e);
+  line += '\n';
+  std::cerr << line;  // one write: mpirun must not mix it with another rank's line
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  trainmem::guard_standard_output();  // before any file is opened (standard_output.h)
   trainmem::init_mpi_if_launched();  // under mpirun: MPI from the start, so any failure can end every rank
-  CLI::App app{"trainmem: benchmark suites for the techniques that make training fit in GPU memory", "trainmem"};
-  app.footer("Run 'trainmem <command> --help' for a command's flags.\n"
-             "Exit codes: 0 ok; 1 the run failed (e.g. out of memory); 2 a wrong flag, value or input file.");
-  app.require_subcommand(1);
+  CLI::App app{"", "trainmem"};
   trainmem::cli::Command run;
-  trainmem::cli::add_info_command(app, run);
-  trainmem::cli::add_replay_command(app, run);
-  trainmem::cli::add_train_command(app, run);
-  trainmem::cli::add_estimate_command(app, run);
-  trainmem::cli::add_max_batch_command(app, run);
+  trainmem::cli::add_commands(app, run);  // cli_commands.cpp; the flag fuzzer builds the same app
 
   try {
     app.parse(argc, argv);
@@ -71,8 +82,11 @@ int main(int argc, char** argv) {
       what = (word.rfind('-', 0) == 0 ? "unknown flag '" : "unknown command '") + word + "'";
     }
     const std::string help = chosen.empty() ? "trainmem --help" : "trainmem " + chosen.front()->get_name() + " --help";
-    std::cerr << "trainmem: error: " << what << ". Run '" << help << "' for usage.\n";
-    return 2;
+    // Through fail(): under mpirun the ranks whose flags parsed are already waiting for this one.
+    std::string message = "error: ";
+    message += what;
+    message += ". Run '" + help + "' for usage.";
+    return fail(message, 2);
   }
   if (!run) {  // cannot happen with require_subcommand(1), but never call an empty function
     std::cerr << app.help();
@@ -81,6 +95,7 @@ int main(int argc, char** argv) {
 
   try {
     const int exit_code = run();
+    trainmem::check_standard_output();  // output that was lost is a failed run
     if (exit_code != 0 && trainmem::launched_by_mpirun()) {
       std::string why = "the run failed (exit code ";
       why += std::to_string(exit_code);
@@ -102,6 +117,8 @@ int main(int argc, char** argv) {
     return input_error(e);  // a device that was asked for and is not there: change the flag
   } catch (const std::invalid_argument& e) {
     return input_error(e);  // a flag value that cannot work (e.g. --loss-scale without fp16)
+  } catch (const trainmem::RanksDisagree& e) {
+    return ranks_disagree(e);
   } catch (const trainmem::OutOfMemoryError& e) {
     return fail(e.what(), 1);  // the full multi-line report
   } catch (const std::exception& e) {

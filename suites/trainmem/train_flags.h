@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/model/gpt_config.h"
@@ -17,12 +18,32 @@
 
 namespace trainmem::cli {
 
+// The valid range of every numeric flag, in one place: the flags' checks, their help and the
+// tests use these. The model's limits keep every size a run computes below 2^62 bytes
+// (common/util/checked_math.h checks the products) and `trainmem estimate` within seconds.
+struct FlagLimits {
+  static constexpr std::uint64_t max_layers = 1024;        // GPT-3 has 96; `estimate` takes time in proportion to L
+  static constexpr std::uint64_t max_heads = 4096;
+  static constexpr std::uint64_t max_dim = 65536;          // GPT-3 175B: 12288
+  static constexpr std::uint64_t max_seq = 1 << 20;        // a 1M-token context
+  static constexpr std::uint64_t min_vocab = 2;
+  static constexpr std::uint64_t max_vocab = 65536;        // tokens are uint16 (common/data/token_file.h)
+  static constexpr std::uint64_t max_batch = 1 << 20;
+  static constexpr std::uint64_t max_accum = 1 << 20;
+  static constexpr std::uint64_t max_prefetch = 64;        // device batch buffers of the lazy loader
+  static constexpr std::uint64_t max_steps = 1000000000;
+  static constexpr std::uint64_t max_loss_scale_interval = 1000000000;
+  static constexpr std::uint64_t max_world_size = 1 << 20;  // estimate --world-size
+  static constexpr double min_loss_scale = 0x1p-24;       // 2^-24: both the scale and 1/scale stay normal floats
+  static constexpr double max_loss_scale = 0x1p64;
+};
+
 struct TrainFlags {
   DeviceFlags device;
 
-  // --- the model (add_model_flags)
+  // --- the model (add_model_flags); a size not given is the preset's (0 is a value, refused)
   std::string model = "tiny";
-  std::size_t layers = 0, heads = 0, dim = 0, seq = 0, vocab = 0;  // 0: the preset's
+  std::optional<std::size_t> layers, heads, dim, seq, vocab;
   std::size_t batch = 4;
 
   // --- single-device techniques (add_technique_flags)

@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
     std::cerr << "bench_zero: " << e.what() << '\n';
     return 2;
   }
-  // Only rank 0 writes --benchmark_out: the other ranks drop the flag before Google Benchmark sees it.
-  if (comm->rank() != 0) drop_benchmark_out_flags(argc, argv);
+  const auto out = take_benchmark_out(argc, argv, "bench_zero", comm->rank());  // only rank 0 writes it
+  if (!out) return 2;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   add_benchmark_context(device->info(), device->allocator().config());
@@ -155,5 +155,5 @@ int main(int argc, char** argv) {
   }
   run_benchmarks_reporting_on_rank0(comm->rank());
   benchmark::Shutdown();
-  return 0;
+  return commit_benchmark_out(*out, "bench_zero");
 }

@@ -1,0 +1,26 @@
+// Every numeric flag has a stated valid range, checked on the text as given, with a message in
+// plain numbers:
+//
+//   trainmem: error: --batch: must be at least 1, not 0.
+//   trainmem: error: --lr: must be a finite number, not 'nan'.
+//
+// (CLI11's own range checks print the limits of a double, a 309-digit number, and accept nan.)
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace trainmem::cli {
+
+// A whole number in [min, max]. Also refuses a sign, a fraction, hex and text.
+CLI::Validator whole_number(std::uint64_t min, std::uint64_t max);
+
+// A finite real number between `min` and `max`; each bound is included or not.
+enum class Bound { inclusive, exclusive };
+CLI::Validator real_number(double min, Bound min_bound, double max, Bound max_bound);
+
+// The range as the help and the messages write it: "1 to 4096", "greater than 0", ...
+std::string describe_whole_range(std::uint64_t min, std::uint64_t max);
+
+}  // namespace trainmem::cli

@@ -13,6 +13,7 @@
 #include "common/allocator/trace_replay.h"
 #include "common/model/gpt_config.h"
 #include "common/tensor/tensor.h"
+#include "common/tests/error_of.h"
 #include "common/util/checked_math.h"
 
 namespace trainmem {
@@ -20,14 +21,8 @@ namespace {
 
 constexpr std::uint64_t kMax64 = std::numeric_limits<std::uint64_t>::max();
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const SizeLimitError& e) {
-    return e.what();
-  }
-  return "(no SizeLimitError)";
-}
+// What the helpers and their users throw: a SizeLimitError.
+std::string message_of(const std::function<void()>& f) { return testing_support::error_of<SizeLimitError>(f); }
 
 TEST(CheckedMath, ProductsAndSumsBelowTheLimitAreExact) {
   EXPECT_EQ(checked_mul(3, 5, "x"), 15u);

@@ -7,20 +7,14 @@
 #include <random>
 
 #include "common/data/token_file.h"
+#include "common/tests/error_of.h"
 
 namespace trainmem {
 namespace {
 
 std::string temp(const char* name) { return ::testing::TempDir() + "/" + name; }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+std::string error_of(const std::function<void()>& f) { return testing_support::error_of<DataError>(f); }
 
 TEST(TokenFile, RoundTripsRandomTokens) {
   std::mt19937 rng(3);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tests/error_of.h"
 #include "common/util/output_file.h"
 
 namespace trainmem {
@@ -58,16 +59,7 @@ mode_t mode_of(const std::string& path) {
   return st.st_mode & 07777;
 }
 
-// The message of what `f` throws as E; "no error" when it throws nothing.
-template <typename E>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing_support::error_of;
 
 TEST_F(OutputFileTest, ANewFileGetsTheModeAShellWouldGiveIt) {
   const mode_t mask = ::umask(022);

@@ -16,7 +16,7 @@ void add_memory_flags(CLI::App& command, DeviceFlags& flags) {
   command
       .add_option("--device-memory", flags.device_memory,
                   "Device memory to draw from, e.g. 16GiB, 80GB: the emulated card on cpu and in replay "
-                  "(default 16GiB), a cap on the real card on cuda (default: all of it)")
+                  "(default 16GiB), a cap on the real card on cuda (default: all of it); from 1MiB to 4EiB")
       ->type_name("SIZE")
       ->check(parses_with(parse_device_memory));
   command

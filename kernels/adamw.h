@@ -25,6 +25,7 @@ void adamw_update(void* stream, float* param, const float* grad, float* m, float
 }
 inline void adamw_update(const Stream& s, float* param, const float* grad, float* m, float* v, std::size_t n,
                          const AdamWHyper& h, long step, float grad_scale) {
+  if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::adamw_update(param, grad, m, v, n, h, step, grad_scale);
   TRAINMEM_CUDA_KERNEL("adamw_update", cuda::adamw_update(s.cuda_stream, param, grad, m, v, n, h, step, grad_scale));
 }

@@ -27,12 +27,14 @@ void attention_backward(void* stream, float* dqkv, float* dpreatt, float* datt, 
 
 inline void attention_forward(const Stream& s, float* out, float* preatt, float* att, const float* qkv, std::size_t B,
                               std::size_t T, std::size_t C, std::size_t NH) {
+  if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::attention_forward(out, preatt, att, qkv, B, T, C, NH);
   TRAINMEM_CUDA_KERNEL("attention_forward", cuda::attention_forward(s.cuda_stream, out, preatt, att, qkv, B, T, C, NH));
 }
 inline void attention_backward(const Stream& s, float* dqkv, float* dpreatt, float* datt, const float* dout,
                                const float* qkv, const float* att, std::size_t B, std::size_t T, std::size_t C,
                                std::size_t NH) {
+  if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::attention_backward(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
   TRAINMEM_CUDA_KERNEL("attention_backward", cuda::attention_backward(s.cuda_stream, dqkv, dpreatt, datt, dout, qkv,
                                                                        att, B, T, C, NH));

@@ -26,11 +26,13 @@ void cross_entropy_backward(void* stream, float* dlogits, const float* logits, c
 
 inline void cross_entropy_forward(const Stream& s, float* losses, const float* logits, const std::int32_t* targets,
                                   std::size_t N, std::size_t V) {
+  if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::cross_entropy_forward(losses, logits, targets, N, V);
   TRAINMEM_CUDA_KERNEL("cross_entropy_forward", cuda::cross_entropy_forward(s.cuda_stream, losses, logits, targets, N, V));
 }
 inline void cross_entropy_backward(const Stream& s, float* dlogits, const float* logits, const std::int32_t* targets,
                                    float dloss, std::size_t N, std::size_t V) {
+  if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::cross_entropy_backward(dlogits, logits, targets, dloss, N, V);
   TRAINMEM_CUDA_KERNEL("cross_entropy_backward",
                        cuda::cross_entropy_backward(s.cuda_stream, dlogits, logits, targets, dloss, N, V));

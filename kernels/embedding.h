@@ -23,11 +23,13 @@ void embedding_backward(void* stream, float* dwte, float* dwpe, const float* dou
 
 inline void embedding_forward(const Stream& s, float* out, const std::int32_t* tokens, const float* wte,
                               const float* wpe, std::size_t B, std::size_t T, std::size_t C) {
+  if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
   TRAINMEM_CUDA_KERNEL("embedding_forward", cuda::embedding_forward(s.cuda_stream, out, tokens, wte, wpe, B, T, C));
 }
 inline void embedding_backward(const Stream& s, float* dwte, float* dwpe, const float* dout,
                                const std::int32_t* tokens, std::size_t B, std::size_t T, std::size_t C) {
+  if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
   TRAINMEM_CUDA_KERNEL("embedding_backward",
                        cuda::embedding_backward(s.cuda_stream, dwte, dwpe, dout, tokens, B, T, C));

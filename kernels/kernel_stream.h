@@ -8,7 +8,8 @@
 
 namespace trainmem::kernels {
 
-enum class Backend { cpu, cuda };
+// meta: no kernel runs (the pointers have no memory behind them); every op returns at once.
+enum class Backend { cpu, cuda, meta };
 
 struct Stream {
   Backend backend = Backend::cpu;

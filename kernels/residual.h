@@ -10,6 +10,7 @@ namespace cuda {
 void residual_forward(void* stream, float* out, const float* a, const float* b, std::size_t n);
 }
 inline void residual_forward(const Stream& s, float* out, const float* a, const float* b, std::size_t n) {
+  if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::residual_forward(out, a, b, n);
   TRAINMEM_CUDA_KERNEL("residual_forward", cuda::residual_forward(s.cuda_stream, out, a, b, n));
 }

@@ -13,6 +13,15 @@ namespace trainmem {
 
 namespace {
 
+// A value as an error message shows it: a number or string as written, an array or object by its
+// kind only. (dump() of a value nested 60,000 deep recurses until the stack overflows.)
+std::string shown(const nlohmann::json& v) {
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  const std::string text = v.dump();
+  return text.size() <= 80 ? text : text.substr(0, 77) + "...";
+}
+
 // Reads a field that must be a non-negative integer (an id, a size, a stream), or says what is
 // wrong with it. `where` is "trace.json: event 3".
 std::uint64_t read_count(const nlohmann::json& event, const char* field, const std::string& where) {
@@ -20,7 +29,7 @@ std::uint64_t read_count(const nlohmann::json& event, const char* field, const s
   const nlohmann::json& v = event.at(field);
   // nlohmann stores non-negative integers as unsigned and negative ones as signed.
   if (!v.is_number_unsigned())
-    throw TraceError(where + ": \"" + field + "\" must be a non-negative integer, not " + v.dump());
+    throw TraceError(where + ": \"" + field + "\" must be a non-negative integer, not " + shown(v));
   return v.get<std::uint64_t>();
 }
 
@@ -46,7 +55,7 @@ std::vector<TraceOp> parse_trace(const nlohmann::json& trace, const std::string&
     if (!e.is_object()) throw TraceError(where + ": expected an object, found " + std::string(e.type_name()));
     if (!e.contains("action")) throw TraceError(where + ": missing \"action\" (alloc, free or empty_cache)");
     if (!e.at("action").is_string())
-      throw TraceError(where + ": \"action\" must be a string (alloc, free or empty_cache), not " + e.at("action").dump());
+      throw TraceError(where + ": \"action\" must be a string (alloc, free or empty_cache), not " + shown(e.at("action")));
     const std::string action = e.at("action").get<std::string>();
 
     TraceOp op;
@@ -74,7 +83,7 @@ std::vector<TraceOp> parse_trace(const nlohmann::json& trace, const std::string&
         const nlohmann::json& name = e.at("category");
         const auto category = name.is_string() ? parse_memory_category(name.get<std::string>()) : std::nullopt;
         if (!category)
-          throw TraceError(where + ": unknown category " + name.dump() +
+          throw TraceError(where + ": unknown category " + shown(name) +
                            " (parameters, gradients, optimizer_state, activations, workspace, data, communication, other)");
         op.category = *category;
       }

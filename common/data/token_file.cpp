@@ -159,6 +159,7 @@ std::vector<std::uint16_t> load_dataset(const std::string& spec, std::size_t min
   if (tokens.size() < min_tokens)
     throw DataError("--data " + spec + ": " + std::to_string(tokens.size()) + " tokens, fewer than the " +
                     std::to_string(min_tokens) + " one batch needs (B * T + 1); use a smaller --batch or --seq");
+  if (tokens.empty()) throw DataError("--data " + spec + ": holds no tokens");
   const auto max_token = *std::max_element(tokens.begin(), tokens.end());
   if (max_token >= vocab)
     throw DataError("--data " + spec + ": token " + std::to_string(max_token) + " is outside the model's vocabulary of " +

@@ -11,10 +11,16 @@
 
 namespace trainmem {
 
-std::string to_string(DeviceKind kind) { return kind == DeviceKind::cuda ? "cuda" : "cpu"; }
+std::string to_string(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::cuda: return "cuda";
+    case DeviceKind::meta: return "meta";
+    default: return "cpu";
+  }
+}
 
 std::string DeviceInfo::label() const {
-  return kind == DeviceKind::cuda ? "cuda:" + std::to_string(index) : "cpu";
+  return kind == DeviceKind::cuda ? "cuda:" + std::to_string(index) : to_string(kind);
 }
 
 nlohmann::json DeviceInfo::to_json() const {
@@ -54,13 +60,16 @@ int gpu_index_for_this_process() {
 }  // namespace
 
 std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream* log) {
-  if (options.choice != "auto" && options.choice != "cpu" && options.choice != "cuda")
-    throw DeviceError("--device must be auto, cpu or cuda, not '" + options.choice + "'");
+  if (options.choice != "auto" && options.choice != "cpu" && options.choice != "cuda" && options.choice != "meta")
+    throw DeviceError("--device must be auto, cpu, cuda or meta, not '" + options.choice + "'");
 
   // auto = cuda if a usable GPU answers, else cpu; the reason for cpu is printed.
-  const std::optional<std::string> no_cuda = (options.choice == "cpu") ? std::nullopt : cuda_unavailable_reason();
+  const bool asks_gpu = options.choice == "auto" || options.choice == "cuda";
+  const std::optional<std::string> no_cuda = asks_gpu ? cuda_unavailable_reason() : std::nullopt;
   DeviceKind kind = DeviceKind::cpu;
-  if (options.choice == "cuda") {
+  if (options.choice == "meta") {
+    kind = DeviceKind::meta;
+  } else if (options.choice == "cuda") {
     if (no_cuda) throw DeviceError("--device cuda: no usable CUDA device (" + *no_cuda + "); use --device cpu or --device auto");
     kind = DeviceKind::cuda;
   } else if (options.choice == "auto" && !no_cuda) {
@@ -73,8 +82,11 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
     device->memory_ = make_cuda_device_memory(index, options.device_memory.value_or(0));
     device->info_ = query_cuda_device_info(index);
   } else {
-    device->memory_ = std::make_unique<BudgetDeviceMemory>(options.device_memory.value_or(kDefaultDeviceMemory), options.backed);
+    // meta: a budget with no memory behind it (addresses only), as a trace replay uses.
+    const bool backed = kind == DeviceKind::cpu && options.backed;
+    device->memory_ = std::make_unique<BudgetDeviceMemory>(options.device_memory.value_or(kDefaultDeviceMemory), backed);
     device->info_ = query_cpu_device_info();
+    device->info_.kind = kind;
   }
   device->info_.device_memory_bytes = device->memory_->total_bytes();
   device->allocator_ = std::make_unique<CachingAllocator>(*device->memory_, options.allocator);
@@ -86,6 +98,9 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
     const DeviceInfo& i = device->info_;
     if (kind == DeviceKind::cuda) {
       *log << "device: " << i.label() << " (" << i.name << ", " << format_bytes(i.device_memory_bytes) << ")\n";
+    } else if (kind == DeviceKind::meta) {
+      *log << "device: meta (no memory, no kernels: the allocation sequence only) with a "
+           << format_bytes(i.device_memory_bytes) << " device-memory budget\n";
     } else {
       const std::string why =
           options.choice == "auto" ? "auto: no usable CUDA device: " + no_cuda.value_or("") : std::string("chosen");

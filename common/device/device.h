@@ -1,5 +1,10 @@
-// The device a run uses: cpu or cuda, what it is (recorded in every result), and the caching
+// The device a run uses: cpu, cuda or meta, what it is (recorded in every result), and the caching
 // allocator that hands out its memory.
+//
+// meta (as PyTorch's meta device): the same code runs with every kernel and copy skipped, on an
+// allocator backed by no memory, so a run's allocation sequence (every peak, segment and OOM
+// point) comes out without computing anything. It follows the CPU backend's allocation pattern.
+// Reads of device values on the host (the loss, the gradient norm) give zeros: a clean step.
 #pragma once
 #include <cstddef>
 #include <iosfwd>
@@ -17,7 +22,7 @@
 
 namespace trainmem {
 
-enum class DeviceKind { cpu, cuda };
+enum class DeviceKind { cpu, cuda, meta };
 std::string to_string(DeviceKind kind);
 
 // A device that was asked for and cannot be used (e.g. --device cuda on a machine without a GPU).
@@ -45,7 +50,7 @@ struct DeviceInfo {
   std::string label() const;  // "cpu" or "cuda:0"
 };
 
-// --device auto|cpu|cuda: auto picks cuda when a usable GPU answers, else cpu.
+// --device auto|cpu|cuda|meta: auto picks cuda when a usable GPU answers, else cpu.
 struct DeviceOptions {
   std::string choice = "auto";
   std::optional<std::size_t> device_memory;  // --device-memory; default: 16 GiB on cpu, the card on cuda
@@ -71,6 +76,11 @@ class Device {
   ~Device();
 
   DeviceKind kind() const { return info_.kind; }
+  // Whether kernels and copies really run (not on meta, whose memory is addresses only).
+  bool computes() const { return kind() != DeviceKind::meta; }
+  // Whether allocations follow the CUDA backend's pattern (its workspaces, its 16-bit matmuls)
+  // rather than the CPU backend's, which meta follows.
+  bool cuda_pattern() const { return kind() == DeviceKind::cuda; }
   const DeviceInfo& info() const { return info_; }
   CachingAllocator& allocator() { return *allocator_; }
   DeviceMemory& memory() { return *memory_; }

@@ -18,6 +18,11 @@ enum class Direction { host_to_device, device_to_host, device_to_device };
 // same kind), cudaMemcpy on a GPU.
 void transfer(Device& device, void* dst, const void* src, std::size_t bytes, Direction direction) {
   if (bytes == 0) return;
+  if (device.kind() == DeviceKind::meta) {
+    // Nothing is behind a meta address; a value read back to the host is defined: zeros.
+    if (direction == Direction::device_to_host) std::memset(dst, 0, bytes);
+    return;
+  }
   if (device.kind() == DeviceKind::cpu) {
     std::memmove(dst, src, bytes);
     return;
@@ -49,7 +54,7 @@ void copy_device_to_device(Device& device, void* dst, const void* src, std::size
 }
 
 void zero_device_memory(Device& device, void* dst, std::size_t bytes) {
-  if (bytes == 0) return;
+  if (bytes == 0 || !device.computes()) return;
   if (device.kind() == DeviceKind::cpu) {
     std::memset(dst, 0, bytes);
     return;
@@ -64,7 +69,9 @@ void zero_device_memory(Device& device, void* dst, std::size_t bytes) {
 
 kernels::Stream kernel_stream(const Device& device) {
   kernels::Stream s;
-  s.backend = device.kind() == DeviceKind::cuda ? kernels::Backend::cuda : kernels::Backend::cpu;
+  s.backend = device.kind() == DeviceKind::cuda   ? kernels::Backend::cuda
+              : device.kind() == DeviceKind::meta ? kernels::Backend::meta
+                                                  : kernels::Backend::cpu;
   return s;
 }
 

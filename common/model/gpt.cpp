@@ -38,6 +38,17 @@ std::string indexed(const char* prefix, std::size_t index, const char* suffix = 
 }
 
 float* f(Tensor& t) { return t.data_as<float>(); }  // fp32-only tensors (layernorm statistics, losses)
+
+// The CPU flash reference, skipped on meta (its arguments, fp32 views of 16-bit tensors, are
+// still made: they are allocations).
+void cpu_flash_forward(const kernels::Stream& s, float* out, float* lse, const float* qkv,
+                       const kernels::AttentionShape& shape) {
+  if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_forward<float>(out, lse, qkv, shape);
+}
+void cpu_flash_backward(const kernels::Stream& s, float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, const kernels::AttentionShape& shape) {
+  if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_backward<float>(dqkv, dout, qkv, out, lse, shape);
+}
 }  // namespace
 
 Tensor GPT::make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name) {
@@ -90,14 +101,16 @@ GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions opti
   for (const Spec& s : specs) {
     Parameter p{s.name, make(s.shape, MemoryCategory::parameters, s.name),
                 make(s.shape, MemoryCategory::gradients, s.name + ".grad")};
-    std::vector<float> host(static_cast<std::size_t>(p.value.numel()));
-    std::normal_distribution<float> normal(0.0f, s.init == 'r' ? residual_std : 0.02f);
-    for (float& x : host) x = s.init == '1' ? 1.0f : s.init == '0' ? 0.0f : normal(rng);
+    if (device_.computes()) {  // meta: no values to draw (a 1.5B model's would be 6 GB of host memory)
+      std::vector<float> host(static_cast<std::size_t>(p.value.numel()));
+      std::normal_distribution<float> normal(0.0f, s.init == 'r' ? residual_std : 0.02f);
+      for (float& x : host) x = s.init == '1' ? 1.0f : s.init == '0' ? 0.0f : normal(rng);
+      all_values.insert(all_values.end(), host.begin(), host.end());
+    }
     zero_device_memory(device_, p.grad.data(), p.grad.nbytes());
     params_.push_back(std::move(p));
-    all_values.insert(all_values.end(), host.begin(), host.end());
   }
-  set_parameter_values(all_values);  // rounds to the storage type
+  store_parameter_values(device_.computes() ? all_values.data() : nullptr);  // rounds to the storage type
   acts_.resize(config_.layers);
 }
 
@@ -198,8 +211,8 @@ void GPT::attention_forward(LayerActivations& a, const std::string& h) {
   a.atty = make({B, T, C}, MemoryCategory::activations, h + "attn.out");
   a.lse = make_f32({B, H, T}, MemoryCategory::activations, h + "attn.lse");
   const kernels::AttentionShape shape = attention_shape();
-  if (s.backend == kernels::Backend::cpu) {
-    kernels::cpu::flash_attention_forward<float>(out(a.atty), f(a.lse), in(a.qkv), shape);
+  if (!device_.cuda_pattern()) {  // the CPU reference, in fp32 views (on meta: the views only)
+    cpu_flash_forward(s, out(a.atty), f(a.lse), in(a.qkv), shape);
     return;
   }
   const kernels::Half16 half = half16();
@@ -232,8 +245,8 @@ void GPT::attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations
     return;
   }
   const kernels::AttentionShape shape = attention_shape();
-  if (s.backend == kernels::Backend::cpu) {
-    kernels::cpu::flash_attention_backward<float>(out(dqkv), in(datty), in(a.qkv), in(a.atty), f(a.lse), shape);
+  if (!device_.cuda_pattern()) {  // the CPU reference, in fp32 views (on meta: the views only)
+    cpu_flash_backward(s, out(dqkv), in(datty), in(a.qkv), in(a.atty), f(a.lse), shape);
     return;
   }
   const kernels::Half16 half = half16();
@@ -493,11 +506,15 @@ std::vector<float> GPT::gradient_values() const { return gather(device_, params_
 
 void GPT::set_parameter_values(const std::vector<float>& values) {
   if (values.size() != num_parameters()) throw std::invalid_argument("set_parameter_values: wrong number of values");
+  store_parameter_values(values.data());
+}
+
+void GPT::store_parameter_values(const float* values) {
   std::size_t offset = 0;
   for (Parameter& p : params_) {
     const auto n = static_cast<std::size_t>(p.value.numel());
     const Write fp32(device_, p.value);  // rounds to the storage type when it goes
-    copy_host_to_device(device_, fp32, values.data() + offset, n * sizeof(float));
+    copy_host_to_device(device_, fp32, values ? values + offset : nullptr, n * sizeof(float));  // nullptr: meta
     offset += n;
   }
 }

@@ -113,6 +113,9 @@ class GPT {
   void set_parameter_values(const std::vector<float>& values);
 
  private:
+  // `values`: num_parameters() floats in parameter order, or nullptr on the meta device (the
+  // views that round them into the storage type are still made: they are allocations).
+  void store_parameter_values(const float* values);
   void forward_layer(std::size_t layer, bool produce_output);
   // Attention of one layer: atty from qkv, saving what its backward needs (att or lse).
   void attention_forward(LayerActivations& a, const std::string& h);

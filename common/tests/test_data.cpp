@@ -49,6 +49,14 @@ TEST(TokenFile, TruncatedWrongMagicAndWrongVersionAreClearErrors) {
   EXPECT_NE(error_of([&] { read_token_file(temp("missing.tok")); }).find("missing.tok: no such file"), std::string::npos);
 }
 
+// An empty file holds no token at all: a clear error even where no minimum is asked for (it read
+// the largest element of an empty list).
+TEST(TokenFile, AnEmptyFileIsAClearError) {
+  const std::string path = temp("empty.txt");
+  std::ofstream(path, std::ios::binary).flush();
+  EXPECT_NE(error_of([&] { load_dataset(path, 0, 256, 1); }).find("holds no tokens"), std::string::npos);
+}
+
 TEST(TokenFile, AnyTextFileIsTokenizedByteByByte) {
   const std::string path = temp("text.txt");
   std::ofstream(path, std::ios::binary) << "ab\xff";

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/device/device.h"
+#include "common/device/device_ops.h"
+#include "kernels/layernorm.h"
 #include "common/util/byte_size.h"
 
 namespace trainmem {
@@ -100,8 +102,39 @@ TEST(Device, AnUnknownChoiceIsAClearError) {
     Device::open(options);
     FAIL() << "expected DeviceError";
   } catch (const DeviceError& e) {
-    EXPECT_NE(std::string(e.what()).find("auto, cpu or cuda"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("auto, cpu, cuda or meta"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace trainmem
+
+namespace trainmem {
+namespace {
+
+// meta: the allocator hands out addresses with no memory behind them, copies and kernels do
+// nothing, and what the host reads back is zeros (so a step reads a loss of 0 and a clean norm).
+TEST(Device, MetaHasAddressesButNoMemoryAndRunsNothing) {
+  DeviceOptions options;
+  options.choice = "meta";
+  options.device_memory = std::size_t{1} << 50;  // 1 PiB: nothing is reserved on the host
+  auto device = Device::open(options);
+  EXPECT_EQ(device->kind(), DeviceKind::meta);
+  EXPECT_FALSE(device->computes());
+  EXPECT_FALSE(device->cuda_pattern());
+  EXPECT_EQ(device->info().label(), "meta");
+  void* big = device->allocator().allocate(std::size_t{1} << 45, MemoryCategory::activations);  // 32 TiB
+  ASSERT_NE(big, nullptr);
+  zero_device_memory(*device, big, std::size_t{1} << 45);  // would fault if it touched the address
+  float host[4] = {1, 2, 3, 4};
+  copy_device_to_host(*device, host, big, sizeof host);
+  for (float x : host) EXPECT_EQ(x, 0.0f);
+  copy_host_to_device(*device, big, host, sizeof host);
+  const kernels::Stream s = kernel_stream(*device);
+  EXPECT_EQ(s.backend, kernels::Backend::meta);
+  kernels::layernorm_forward(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1 << 20, 1 << 20);  // skipped
+  device->allocator().free(big);
+  EXPECT_EQ(device->allocator().stats().allocated_bytes[0].peak, std::int64_t{1} << 45);
 }
 
 }  // namespace

@@ -131,6 +131,24 @@ TEST(TraceParse, FileErrorsNameTheFile) {
             std::string::npos);
 }
 
+// A value nested 100,000 deep where a number belongs: the message names its kind. Printing it
+// whole (json::dump) overflowed the stack: `trainmem replay` crashed (found by fuzz_trace).
+TEST(TraceParse, DeeplyNestedValuesAreNamedNotPrinted) {
+  const std::size_t depth = 100000;
+  const std::string nested = std::string(depth, '[') + std::string(depth, ']');
+  for (const std::string& field : {std::string("\"size\":") + nested, std::string("\"size\":1,\"category\":") + nested}) {
+    const auto trace = nlohmann::json::parse("[{\"action\":\"alloc\",\"id\":1," + field + "}]");
+    try {
+      parse_trace(trace, "deep.json");
+      ADD_FAILURE() << "no TraceError";
+    } catch (const TraceError& e) {
+      EXPECT_NE(std::string(e.what()).find("an array"), std::string::npos) << e.what();
+    }
+  }
+  const auto action = nlohmann::json::parse("[{\"action\":" + nested + "}]");
+  EXPECT_THROW(parse_trace(action, "deep.json"), TraceError);
+}
+
 // --- Replay
 
 // The rules, by hand (ANCHORS.md):

@@ -22,9 +22,11 @@ AdamWOptimizer::AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_
 double AdamWOptimizer::global_grad_norm() {
   Device& device = model_.device();
   double sum = 0;
-  if (device.kind() == DeviceKind::cpu) {
-    for (Parameter& p : model_.parameters())
-      sum += kernels::cpu::sum_of_squares(Read(device, p.grad), static_cast<std::size_t>(p.grad.numel()));
+  if (!device.cuda_pattern()) {
+    for (Parameter& p : model_.parameters()) {
+      const Read grad(device, p.grad);  // a view, made on meta too (it is an allocation)
+      if (device.computes()) sum += kernels::cpu::sum_of_squares(grad, static_cast<std::size_t>(p.grad.numel()));
+    }
   } else {
     // One float on the device collects every tensor's sum of squares; read once.
     Tensor acc(device.allocator(), {1}, DType::f32, MemoryCategory::workspace, "grad_norm.accumulator");

@@ -104,9 +104,12 @@ void ShardedAdamW::add_shard(void* param, void* grad, std::size_t count, DType d
 
 // sum over this rank's gradient shards of g^2 (the gradients as stored: still scaled)
 double ShardedAdamW::local_sum_of_squares() {
-  if (device_.kind() == DeviceKind::cpu) {
+  if (!device_.cuda_pattern()) {
     double sum = 0;
-    for (Shard& s : shards_) sum += kernels::cpu::sum_of_squares(Read(device_, s.grad_tensor()), s.count);
+    for (Shard& s : shards_) {
+      const Read grad(device_, s.grad_tensor());  // a view, made on meta too (it is an allocation)
+      if (device_.computes()) sum += kernels::cpu::sum_of_squares(grad, s.count);
+    }
     return sum;
   }
   // One float on the device collects every shard's sum of squares; read once (as AdamWOptimizer).

@@ -74,7 +74,7 @@ void CopyStream::bind_thread() {
 }
 
 void CopyStream::copy_to_device_async(void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
+  if (bytes == 0 || !device_.computes()) return;  // meta: no memory behind dst
   if (stream_ == nullptr) {
     std::memcpy(dst, src, bytes);  // CPU backend: the worker thread copies, overlapping the step
     return;

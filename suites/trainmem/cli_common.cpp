@@ -28,9 +28,11 @@ void add_memory_flags(CLI::App& command, DeviceFlags& flags) {
 }
 
 void add_device_flags(CLI::App& command, DeviceFlags& flags) {
-  command.add_option("--device", flags.device, "auto (a GPU if one answers, else the CPU), cpu or cuda")
-      ->type_name("auto|cpu|cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+  command.add_option("--device", flags.device,
+                     "auto (a GPU if one answers, else the CPU), cpu, cuda, or meta (no memory and no kernels: the run's "
+                     "allocations only, as on the CPU backend)")
+      ->type_name("auto|cpu|cuda|meta")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda", "meta"}))
       ->capture_default_str();
   add_memory_flags(command, flags);
 }

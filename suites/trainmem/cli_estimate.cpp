@@ -69,7 +69,7 @@ DeviceKind backend_for(const EstimateFlags& f) {
     return DeviceKind::cuda;
   }
   if (d == "cuda") return DeviceKind::cuda;
-  if (d == "cpu") return DeviceKind::cpu;
+  if (d == "cpu" || d == "meta") return DeviceKind::cpu;  // meta follows the CPU backend's allocations
   return cuda_unavailable_reason() ? DeviceKind::cpu : DeviceKind::cuda;
 }
 

@@ -29,6 +29,7 @@ struct CachingAllocator::Block {
   Block* next = nullptr;
   ExpandableSegment* segment = nullptr;  // the expandable segment it is part of; nullptr: a fixed segment
   MemoryCategory category = MemoryCategory::other;
+  std::uint32_t name = 0;         // the recorder's index of the caller's name (0: none, or not recording)
   int event_count = 0;            // cross-stream events still to complete before reuse
   std::set<StreamId> stream_uses;  // other streams that used this block (record_stream)
 

@@ -52,7 +52,7 @@ CachingAllocator::BlockPool& CachingAllocator::pool_for(std::size_t rounded) {
 // allocate
 // ------------------------------------------------------------------------------------------
 
-void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category, StreamId stream) {
+void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category, StreamId stream, std::string_view name) {
   if (bytes == 0) return nullptr;
   // The statistics are signed 64-bit sums (PyTorch's too): a request above 2^62 bytes could not be
   // counted, and rounding it up to a segment could wrap around. No device holds one anyway.
@@ -66,8 +66,8 @@ void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category, Str
   if (config_.backend == AllocatorConfig::Backend::raw) {
     // Raw mode: one device allocation per request, nothing cached, nothing retried.
     Block* block = alloc_segment(pool, rounded, stream, /*is_retry=*/false);
-    if (!block) raise_oom(bytes, rounded, rounded, category, stream);
-    return alloc_found_block(block, rounded, bytes, category);
+    if (!block) raise_oom(bytes, rounded, rounded, category, stream, name);
+    return alloc_found_block(block, rounded, bytes, category, recorder_.name_index(name));
   }
 
   // 1. The cache: the smallest free block that fits, on this stream.
@@ -86,9 +86,9 @@ void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category, Str
     // 5. Out of memory. "Tried to allocate": the segment, or the pages, the device refused.
     if (!block)
       raise_oom(bytes, rounded, config_.expandable_segments ? refused_map_bytes_ : segment_size_for(rounded), category,
-                stream);
+                stream, name);
   }
-  return alloc_found_block(block, rounded, bytes, category);
+  return alloc_found_block(block, rounded, bytes, category, recorder_.name_index(name));
 }
 
 CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, std::size_t rounded, StreamId stream) {
@@ -204,7 +204,7 @@ bool CachingAllocator::should_split(const Block* block, std::size_t rounded) con
 }
 
 void* CachingAllocator::alloc_found_block(Block* block, std::size_t rounded, std::size_t requested,
-                                          MemoryCategory category) {
+                                          MemoryCategory category, std::uint32_t name) {
   BlockPool& pool = *block->pool;
   const bool already_split = block->is_split();
   const bool split = config_.backend == AllocatorConfig::Backend::caching && should_split(block, rounded);
@@ -247,6 +247,7 @@ void* CachingAllocator::alloc_found_block(Block* block, std::size_t rounded, std
   block->allocated = true;
   block->requested_size = requested;
   block->category = category;
+  block->name = name;
   live_blocks_[block->address] = block;
 
   for_pool_stats(pool, [&](std::size_t t) {
@@ -258,17 +259,18 @@ void* CachingAllocator::alloc_found_block(Block* block, std::size_t rounded, std
   });
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
   stats_.by_category[index_of(category)].increase(static_cast<std::int64_t>(block->size));
-  recorder_.record(TraceAction::alloc, block->address, requested, block->size, category, block->stream);
+  recorder_.record(TraceAction::alloc, block->address, requested, block->size, category, block->stream, name);
   return reinterpret_cast<void*>(block->address);
 }
 
 void CachingAllocator::raise_oom(std::size_t requested, std::size_t rounded, std::size_t segment_size,
-                                 MemoryCategory category, StreamId stream) {
+                                 MemoryCategory category, StreamId stream, std::string_view name) {
   stats_.num_ooms += 1;
-  recorder_.record(TraceAction::oom, 0, rounded, segment_size, category, stream);
+  recorder_.record(TraceAction::oom, 0, rounded, segment_size, category, stream, recorder_.name_index(name));
   OomReport report;
   report.device = device_.name();
   report.category = category;
+  report.tensor = std::string(name);
   report.requested_bytes = requested;
   report.rounded_bytes = rounded;
   report.device_request_bytes = segment_size;
@@ -304,7 +306,7 @@ void CachingAllocator::free(void* ptr) {
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
   stats_.by_category[index_of(block->category)].decrease(static_cast<std::int64_t>(block->size));
   recorder_.record(TraceAction::free_requested, block->address, block->requested_size, block->size, block->category,
-                   block->stream);
+                   block->stream, block->name);
 
   if (!block->stream_uses.empty()) {
     insert_events(block);  // stays active until the other streams are done with it
@@ -367,7 +369,8 @@ void CachingAllocator::free_block(Block* block) {
   const std::size_t requested = block->requested_size;
   live_blocks_.erase(block->address);
   recorder_.record(TraceAction::free_completed, block->address, requested, original_size, block->category,
-                   block->stream);
+                   block->stream, block->name);
+  block->name = 0;
 
   // Merging a free split neighbour removes it from inactive_split; the merged block joins it if
   // it is still part of a split segment.

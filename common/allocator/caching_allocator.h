@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -84,9 +85,10 @@ class CachingAllocator {
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
   // A block of at least `bytes` for use on `stream`. Returns nullptr for 0 bytes (nothing is
-  // allocated, as in PyTorch). Throws OutOfMemoryError when the device cannot serve it.
+  // allocated, as in PyTorch). Throws OutOfMemoryError when the device cannot serve it. `name`
+  // (a tensor's, e.g. "h3.attn.probs") goes into the recorder's events and the OOM report.
   void* allocate(std::size_t bytes, MemoryCategory category = MemoryCategory::other,
-                 StreamId stream = kDefaultStream);
+                 StreamId stream = kDefaultStream, std::string_view name = {});
   // Returns a block to the cache. Throws std::invalid_argument for a pointer this allocator did
   // not hand out, or one freed twice.
   void free(void* ptr);
@@ -135,9 +137,10 @@ class CachingAllocator {
   bool release_available_cached_blocks(BlockPool& pool, std::size_t rounded, StreamId stream);
   void release_cached_blocks();
   bool should_split(const Block* block, std::size_t rounded) const;
-  void* alloc_found_block(Block* block, std::size_t rounded, std::size_t requested, MemoryCategory category);
+  void* alloc_found_block(Block* block, std::size_t rounded, std::size_t requested, MemoryCategory category,
+                          std::uint32_t name);
   [[noreturn]] void raise_oom(std::size_t requested, std::size_t rounded, std::size_t segment_size,
-                              MemoryCategory category, StreamId stream);
+                              MemoryCategory category, StreamId stream, std::string_view name);
 
   // Expandable segments (expandable_segments.cpp): find room, map pages, unmap pages, release.
   Block* try_allocate_expandable_block(BlockPool& pool, std::size_t rounded, StreamId stream, bool is_retry);

@@ -33,10 +33,18 @@ void MemoryRecorder::set_phase(std::string_view phase) {
   phase_ = static_cast<std::uint16_t>(phases_.size() - 1);
 }
 
+std::uint32_t MemoryRecorder::name_index(std::string_view name) {
+  if (!enabled_ || name.empty()) return 0;
+  const auto [it, added] = name_indices_.try_emplace(std::string(name), static_cast<std::uint32_t>(names_.size()));
+  if (added) names_.push_back(it->first);
+  return it->second;
+}
+
 void MemoryRecorder::record(TraceAction action, std::uintptr_t address, std::size_t size,
-                            std::size_t block_size, MemoryCategory category, StreamId stream) {
+                            std::size_t block_size, MemoryCategory category, StreamId stream, std::uint32_t name) {
   if (!enabled_) return;
-  events_.push_back(TraceEvent{events_.size(), action, address, size, block_size, category, stream, step_, phase_});
+  events_.push_back(
+      TraceEvent{events_.size(), action, address, size, block_size, category, stream, step_, phase_, name});
 }
 
 nlohmann::json MemoryRecorder::to_json() const {
@@ -51,6 +59,7 @@ nlohmann::json MemoryRecorder::to_json() const {
                       {"stream", e.stream},
                       {"step", e.step},
                       {"phase", phases_[e.phase]}});
+    if (e.name != 0) events.back()["name"] = names_[e.name];
   }
   return {{"phases", phases_}, {"events", std::move(events)}};
 }

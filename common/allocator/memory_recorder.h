@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -41,6 +42,7 @@ struct TraceEvent {
   StreamId stream = kDefaultStream;
   std::int64_t step = -1;         // training step set by the trainer; -1 before the first
   std::uint16_t phase = 0;        // index into MemoryRecorder::phases()
+  std::uint32_t name = 0;         // alloc/free/oom: index into MemoryRecorder::names() (0: not named)
 };
 
 class MemoryRecorder {
@@ -56,15 +58,19 @@ class MemoryRecorder {
   std::int64_t step() const { return step_; }
   std::string_view phase() const { return phases_[phase_]; }
 
+  // The index of a tensor's name in names(), for record(); 0 when recording is off or the name
+  // is empty. Each name is kept once: a run allocates the same names every step.
+  std::uint32_t name_index(std::string_view name);
   void record(TraceAction action, std::uintptr_t address, std::size_t size, std::size_t block_size,
-              MemoryCategory category, StreamId stream);
+              MemoryCategory category, StreamId stream, std::uint32_t name = 0);
 
   const std::vector<TraceEvent>& events() const { return events_; }
   const std::vector<std::string>& phases() const { return phases_; }
+  const std::vector<std::string>& names() const { return names_; }
   void clear() { events_.clear(); }
 
   // {"phases": [...], "events": [{"seq", "action", "addr", "size", "block_size", "category",
-  //   "stream", "step", "phase"}, ...]}
+  //   "stream", "step", "phase"[, "name": the tensor's, when the caller named it]}, ...]}
   nlohmann::json to_json() const;
   // Whole or not at all (common/util/output_file.h); `flag` names the path in an error message.
   void write_json(const std::string& path, const std::string& flag = "") const;  // throws OutputFileError
@@ -74,6 +80,8 @@ class MemoryRecorder {
   std::int64_t step_ = -1;
   std::uint16_t phase_ = 0;
   std::vector<std::string> phases_;
+  std::vector<std::string> names_{""};
+  std::unordered_map<std::string, std::uint32_t> name_indices_;
   std::vector<TraceEvent> events_;
 };
 

@@ -72,7 +72,7 @@ std::string OomReport::message() const {
   std::ostringstream out;
   out << "out of memory on " << device << ": tried to allocate " << format_bytes(device_request_bytes)
       << " for a request of " << format_bytes(requested_bytes) << " (" << format_bytes(rounded_bytes)
-      << " rounded) for " << to_string(category) << ".\n"
+      << " rounded) for " << to_string(category) << (tensor.empty() ? "" : " (" + tensor + ")") << ".\n"
       << "  capacity " << format_bytes(capacity_bytes) << ", of which " << format_bytes(device_free_bytes)
       << " is free; allocated " << format_bytes(allocated_bytes) << "; reserved but unallocated "
       << format_bytes(reserved_unallocated_bytes()) << "; largest free block " << format_bytes(largest_free_block)

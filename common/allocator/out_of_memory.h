@@ -16,6 +16,7 @@ namespace trainmem {
 struct OomReport {
   std::string device;                  // e.g. "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu budget (16.00 GiB)"
   MemoryCategory category = MemoryCategory::other;  // what the failed request was for
+  std::string tensor;                  // the tensor it was for, when the caller named it ("h3.attn.probs")
   std::size_t requested_bytes = 0;     // what the caller asked for
   std::size_t rounded_bytes = 0;       // after 512 B rounding
   std::size_t device_request_bytes = 0;  // the segment asked of the device ("Tried to allocate")

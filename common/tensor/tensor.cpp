@@ -34,7 +34,7 @@ Tensor::Tensor(CachingAllocator& allocator, std::vector<std::int64_t> shape, DTy
       category_(category),
       name_(std::move(name)),
       stream_(stream) {
-  data_ = allocator_->allocate(checked_nbytes(shape_, dtype_, name_), category_, stream_);
+  data_ = allocator_->allocate(checked_nbytes(shape_, dtype_, name_), category_, stream_, name_);
 }
 
 Tensor Tensor::view(void* data, std::vector<std::int64_t> shape, DType dtype, MemoryCategory category,

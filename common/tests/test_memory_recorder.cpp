@@ -63,6 +63,37 @@ TEST(MemoryRecorder, LogsEveryEventWithStepAndPhase) {
   std::remove(path.c_str());
 }
 
+// A tensor's name follows its block: alloc, both frees and an OOM carry it (each name is kept
+// once), an unnamed request carries none, and the OOM report names the tensor too. (The cached
+// segment is given back before the OOM: the retry of step 4.)
+TEST(MemoryRecorder, EventsAndTheOomReportNameTheTensor) {
+  BudgetDeviceMemory device(64 * MiB, false);
+  CachingAllocator a(device);
+  a.recorder().enable();
+  void* p = a.allocate(1000, MemoryCategory::activations, kDefaultStream, "h0.attn.probs");
+  a.free(p);
+  a.free(a.allocate(1000, MemoryCategory::activations, kDefaultStream, "h0.attn.probs"));
+  a.free(a.allocate(1000));
+  try {
+    a.allocate(100 * MiB, MemoryCategory::gradients, kDefaultStream, "wte.grad");
+    ADD_FAILURE() << "no OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.report().tensor, "wte.grad");
+    EXPECT_NE(std::string(e.what()).find("for gradients (wte.grad)."), std::string::npos) << e.what();
+  }
+  const MemoryRecorder& r = a.recorder();
+  EXPECT_EQ(r.names(), (std::vector<std::string>{"", "h0.attn.probs", "wte.grad"}));
+  std::vector<std::string> named;
+  for (const TraceEvent& e : r.events()) named.push_back(std::string(to_string(e.action)) + ":" + r.names()[e.name]);
+  EXPECT_EQ(named, (std::vector<std::string>{"segment_alloc:", "alloc:h0.attn.probs", "free_requested:h0.attn.probs",
+                                             "free_completed:h0.attn.probs", "alloc:h0.attn.probs",
+                                             "free_requested:h0.attn.probs", "free_completed:h0.attn.probs", "alloc:",
+                                             "free_requested:", "free_completed:", "segment_free:", "oom:wte.grad"}));
+  const nlohmann::json j = r.to_json();
+  EXPECT_EQ(j["events"][1]["name"], "h0.attn.probs");
+  EXPECT_FALSE(j["events"][7].contains("name"));
+}
+
 TEST(MemoryRecorder, WritingToAnImpossiblePathIsAClearError) {
   MemoryRecorder r;
   EXPECT_THROW(r.write_json("/nonexistent-dir/trace.json"), std::runtime_error);

@@ -28,7 +28,7 @@ PlanReplay replay_plan(const std::vector<PlannedOp>& ops, std::size_t capacity, 
         continue;
       }
       try {
-        live[op.id] = allocator.allocate(op.bytes, op.category);
+        live[op.id] = allocator.allocate(op.bytes, op.category, kDefaultStream, op.name);
       } catch (const OutOfMemoryError& e) {
         r.oom = e.report();
         r.oom_phase = op.phase;

@@ -185,10 +185,12 @@ nlohmann::json fsdp_json(const fsdp::FsdpStrategy& strategy, const GPT& model, c
 //    on a device of the budget's size (estimator/plan_replay.h); if that replay runs out of
 //    memory, so would the run, at the same allocation: the same report, now. (Sharded runs are
 //    composed from formulas, not replayed: the allocator decides for them.)
-//  - The host: the predicted peak reserved, times the ranks on this machine, must fit the host
-//    memory available; else the budget is larger than what this machine can back.
+//  - The host: the run's peak reserved (that replay's, or the composed per-rank figure), times the
+//    ranks on this machine, must fit the host memory available; else the budget is larger than
+//    what this machine can back.
 void check_run_fits(const estimator::TrainingSetup& setup, Device& device) {
   const std::size_t budget = device.memory().free_bytes();
+  std::size_t per_rank = 0;
   if (!setup.sharding.active()) {
     const estimator::PlanReplay on_budget = estimator::replay_plan(estimator::plan_training(setup), budget, setup.allocator);
     if (on_budget.oom) {
@@ -199,9 +201,11 @@ void check_run_fits(const estimator::TrainingSetup& setup, Device& device) {
                    "of memory in " << to_string(on_budget.oom_phase) << ", allocating " << on_budget.oom_tensor << '\n';
       throw OutOfMemoryError(report);
     }
+    per_rank = on_budget.peak_reserved;
+  } else {
+    per_rank = estimator::estimate_memory(setup).peak_reserved_per_device();
+    if (per_rank > budget) return;  // the allocator stops it with its out-of-memory report
   }
-  const std::size_t per_rank = estimator::estimate_memory(setup).peak_reserved_per_device();
-  if (per_rank > budget) return;  // the allocator stops it with its out-of-memory report
   const std::size_t local_ranks = launched_local_size();
   const std::uint64_t needed = checked_mul(per_rank, local_ranks, "the run's host memory (peak reserved x ranks)");
   const HostMemory host = host_memory();

@@ -23,11 +23,12 @@ std::string plain(double x) {
   return buf;
 }
 
-}  // namespace
-
+// The range as the help and the messages write it: "1 to 4096".
 std::string describe_whole_range(std::uint64_t min, std::uint64_t max) {
   return std::to_string(min) + " to " + std::to_string(max);
 }
+
+}  // namespace
 
 CLI::Validator whole_number(std::uint64_t min, std::uint64_t max) {
   const std::string range = describe_whole_range(min, max);

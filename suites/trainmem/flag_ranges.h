@@ -20,7 +20,4 @@ CLI::Validator whole_number(std::uint64_t min, std::uint64_t max);
 enum class Bound { inclusive, exclusive };
 CLI::Validator real_number(double min, Bound min_bound, double max, Bound max_bound);
 
-// The range as the help and the messages write it: "1 to 4096", "greater than 0", ...
-std::string describe_whole_range(std::uint64_t min, std::uint64_t max);
-
 }  // namespace trainmem::cli

@@ -58,6 +58,12 @@ HostTokens& HostTokens::operator=(HostTokens&& other) noexcept {
 
 HostTokens::~HostTokens() { release(); }
 
+std::vector<std::uint16_t> HostTokens::to_vector() && {
+  std::vector<std::uint16_t> tokens = mapped() ? std::vector<std::uint16_t>(data_, data_ + size_) : std::move(owned_);
+  release();
+  return tokens;
+}
+
 void HostTokens::release() {
   if (map_ != nullptr) ::munmap(map_, map_bytes_);
   map_ = nullptr;

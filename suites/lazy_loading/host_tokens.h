@@ -28,6 +28,8 @@ class HostTokens {
   const std::uint16_t* data() const { return data_; }
   std::size_t size() const { return size_; }
   bool mapped() const { return map_ != nullptr; }
+  // The tokens as a vector: moved out when owned, copied from a mapped file.
+  std::vector<std::uint16_t> to_vector() &&;
   // Throws DataError naming `what` when a token is >= vocab (a scan of the whole dataset).
   void check_vocab(std::size_t vocab, const std::string& what) const;
 

@@ -41,6 +41,13 @@ estimator::TrainingSetup training_setup(const TrainFlags& flags, DeviceKind back
     s.sharding.fsdp_options = {fsdp::parse_sharding_mode(flags.fsdp), fsdp::parse_layers_per_unit(flags.fsdp_unit),
                                fsdp::parse_on_off(flags.fsdp_prefetch, "--fsdp-prefetch")};
   }
+  s.empty_cache = allocator::EmptyCachePolicy::parse(flags.empty_cache);
+  s.seed = flags.seed;
+  s.adam.lr = flags.lr;
+  s.adam.weight_decay = flags.weight_decay;
+  s.max_grad_norm = flags.grad_clip;
+  s.loss_scaler = flags.loss_scaler;
+  s.pinned = flags.pinned;
   s.validate();
   return s;
 }

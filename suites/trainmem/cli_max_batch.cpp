@@ -63,7 +63,6 @@ int run_max_batch(const MaxBatchFlags& f) {
   estimator::TrialOptions trial_options;
   trial_options.device = f.train.device.device;
   trial_options.capacity = options.device_memory.value_or(0);
-  trial_options.seed = f.train.seed;
   if (!file_tokens.empty()) trial_options.tokens = &file_tokens;
   nlohmann::json trials = nlohmann::json::array();
   std::map<std::size_t, bool> tried;  // B -> fits

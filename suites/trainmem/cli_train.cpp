@@ -34,6 +34,7 @@
 #include "suites/trainmem/estimate_flags.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/estimator/oom_advice.h"
+#include "suites/trainmem/estimator/training_run.h"
 #include "suites/trainmem/train_flags.h"
 #include "suites/zero/zero_memory.h"
 #include "suites/zero/zero_strategy.h"
@@ -97,14 +98,6 @@ void check_output_flags(const TrainFlags& flags) {
 std::unique_ptr<Communicator> make_world(const TrainFlags& flags, Device& device) {
   if (!sharding_asked(flags) && !launched_by_mpirun()) return nullptr;
   return make_communicator(device);
-}
-
-// The ZeRO stage this run uses: --zero, or 0 (plain data parallelism) when mpirun started several
-// ranks without a sharding flag; -1: none (a single process without --zero).
-int zero_stage(const TrainFlags& flags, const Communicator* world) {
-  if (flags.zero >= 0) return flags.zero;
-  if (!flags.fsdp.empty()) return -1;  // FSDP shards instead
-  return world != nullptr && world->world_size() > 1 ? 0 : -1;
 }
 
 // What a ZeRO run adds to --json: the per-rank memory of the model states (measured, this
@@ -250,7 +243,9 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   const std::size_t ranks = world ? static_cast<std::size_t>(world->world_size()) : 1;
   const std::size_t rank = world ? static_cast<std::size_t>(world->rank()) : 0;
   const bool reporting_rank = rank == 0;
-  const int stage = zero_stage(flags, world.get());
+  estimator::TrainingSetup setup = training_setup(flags, device->kind(), flags.loader == "eager" ? tokens.size() : 0);
+  setup.sharding.world_size = ranks;
+  const int stage = setup.sharding.zero_stage();
   if (world && reporting_rank)
     std::cerr << "world: " << ranks << " rank" << (ranks > 1 ? "s" : "") << " (" << world->backend() << "), "
               << (stage >= 0 ? zero::stage_name(stage) : !flags.fsdp.empty() ? "fsdp " + flags.fsdp : std::string("no sharding"))
@@ -258,125 +253,23 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
               << ", global batch " << ranks * flags.batch << " = " << ranks << " x " << flags.batch << " rows\n";
   device->allocator().recorder().enable(!flags.record_memory.empty() || !flags.memory_snapshot.empty());
   // Out of memory, the report names the cheapest technique that would make this run fit (the estimator).
-  estimator::TrainingSetup predicted = training_setup(flags, device->kind(), flags.loader == "eager" ? tokens.size() : 0);
-  predicted.sharding.world_size = ranks;
-  device->allocator().set_oom_advisor(estimator::make_oom_advisor(predicted));
-  if (device->kind() == DeviceKind::cpu) check_run_fits(predicted, *device);
+  device->allocator().set_oom_advisor(estimator::make_oom_advisor(setup));
+  if (device->kind() == DeviceKind::cpu) check_run_fits(setup, *device);
   if (reporting_rank)
     std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
             << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab << "), batch "
             << flags.batch << " x " << flags.accum << " accumulation steps, " << flags.steps << " steps\n";
 
-  ModelOptions model_options;
-  model_options.precision = precision;
-  model_options.attention = parse_attention(flags.attention);
-  GPT model(*device, config, flags.seed, model_options);
-  // Where the dataset lives (suites/lazy_loading): on the host read in order (sequential), all on
-  // the device (eager), or on the host with batches prefetched by a background thread (lazy).
-  // Under mpirun each takes this rank's rows of every global batch of N*B rows.
-  std::unique_ptr<BatchSource> data;
-  if (flags.loader == "sequential") {
-    data = std::make_unique<SequentialBatches>(*device, std::move(tokens), flags.batch, T, rank, ranks);
-  } else if (flags.loader == "eager") {
-    data = std::make_unique<lazy_loading::EagerLoader>(*device, lazy_loading::HostTokens(std::move(tokens)), flags.batch,
-                                                      T, lazy_loading::EagerLoaderOptions{flags.seed, true, rank, ranks});
-  } else {
-    lazy_loading::LazyLoaderOptions lo;
-    lo.prefetch = flags.prefetch;
-    lo.pinned = flags.pinned;
-    lo.seed = flags.seed;
-    lo.rank = rank;
-    lo.world = ranks;
-    data = std::make_unique<lazy_loading::LazyLoader>(
-        *device, map_token_file ? std::move(mapped_tokens) : lazy_loading::HostTokens(std::move(tokens)), flags.batch, T,
-        lo);
-  }
-  TrainerOptions topt;
-  topt.batch = flags.batch;
-  topt.seq = T;
-  topt.adam.lr = flags.lr;
-  topt.adam.weight_decay = flags.weight_decay;
-  topt.max_grad_norm = flags.grad_clip;
-  topt.accumulation_steps = flags.accum;
-  // The techniques, as strategies on the trainer's hooks.
-  RecomputeStrategy recompute_strategy(recompute);
-  DynamicLossScaler loss_scaler(flags.loss_scaler);
-  std::vector<Strategy*> strategies;
-  // Sharding first: its before-hooks gather the parameters another strategy's recompute needs.
-  std::unique_ptr<zero::ZeroStrategy> zero_strategy;
-  Optimizer* optimizer = nullptr;  // nullptr: the trainer's own AdamW
-  if (stage >= 0) {
-    zero::ZeroOptions zo;
-    zo.stage = stage;
-    zo.offload = parse_offload(flags.offload);
-    zo.adam = topt.adam;
-    zo.max_grad_norm = topt.max_grad_norm;
-    zero_strategy = std::make_unique<zero::ZeroStrategy>(model, *world, zo);
-    strategies.push_back(zero_strategy.get());
-    optimizer = &zero_strategy->optimizer();
-  }
-  std::unique_ptr<fsdp::FsdpStrategy> fsdp_strategy;
-  if (!flags.fsdp.empty()) {
-    const fsdp::FsdpOptions fo{fsdp::parse_sharding_mode(flags.fsdp), fsdp::parse_layers_per_unit(flags.fsdp_unit),
-                               fsdp::parse_on_off(flags.fsdp_prefetch, "--fsdp-prefetch")};
-    fsdp_strategy = std::make_unique<fsdp::FsdpStrategy>(model, *world, fo, topt.adam, topt.max_grad_norm);
-    strategies.push_back(fsdp_strategy.get());
-    optimizer = &fsdp_strategy->optimizer();
-    // The whole model existed once, before it was sharded (as in PyTorch without meta-device
-    // initialization); the peaks shown from here on are those of training.
-    device->allocator().reset_peak_stats();
-  }
-  if (recompute.kind != RecomputePolicy::Kind::none) strategies.push_back(&recompute_strategy);
-  if (precision == Precision::fp16) strategies.push_back(&loss_scaler);
-  // Last: empty_cache after everything else has finished with the step (suites/allocator).
-  allocator::EmptyCacheStrategy empty_cache_strategy(allocator::EmptyCachePolicy::parse(flags.empty_cache));
-  if (empty_cache_strategy.policy().every != 0) strategies.push_back(&empty_cache_strategy);
-  Trainer trainer(model, *data, topt, strategies, optimizer);
-  std::string techniques = to_string(precision);
-  techniques += " accum=";
-  techniques += std::to_string(flags.accum);
-  techniques += " recompute=";
-  techniques += recompute.to_string();
-  techniques += " attention=";
-  techniques += flags.attention;
-  if (flags.loader != "sequential") {
-    techniques += " loader=";
-    techniques += flags.loader;
-  }
-  if (stage >= 0) {
-    techniques += " zero=";
-    techniques += std::to_string(stage);
-    if (flags.offload != "none") {
-      techniques += " offload=";
-      techniques += flags.offload;
-    }
-  }
-  if (fsdp_strategy) {
-    techniques += " fsdp=";
-    techniques += flags.fsdp;
-    techniques += " unit=";
-    techniques += flags.fsdp_unit;
-    techniques += " prefetch=";
-    techniques += flags.fsdp_prefetch;
-  }
-  if (empty_cache_strategy.policy().every != 0) {
-    techniques += " empty-cache=";
-    techniques += empty_cache_strategy.policy().to_string();
-  }
-  if (world) {
-    techniques += " N=";
-    techniques += std::to_string(ranks);
-  }
+  // Model, data loader, strategies and trainer, built as every command builds them.
+  estimator::TrainingRun run(setup, *device, world.get(),
+                             map_token_file ? std::move(mapped_tokens) : lazy_loading::HostTokens(std::move(tokens)));
+  const std::string techniques = run.techniques();
 
   // (mpirun forwards output through a pseudo-terminal: one line per step there, not a redrawn one)
   const bool terminal = isatty(STDOUT_FILENO) && !launched_by_mpirun();
   nlohmann::json steps = nlohmann::json::array();
   for (long i = 0; i < flags.steps; ++i) {
-    StepResult r = trainer.step();
-    // Each rank's loss is the mean over its rows: the mean over the ranks is the global batch's.
-    if (world) r.loss = world->all_reduce_sum(r.loss) / static_cast<double>(ranks);
-    // The trainer's factor includes ZeRO's 1/N share of the mean (zero_strategy.h): show the loss scale.
-    if (zero_strategy) r.loss_scale /= zero_strategy->loss_scale();
+    const StepResult r = run.step();
     steps.push_back({{"step", r.step},
                      {"loss", r.loss},
                      {"grad_norm", r.grad_norm},
@@ -415,14 +308,14 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
                         {"pinned", flags.pinned},
                         {"accum", flags.accum},
                         {"recompute", recompute.to_string()},
-                        {"empty_cache", empty_cache_strategy.policy().to_string()},
+                        {"empty_cache", setup.empty_cache.to_string()},
                         {"tokens_per_step", ranks * flags.batch * T * flags.accum}};
     if (precision == Precision::fp16)
       result["config"]["loss_scaler"] = {{"init_scale", flags.loss_scaler.init_scale},
                                          {"growth_factor", flags.loss_scaler.growth_factor},
                                          {"backoff_factor", flags.loss_scaler.backoff_factor},
                                          {"growth_interval", flags.loss_scaler.growth_interval},
-                                         {"skipped_steps", loss_scaler.skipped_steps()}};
+                                         {"skipped_steps", run.loss_scaler().skipped_steps()}};
     result["config"]["world_size"] = ranks;
     result["config"]["zero"] = stage;  // -1: no sharding
     result["config"]["offload"] = flags.offload;
@@ -433,12 +326,12 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
                          {"reporting_rank", rank},
                          {"global_batch", ranks * flags.batch}};
     result["config"]["fsdp"] = nullptr;  // null: no FSDP
-    if (fsdp_strategy) {
+    if (run.fsdp()) {
       result["config"]["fsdp"] = {{"mode", flags.fsdp}, {"unit", flags.fsdp_unit}, {"prefetch", flags.fsdp_prefetch == "on"}};
-      result["fsdp"] = fsdp_json(*fsdp_strategy, model, *world, device->allocator().stats(), flags.accum, flags.steps);
+      result["fsdp"] = fsdp_json(*run.fsdp(), run.model(), *world, device->allocator().stats(), flags.accum, flags.steps);
     }
-    if (zero_strategy)
-      result["zero"] = zero_json(*zero_strategy, model, *world, device->allocator().stats(), flags.accum, flags.steps);
+    if (run.zero())
+      result["zero"] = zero_json(*run.zero(), run.model(), *world, device->allocator().stats(), flags.accum, flags.steps);
     result["steps"] = std::move(steps);
     result["memory"] = memory_json(device->allocator());
     write_output_file(flags.json, result.dump(2) + '\n', "--json");

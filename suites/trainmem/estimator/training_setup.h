@@ -1,10 +1,13 @@
-// What an estimate is about: one `trainmem train` configuration, described without running it.
+// One `trainmem train` configuration, described without running it: what training_run.h builds
+// (on a real device for `train` and `max-batch`, on the meta device for an estimate).
 //
 // The fields are the ones `trainmem train` takes (model, micro-batch, techniques, data loader,
-// device kind and allocator options), so an estimate is always the estimate of a run you can start
-// (suites/trainmem/estimate_flags.h builds one from the command line).
+// device kind and allocator options, the optimizer's settings), so an estimate is always the
+// estimate of a run you can start (suites/trainmem/estimate_flags.h builds one from the command
+// line).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "common/allocator/allocator_config.h"
@@ -13,8 +16,11 @@
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
 #include "common/train/sharded_adamw.h"
-#include "suites/fsdp/fsdp_options.h"
+#include "kernels/adamw.h"
+#include "suites/allocator/empty_cache_policy.h"
 #include "suites/checkpointing/recompute.h"
+#include "suites/fsdp/fsdp_options.h"
+#include "suites/mixed_precision/loss_scaler.h"
 
 namespace trainmem::estimator {
 
@@ -54,6 +60,14 @@ struct TrainingSetup {
   AllocatorConfig allocator;
 
   Sharding sharding;  // per-rank figures when active
+  allocator::EmptyCachePolicy empty_cache;  // --empty-cache: changes reserved memory, not allocated
+
+  // What the run needs that changes no memory figure.
+  std::uint64_t seed = 1;
+  kernels::AdamWHyper adam;        // --lr, --weight-decay
+  float max_grad_norm = 1.0f;      // --grad-clip (0: none)
+  LossScalerOptions loss_scaler;   // fp16
+  bool pinned = true;              // lazy: pinned host staging
 
   std::size_t seq() const { return model.seq; }
   // The number of tokens `trainmem train --data synthetic` generates for this batch (it is what

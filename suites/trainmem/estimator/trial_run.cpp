@@ -5,11 +5,7 @@
 #include <memory>
 
 #include "common/data/token_file.h"
-#include "common/train/trainer.h"
-#include "suites/checkpointing/recompute.h"
-#include "suites/lazy_loading/eager_loader.h"
-#include "suites/lazy_loading/lazy_loader.h"
-#include "suites/mixed_precision/loss_scaler.h"
+#include "suites/trainmem/estimator/training_run.h"
 
 namespace trainmem::estimator {
 
@@ -22,8 +18,8 @@ TrialResult run_trial(const TrainingSetup& s, const TrialOptions& options) {
   const std::size_t needed = s.batch * T * s.accum * static_cast<std::size_t>(options.steps) + 1;
   std::vector<std::uint16_t> tokens =
       options.tokens ? *options.tokens
-      : s.loader == Loader::eager ? load_dataset("synthetic", s.batch * T + 1, s.model.vocab, options.seed)
-                                  : synthetic_corpus(std::max(needed, 4 * (s.batch * T + 1)), options.seed);
+      : s.loader == Loader::eager ? load_dataset("synthetic", s.batch * T + 1, s.model.vocab, s.seed)
+                                  : synthetic_corpus(std::max(needed, 4 * (s.batch * T + 1)), s.seed);
   if (tokens.size() < s.batch * T + 1)
     throw DataError("the dataset has " + std::to_string(tokens.size()) + " tokens; one batch of " +
                     std::to_string(s.batch) + " needs " + std::to_string(s.batch * T + 1));
@@ -36,35 +32,9 @@ TrialResult run_trial(const TrainingSetup& s, const TrialOptions& options) {
   TrialResult r;
   r.device = device->info().label();
   try {
-    // The order of cli_train.cpp: model, data loader, trainer (its optimizer, then the batch).
-    ModelOptions model_options;
-    model_options.precision = s.precision;
-    model_options.attention = s.attention;
-    GPT model(*device, s.model, options.seed, model_options);
-    std::unique_ptr<BatchSource> data;
-    if (s.loader == Loader::sequential) {
-      data = std::make_unique<SequentialBatches>(*device, std::move(tokens), s.batch, T);
-    } else if (s.loader == Loader::eager) {
-      data = std::make_unique<lazy_loading::EagerLoader>(*device, lazy_loading::HostTokens(std::move(tokens)), s.batch, T,
-                                                        lazy_loading::EagerLoaderOptions{options.seed, true});
-    } else {
-      lazy_loading::LazyLoaderOptions lo;
-      lo.prefetch = s.prefetch;
-      lo.seed = options.seed;
-      data = std::make_unique<lazy_loading::LazyLoader>(*device, lazy_loading::HostTokens(std::move(tokens)), s.batch, T, lo);
-    }
-    TrainerOptions topt;
-    topt.batch = s.batch;
-    topt.seq = T;
-    topt.accumulation_steps = s.accum;
-    RecomputeStrategy recompute(s.recompute);
-    DynamicLossScaler loss_scaler;
-    std::vector<Strategy*> strategies;
-    if (s.recompute.kind != RecomputePolicy::Kind::none) strategies.push_back(&recompute);
-    if (s.precision == Precision::fp16) strategies.push_back(&loss_scaler);
-    Trainer trainer(model, *data, topt, strategies);
+    TrainingRun run(s, *device, nullptr, lazy_loading::HostTokens(std::move(tokens)));
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < options.steps; ++i) trainer.step();
+    for (int i = 0; i < options.steps; ++i) run.step();
     r.ms_per_step =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / options.steps;
   } catch (const OutOfMemoryError& e) {

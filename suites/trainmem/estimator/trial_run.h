@@ -1,6 +1,6 @@
-// Training a configuration for real, as `trainmem train` builds it (model, then data loader, then
-// trainer with its optimizer and strategies), for a given number of steps on a device of a given
-// size: what `trainmem max-batch` tries, and what the estimator's accuracy is measured against.
+// Training a configuration for real (training_run.h, as `trainmem train` builds it) for a given
+// number of steps on a device of a given size: what `trainmem max-batch` tries, and what the
+// estimator's accuracy is measured against.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +25,6 @@ struct TrialOptions {
   int steps = 2;                  // two: Adam's moments appear at the end of the first step
   std::string device = "cpu";     // --device auto|cpu|cuda
   std::size_t capacity = 0;       // --device-memory (0: the device's default)
-  std::uint64_t seed = 1;
   // The dataset (nullptr: the synthetic corpus `trainmem train --data synthetic` makes).
   const std::vector<std::uint16_t>* tokens = nullptr;
 };

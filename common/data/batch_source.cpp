@@ -25,6 +25,7 @@ SequentialBatches::SequentialBatches(Device& device, std::vector<std::uint16_t> 
 }
 
 void SequentialBatches::next(Tensor& tokens, Tensor& targets) {
+  if (!device_.computes()) return;  // meta: no values to read or copy
   // Walk all world*B rows of the global batch; keep this rank's B.
   for (std::size_t row = 0; row < world_ * B_; ++row) {
     if (position_ + T_ + 1 > data_.size()) position_ = 0;  // wrap: the next window would run off the end

@@ -110,6 +110,10 @@ std::size_t tokens_for_batches(std::size_t ranks, std::size_t batch, std::size_t
                      "the tokens of one global batch (N x B x T + 1)");
 }
 
+std::size_t synthetic_dataset_tokens(std::size_t min_tokens) {
+  return std::max<std::size_t>(checked_mul(min_tokens, 4, "the synthetic corpus"), std::size_t{1} << 20);
+}
+
 std::vector<std::uint16_t> synthetic_corpus(std::size_t num_tokens, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   // A vocabulary of 64 words, 2..7 lowercase letters each.
@@ -149,7 +153,7 @@ std::vector<std::uint16_t> load_dataset(const std::string& spec, std::size_t min
                                         std::uint64_t seed) {
   std::vector<std::uint16_t> tokens;
   if (spec == "synthetic") {
-    const std::size_t corpus_tokens = std::max<std::size_t>(checked_mul(min_tokens, 4, "the synthetic corpus"), 1 << 20);
+    const std::size_t corpus_tokens = synthetic_dataset_tokens(min_tokens);
     check_tokens_fit_host_memory(corpus_tokens, "--data synthetic (4 batches of tokens)");
     tokens = synthetic_corpus(corpus_tokens, seed);
   } else {

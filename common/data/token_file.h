@@ -56,6 +56,9 @@ std::vector<std::uint16_t> tokenize_bytes(const std::string& path);
 // preferred-successor (bigram) rule, separated by spaces and ended by ". ". Byte-level tokens.
 // The same seed gives the same tokens on every machine.
 std::vector<std::uint16_t> synthetic_corpus(std::size_t num_tokens, std::uint64_t seed);
+// The size of `--data synthetic` for runs that need `min_tokens`: four batches' worth, at least
+// 2^20 tokens (load_dataset makes a synthetic_corpus of this size).
+std::size_t synthetic_dataset_tokens(std::size_t min_tokens);
 
 // The tokens of one global batch, N ranks x B rows x T positions, plus the last row's last target
 // (checked arithmetic).

@@ -13,6 +13,7 @@ EagerLoader::EagerLoader(Device& device, const HostTokens& tokens, std::size_t B
   const std::size_t n = tokens.size();
   dataset_ = Tensor(device_.allocator(), {static_cast<std::int64_t>(n)}, DType::i32, MemoryCategory::data,
                     "dataset.tokens");
+  if (!device_.computes()) return;  // meta: nothing to upload (the tokens may have no values)
   // Upload in chunks so the host needs 4 MiB of int32 staging, not a second copy of the dataset.
   constexpr std::size_t kChunk = std::size_t{1} << 20;
   std::vector<std::int32_t> chunk(std::min(n, kChunk));
@@ -29,6 +30,10 @@ void EagerLoader::next(Tensor& tokens, Tensor& targets) {
   if (tokens.nbytes() != B_ * row_bytes || targets.nbytes() != B_ * row_bytes)
     throw std::invalid_argument("EagerLoader::next: the batch tensors must be int32 [B, T] = [" + std::to_string(B_) +
                                 ", " + std::to_string(T_) + "]");
+  if (!device_.computes()) {  // meta: no rows to copy
+    ++served_;
+    return;
+  }
   order_.row_starts(served_, starts_.data());
   const auto* data = dataset_.data_as<std::int32_t>();
   auto* x = static_cast<std::int32_t*>(tokens.data());

@@ -16,6 +16,12 @@ namespace trainmem::lazy_loading {
 HostTokens::HostTokens(std::vector<std::uint16_t> tokens)
     : owned_(std::move(tokens)), data_(owned_.data()), size_(owned_.size()) {}
 
+HostTokens HostTokens::without_values(std::size_t n) {
+  HostTokens t;
+  t.size_ = n;
+  return t;
+}
+
 HostTokens HostTokens::map_file(const std::string& path) {
   const std::uint64_t file_bytes = check_data_file(path);  // a regular file: a device or a pipe cannot be mapped
   if (file_bytes < kTokenFileHeaderBytes)

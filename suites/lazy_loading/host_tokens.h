@@ -14,6 +14,9 @@ class HostTokens {
   HostTokens() = default;
   // Owns the tokens.
   explicit HostTokens(std::vector<std::uint16_t> tokens);
+  // `n` tokens without values, for the meta device (common/device/device.h), where the loaders
+  // read none: data() is null. Makes a run's data sizes without holding the data.
+  static HostTokens without_values(std::size_t n);
   // Maps a token file. Throws DataError (common/data/token_file.h) with the messages
   // read_token_file gives: cannot open, too short for the header, wrong magic, wrong version or
   // dtype, size not 32 + 2 * count (truncated or corrupt).

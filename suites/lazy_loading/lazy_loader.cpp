@@ -56,6 +56,7 @@ bool LazyLoader::pinned() const {
 
 void LazyLoader::assemble(ShuffleOrder& order, std::uint64_t k, std::int32_t* tokens, std::int32_t* targets) {
   if (options_.before_assemble) options_.before_assemble(k);
+  if (!device_.computes()) return;  // meta: the tokens have no values to read, the copies are skipped
   std::vector<std::size_t> starts(B_);
   order.row_starts(k, starts.data());
   const std::uint16_t* data = host_.data();

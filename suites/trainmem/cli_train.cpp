@@ -32,7 +32,7 @@
 #include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/command_settings.h"
 #include "suites/trainmem/estimate_flags.h"
-#include "suites/trainmem/estimator/memory_estimate.h"
+#include "suites/trainmem/estimator/meta_run.h"
 #include "suites/trainmem/estimator/oom_advice.h"
 #include "suites/trainmem/estimator/training_run.h"
 #include "suites/trainmem/train_flags.h"
@@ -174,36 +174,27 @@ nlohmann::json fsdp_json(const fsdp::FsdpStrategy& strategy, const GPT& model, c
 // Before anything is allocated, on the CPU backend: a run that cannot fit is stopped now, not after
 // it has touched gigabytes of host memory (the CPU backend's "device" memory is host memory,
 // committed as it is touched).
-//  - The budget: a single-device run is replayed by the estimator, allocation for allocation,
-//    on a device of the budget's size (estimator/plan_replay.h); if that replay runs out of
-//    memory, so would the run, at the same allocation: the same report, now. (Sharded runs are
-//    composed from formulas, not replayed: the allocator decides for them.)
-//  - The host: the run's peak reserved (that replay's, or the composed per-rank figure), times the
-//    ranks on this machine, must fit the host memory available; else the budget is larger than
-//    what this machine can back.
-void check_run_fits(const estimator::TrainingSetup& setup, Device& device) {
-  const std::size_t budget = device.memory().free_bytes();
-  std::size_t per_rank = 0;
-  if (!setup.sharding.active()) {
-    const estimator::PlanReplay on_budget = estimator::replay_plan(estimator::plan_training(setup), budget, setup.allocator);
-    if (on_budget.oom) {
-      OomReport report = *on_budget.oom;
-      report.device = device.memory().name();
-      report.advice = estimator::make_oom_advisor(setup)(report);
-      std::cerr << "trainmem: stopped before the first step: the estimator's replay of this run's allocations runs out "
-                   "of memory in " << to_string(on_budget.oom_phase) << ", allocating " << on_budget.oom_tensor << '\n';
-      throw OutOfMemoryError(report);
-    }
-    per_rank = on_budget.peak_reserved;
-  } else {
-    per_rank = estimator::estimate_memory(setup).peak_reserved_per_device();
-    if (per_rank > budget) return;  // the allocator stops it with its out-of-memory report
+//  - The budget: the run is first made on the meta device of the budget's size
+//    (estimator/meta_run.h: the same code, no kernels, no memory; sharded runs as this rank over
+//    a meta communicator). If it runs out of memory there, so would the run, at the same
+//    allocation: the same report, now.
+//  - The host: the run's peak reserved, times the ranks on this machine, must fit the host memory
+//    available; else the budget is larger than what this machine can back.
+void check_run_fits(const estimator::TrainingSetup& setup, Device& device, int rank) {
+  const estimator::MetaRun on_budget = estimator::run_on_meta(setup, device.memory().free_bytes(), rank);
+  if (on_budget.oom) {
+    OomReport report = *on_budget.oom;
+    report.device = device.memory().name();
+    report.advice = estimator::make_oom_advisor(setup)(report);
+    std::cerr << "trainmem: stopped before the first step: this run, made first on the meta device, runs out of memory "
+                 "in " << on_budget.oom_phase << ", allocating " << report.tensor << '\n';
+    throw OutOfMemoryError(report);
   }
   const std::size_t local_ranks = launched_local_size();
-  const std::uint64_t needed = checked_mul(per_rank, local_ranks, "the run's host memory (peak reserved x ranks)");
+  const std::uint64_t needed = checked_mul(on_budget.peak_reserved, local_ranks, "the run's host memory (peak reserved x ranks)");
   const HostMemory host = host_memory();
   if (needed > host.available_bytes)
-    throw std::runtime_error("this run needs about " + format_bytes(needed) + " of host memory (the estimator's peak reserved" +
+    throw std::runtime_error("this run needs about " + format_bytes(needed) + " of host memory (its peak reserved" +
                              (local_ranks > 1 ? " x " + std::to_string(local_ranks) + " ranks on this machine" : std::string()) +
                              "), more than the " + format_bytes(host.available_bytes) + " available (" + host.source +
                              "): the CPU backend's device memory is host memory; use a smaller --batch or model, or "
@@ -254,7 +245,7 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   device->allocator().recorder().enable(!flags.record_memory.empty() || !flags.memory_snapshot.empty());
   // Out of memory, the report names the cheapest technique that would make this run fit (the estimator).
   device->allocator().set_oom_advisor(estimator::make_oom_advisor(setup));
-  if (device->kind() == DeviceKind::cpu) check_run_fits(setup, *device);
+  if (device->kind() == DeviceKind::cpu) check_run_fits(setup, *device, static_cast<int>(rank));
   if (reporting_rank)
     std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
             << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab << "), batch "

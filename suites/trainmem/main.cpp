@@ -121,6 +121,10 @@ int main(int argc, char** argv) {
     return ranks_disagree(e);
   } catch (const trainmem::OutOfMemoryError& e) {
     return fail(e.what(), 1);  // the full multi-line report
+  } catch (const std::bad_alloc&) {
+    return fail("this machine ran out of host memory (the program's own bookkeeping, not the device budget): "
+                "use a smaller --batch, --world-size or model",
+                1);
   } catch (const std::exception& e) {
     return fail(error_line(e), 1);
   }

@@ -55,9 +55,13 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
   std::snprintf(line, sizeof line, "model %s: %zu parameters (L=%zu H=%zu C=%zu T=%zu V=%zu)\n", s.model.name.c_str(),
                 e.num_parameters, s.model.layers, s.model.heads, s.model.dim, s.model.seq, s.model.vocab);
   out += line;
-  std::snprintf(line, sizeof line, "setup: %s, %s allocation pattern, allocator %s\n", s.describe().c_str(),
-                to_string(s.backend).c_str(), s.allocator.to_string().c_str());
+  std::snprintf(line, sizeof line, "setup: %s, allocator %s\n", s.describe().c_str(), s.allocator.to_string().c_str());
   out += line;
+  out += "measured: the run on the meta device, with the CPU backend's allocation pattern";
+  if (s.backend == DeviceKind::cuda && s.precision != Precision::fp32)
+    out += "\n  (on a GPU, 16-bit matmuls and attention read their operands without the fp32 copies counted here as "
+           "workspace: a GPU's peak is lower, issue 16)";
+  out += "\n";
   const PrecisionBytesPerParameter bpp = bytes_per_parameter(s.precision);
   std::snprintf(line, sizeof line, "model states: %zu bytes per parameter (parameters %zu + gradients %zu + optimizer %zu)\n\n",
                 bpp.total(), bpp.parameters, bpp.gradients, bpp.optimizer_state);
@@ -69,40 +73,39 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
     if (c == MemoryCategory::other) continue;
     const auto formula = formula_for(e.formulas, c);
     std::snprintf(line, sizeof line, "%-16s %14s %14s %14s\n", std::string(to_string(c)).c_str(),
-                  fmt(e.category_peak(c)).c_str(), fmt(e.replay.at_peak[index_of(c)]).c_str(),
+                  fmt(e.category_peak(c)).c_str(), fmt(e.run.at_peak[index_of(c)]).c_str(),
                   formula ? fmt(*formula).c_str() : "-");
     out += line;
   }
   std::snprintf(line, sizeof line, "%-16s %14s %14s\n", "peak allocated", "", fmt(e.peak_allocated()).c_str());
   out += line;
   std::snprintf(line, sizeof line, "%-16s %14s %14s   (%lld segments at the end)\n\n", "peak reserved", "",
-                fmt(e.peak_reserved()).c_str(), static_cast<long long>(e.replay.stats.segment[0].current));
+                fmt(e.peak_reserved()).c_str(), static_cast<long long>(e.run.stats.segment[0].current));
   out += line;
-  std::snprintf(line, sizeof line, "the peak: %s of step %d, when %s is allocated\n", to_string(e.replay.peak_phase).c_str(),
-                e.replay.peak_step, e.replay.peak_tensor.c_str());
+  std::snprintf(line, sizeof line, "the peak: %s of step %ld, when %s is allocated\n", e.run.peak_phase.c_str(),
+                e.run.peak_step, e.run.peak_tensor.c_str());
   out += line;
 
   if (e.sharded) {
-    const ShardedFigures& f = *e.sharded;
-    out += "\nper rank, " + f.scheme + " (model states from the sharding suites' exact formulas):\n";
-    std::snprintf(line, sizeof line, "%-16s %14s %14s\n", "", "this code", "ZeRO paper");
+    const ShardedFormulas& f = *e.sharded;
+    out += "\nthe figures above are one rank's: " + f.scheme + "; its model states:\n";
+    std::snprintf(line, sizeof line, "%-16s %14s %14s %14s\n", "", "measured", "exact formula", "ZeRO paper");
     out += line;
-    // Both in decimal GB, the paper's unit, to one decimal as the paper prints them.
-    auto row = [&](const char* name, std::size_t exact, double paper) {
-      std::snprintf(line, sizeof line, "%-16s %11.1f GB %11.1f GB\n", name, static_cast<double>(exact) / 1e9, paper / 1e9);
+    // Decimal GB, the paper's unit, to two decimals.
+    auto row = [&](const char* name, std::size_t measured, std::size_t exact, double paper) {
+      std::snprintf(line, sizeof line, "%-16s %11.2f GB %11.2f GB %11.2f GB\n", name, static_cast<double>(measured) / 1e9,
+                    static_cast<double>(exact) / 1e9, paper / 1e9);
       out += line;
     };
-    row("parameters", f.parameters, f.paper.parameters);
-    row("gradients", f.gradients, f.paper.gradients);
-    row("optimizer_state", f.optimizer_state, f.paper.optimizer_state);
-    row("model states", f.model_states(), f.paper.device_total());
-    if (f.communication) out += "communication    " + fmt(f.communication) + " (gathered units and gradient buckets)\n";
+    const std::size_t p = e.category_peak(MemoryCategory::parameters), g = e.category_peak(MemoryCategory::gradients),
+                      o = e.category_peak(MemoryCategory::optimizer_state);
+    row("parameters", p, f.parameters, f.paper.parameters);
+    row("gradients", g, f.gradients, f.paper.gradients);
+    row("optimizer_state", o, f.optimizer_state, f.paper.optimizer_state);
+    row("model states", p + g + o, f.model_states(), f.paper.device_total());
+    out += "(measured: each category's peak in the step on meta; ZeRO's exact formula: what a rank holds after a "
+           "step; FSDP's: peaks)\n";
     if (f.host) out += "host (offload)   " + fmt(f.host) + "\n";
-    std::snprintf(line, sizeof line, "%-16s %14s   (activations, workspace and data as on one device)\n",
-                  "peak allocated", fmt(f.peak_allocated).c_str());
-    out += line;
-    std::snprintf(line, sizeof line, "%-16s %14s\n", "peak reserved", fmt(f.peak_reserved).c_str());
-    out += line;
   }
 
   if (target.usable_bytes) {
@@ -111,12 +114,12 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
     if (target.usable_bytes != target.total_bytes) out += ", usable " + fmt(target.usable_bytes) + " (less the CUDA context)";
     out += "\n";
     if (e.fits) {
-      out += "fits: yes (peak reserved " + fmt(e.peak_reserved_per_device()) + " of " + fmt(target.usable_bytes) +
+      out += "fits: yes (peak reserved " + fmt(e.peak_reserved()) + " of " + fmt(target.usable_bytes) +
              (e.sharded ? " per rank)\n" : ")\n");
     } else {
       out += "fits: NO";
       if (e.on_device && e.on_device->oom)
-        out += " (out of memory in " + to_string(e.on_device->oom_phase) + ", allocating " + e.on_device->oom_tensor + ")";
+        out += " (out of memory in " + e.on_device->oom_phase + ", allocating " + e.on_device->oom->tensor + ")";
       out += "\n";
     }
     if (e.max_batch == 0) {
@@ -134,7 +137,7 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
   nlohmann::json j;
   j["command"] = "estimate";
   j["method"] =
-      "the predicted allocation sequence of setup and two training steps, replayed through the caching allocator "
+      "the run itself (setup and two training steps) on the meta device: every kernel skipped, the caching allocator "
       "on a device without memory";
   j["config"] = setup_json(e.setup);
   j["num_parameters"] = e.num_parameters;
@@ -145,40 +148,45 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
                               {"total", bpp.total()}};
   j["peak_allocated_bytes"] = e.peak_allocated();
   j["peak_reserved_bytes"] = e.peak_reserved();
-  j["peak"] = {{"phase", to_string(e.replay.peak_phase)}, {"step", e.replay.peak_step}, {"tensor", e.replay.peak_tensor}};
+  j["peak"] = {{"phase", e.run.peak_phase}, {"step", e.run.peak_step}, {"tensor", e.run.peak_tensor}};
   nlohmann::json by_category = nlohmann::json::object();
   for (MemoryCategory c : kAllMemoryCategories) {
     const auto formula = formula_for(e.formulas, c);
     by_category[std::string(to_string(c))] = {{"peak_bytes", e.category_peak(c)},
-                                              {"at_peak_bytes", e.replay.at_peak[index_of(c)]},
+                                              {"at_peak_bytes", e.run.at_peak[index_of(c)]},
                                               {"formula_bytes", formula ? nlohmann::json(*formula) : nlohmann::json()}};
   }
   j["by_category"] = by_category;
-  j["memory_stats"] = e.replay.stats.to_json();
+  j["memory_stats"] = e.run.stats.to_json();
   if (e.sharded) {
-    const ShardedFigures& f = *e.sharded;
+    const ShardedFormulas& f = *e.sharded;
     j["sharding"] = {
         {"scheme", f.scheme},
         {"world_size", e.setup.sharding.world_size},
+        {"figures", "per rank"},
         {"zero", e.setup.sharding.fsdp ? -1 : e.setup.sharding.zero_stage()},
         {"fsdp", e.setup.sharding.fsdp ? nlohmann::json(fsdp::to_string(e.setup.sharding.fsdp_options.mode)) : nlohmann::json()},
         {"offload", to_string(e.setup.sharding.offload)},
-        {"per_rank_bytes",
+        {"formula_per_rank_bytes",
          {{"parameters", f.parameters},
           {"gradients", f.gradients},
           {"optimizer_state", f.optimizer_state},
           {"model_states", f.model_states()},
           {"communication", f.communication},
-          {"host", f.host},
-          {"peak_allocated", f.peak_allocated},
-          {"peak_reserved", f.peak_reserved}}},
+          {"host", f.host}}},
         {"paper_stage", f.paper_stage},
         {"paper_per_rank_bytes",
          {{"parameters", f.paper.parameters},
           {"gradients", f.paper.gradients},
           {"optimizer_state", f.paper.optimizer_state},
           {"model_states", f.paper.device_total()},
-          {"host", f.paper.host}}}};
+          {"host", f.paper.host}}},
+        // What the rank's collectives move per step (communicator.h's volume); the meta run's steps
+        // hold min(accum, 3) micro-batches, so only below that is it the run's figure.
+        {"comm_volume_bytes_per_step", e.setup.accum <= kMetaMicroBatches
+                                           ? nlohmann::json(static_cast<double>(e.run.comm.total.volume_bytes) /
+                                                            static_cast<double>(kMetaSteps))
+                                           : nlohmann::json()}};
   }
   if (target.usable_bytes) {
     nlohmann::json d = {{"name", target.name},
@@ -188,8 +196,8 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
                         {"max_batch", e.max_batch},
                         {"max_batch_capped", e.max_batch_capped}};
     if (e.on_device && e.on_device->oom)
-      d["oom"] = {{"phase", to_string(e.on_device->oom_phase)},
-                  {"tensor", e.on_device->oom_tensor},
+      d["oom"] = {{"phase", e.on_device->oom_phase},
+                  {"tensor", e.on_device->oom->tensor},
                   {"message", e.on_device->oom->message()}};
     j["device"] = d;
   }

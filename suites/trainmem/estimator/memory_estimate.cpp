@@ -44,9 +44,9 @@ FormulaBytes formula_bytes(const TrainingSetup& s) {
   return f;
 }
 
-ShardedFigures sharded_figures(const TrainingSetup& s, const PlanReplay& single) {
+ShardedFormulas sharded_formulas(const TrainingSetup& s) {
   const Sharding& sh = s.sharding;
-  ShardedFigures f;
+  ShardedFormulas f;
   f.scheme = sh.describe();
   const int N = static_cast<int>(sh.world_size);
   if (sh.fsdp) {
@@ -68,18 +68,10 @@ ShardedFigures sharded_figures(const TrainingSetup& s, const PlanReplay& single)
   }
   f.paper = zero::paper_model_states(static_cast<double>(s.model.num_parameters()), N, f.paper_stage, s.precision,
                                      sh.fsdp ? Offload::none : sh.offload);
-  // The single-device peak moment, its model states swapped for one rank's.
-  auto at = [&](MemoryCategory c) { return single.at_peak[index_of(c)]; };
-  f.peak_allocated = at(MemoryCategory::activations) + at(MemoryCategory::workspace) + at(MemoryCategory::data) +
-                     at(MemoryCategory::other) + f.model_states() + f.communication;
-  f.peak_reserved = f.peak_allocated + (single.peak_reserved - single.peak_allocated);
   return f;
 }
 
-bool fits_on(const TrainingSetup& setup, std::size_t capacity) {
-  if (setup.sharding.active()) return estimate_memory(setup).peak_reserved_per_device() <= capacity;
-  return !replay_plan(plan_training(setup), capacity, setup.allocator).oom.has_value();
-}
+bool fits_on(const TrainingSetup& setup, std::size_t capacity) { return !run_on_meta(setup, capacity).oom.has_value(); }
 
 std::size_t largest_fitting_batch(TrainingSetup setup, std::size_t capacity, std::size_t limit, bool* capped) {
   if (capped) *capped = false;
@@ -88,22 +80,19 @@ std::size_t largest_fitting_batch(TrainingSetup setup, std::size_t capacity, std
     return setup;
   };
   auto fits_with = [&](std::size_t b) { return fits_on(with_batch(b), capacity); };
+  if (limit < 2) return limit == 1 && fits_with(1) ? 1 : 0;
   if (!fits_with(1)) return 0;
-  if (fits_with(limit)) {
-    if (capped) *capped = true;
-    return limit;
-  }
-  // A first guess from the straight line through the peaks at B=1 and B=limit: memory grows
-  // linearly with the micro-batch, apart from the allocator's rounding. Then gallop from the guess
-  // until the answer is bracketed, and bisect: a handful of simulations instead of one per bit of
-  // B, so that `trainmem estimate` answers within seconds even for a thousand layers.
-  const double peak1 = static_cast<double>(estimate_memory(with_batch(1)).peak_reserved_per_device());
-  const double peak_limit = static_cast<double>(estimate_memory(with_batch(limit)).peak_reserved_per_device());
-  const double per_row = (peak_limit - peak1) / static_cast<double>(limit - 1);
-  const double rows = per_row > 0 ? (static_cast<double>(capacity) - peak1) / per_row : 0;
-  // The bracket: lo fits, hi does not.
-  std::size_t lo = 1, hi = limit;
-  const std::size_t guess = rows >= static_cast<double>(limit - 2) ? limit - 1 : 1 + static_cast<std::size_t>(std::max(rows, 0.0));
+  // A first guess from the straight line through the peaks at B=1 and B=2: memory grows linearly
+  // with the micro-batch, apart from the allocator's rounding. Then gallop from the guess until the
+  // answer is bracketed, and bisect: a handful of meta runs instead of one per bit of B.
+  const double peak1 = static_cast<double>(run_on_meta(with_batch(1)).peak_reserved);
+  const double peak2 = static_cast<double>(run_on_meta(with_batch(2)).peak_reserved);
+  const double per_row = peak2 - peak1;
+  const double rows = per_row > 0 ? (static_cast<double>(capacity) - peak1) / per_row : static_cast<double>(limit);
+  const std::size_t guess =
+      rows >= static_cast<double>(limit - 1) ? limit : 1 + static_cast<std::size_t>(std::max(rows, 0.0));
+  // The bracket: lo fits, hi does not (hi = limit + 1: not known not to fit).
+  std::size_t lo = 1, hi = limit + 1;
   if (guess > lo) {
     if (fits_with(guess)) {
       lo = guess;
@@ -129,6 +118,7 @@ std::size_t largest_fitting_batch(TrainingSetup setup, std::size_t capacity, std
     const std::size_t mid = lo + (hi - lo) / 2;
     (fits_with(mid) ? lo : hi) = mid;
   }
+  if (capped && lo == limit) *capped = true;
   return lo;
 }
 
@@ -136,20 +126,17 @@ MemoryEstimate estimate_memory(const TrainingSetup& setup, std::size_t capacity)
   MemoryEstimate e;
   e.setup = setup;
   e.num_parameters = setup.model.num_parameters();
-  const std::vector<PlannedOp> plan = plan_training(setup);
-  e.replay = replay_plan(plan, 0, setup.allocator);
+  e.run = run_on_meta(setup);
   e.formulas = formula_bytes(setup);
-  if (setup.sharding.active()) e.sharded = sharded_figures(setup, e.replay);
+  if (setup.sharding.active()) e.sharded = sharded_formulas(setup);
   e.capacity = capacity;
   if (capacity == 0) return e;
   // Within capacity on an unlimited device means it fits; beyond, the allocator may still make it
-  // by releasing its cache and retrying, which only the replay on the real capacity can tell.
-  if (e.peak_reserved_per_device() <= capacity) {
+  // by releasing its cache and retrying, which only the run on the real capacity can tell.
+  if (e.peak_reserved() <= capacity) {
     e.fits = true;
-  } else if (e.sharded) {
-    e.fits = false;
   } else {
-    e.on_device = replay_plan(plan, capacity, setup.allocator);
+    e.on_device = run_on_meta(setup, capacity);
     e.fits = !e.on_device->oom.has_value();
   }
   e.max_batch = largest_fitting_batch(setup, capacity, kMaxBatchLimit, &e.max_batch_capped);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "common/data/token_file.h"
 #include "suites/zero/zero_memory.h"
 
 namespace trainmem::estimator {
@@ -36,9 +37,8 @@ std::string Sharding::describe() const {
 }
 
 std::size_t TrainingSetup::synthetic_tokens() const {
-  // common/data/token_file.cpp load_dataset: synthetic_corpus(max(4 * min_tokens, 2^20)) with
-  // min_tokens = B*T + 1.
-  return std::max<std::size_t>(4 * (batch * seq() + 1), std::size_t{1} << 20);
+  // Under mpirun every rank loads the corpus of the global batch (N*B rows), as one process would.
+  return synthetic_dataset_tokens(tokens_for_batches(sharding.world_size, batch, seq()));
 }
 
 void TrainingSetup::validate() const {

@@ -70,8 +70,8 @@ struct TrainingSetup {
   bool pinned = true;              // lazy: pinned host staging
 
   std::size_t seq() const { return model.seq; }
-  // The number of tokens `trainmem train --data synthetic` generates for this batch (it is what
-  // an eager loader puts on the device): max(4 (B*T + 1), 2^20), see load_dataset().
+  // The number of tokens `trainmem train --data synthetic` generates for this global batch (it is
+  // what an eager loader puts on the device): common/data/token_file.h synthetic_dataset_tokens.
   std::size_t synthetic_tokens() const;
   std::size_t eager_tokens() const { return dataset_tokens ? dataset_tokens : synthetic_tokens(); }
   // Checks what the trainer and the model would refuse (std::invalid_argument, one line).

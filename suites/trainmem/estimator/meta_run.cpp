@@ -1,0 +1,98 @@
+#include "suites/trainmem/estimator/meta_run.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "common/comm/meta_communicator.h"
+#include "common/data/token_file.h"
+#include "common/util/checked_math.h"
+#include "suites/trainmem/estimator/training_run.h"
+
+namespace trainmem::estimator {
+
+namespace {
+
+// What the allocator can count (common/util/checked_math.h): "unlimited".
+constexpr std::size_t kUnlimited = std::size_t{1} << 62;
+
+// The dataset, as many tokens as the run's, without values (the loaders read none on meta): an
+// eager loader puts all of it on the device, so its size matters (the synthetic corpus's or the
+// file's); the lazy loader needs one global batch. The sequential reader takes a vector: one
+// rank's batch (it wraps around).
+lazy_loading::HostTokens meta_tokens(const TrainingSetup& s) {
+  const std::size_t B = s.batch, T = s.seq(), N = s.sharding.world_size;
+  switch (s.loader) {
+    case Loader::eager: return lazy_loading::HostTokens::without_values(s.eager_tokens());
+    case Loader::lazy: return lazy_loading::HostTokens::without_values(tokens_for_batches(N, B, T));
+    case Loader::sequential: break;
+  }
+  return lazy_loading::HostTokens(std::vector<std::uint16_t>(tokens_for_batches(1, B, T)));
+}
+
+std::string phase_name(std::string_view recorder_phase) {
+  return recorder_phase == "none" ? std::string("setup") : std::string(recorder_phase);
+}
+
+// The moment allocated memory peaked, from the recorder's events: allocated bytes grow at an
+// alloc by the block's size and shrink at free_requested (as the allocator's statistics count).
+// The moment is the first allocation that reaches the statistics' peak after the last time the
+// total was above it: a run may reset its peaks (FSDP does once the model is sharded).
+void find_peak_moment(const MemoryRecorder& recorder, MetaRun& r) {
+  std::array<std::size_t, kNumMemoryCategories> held{};
+  std::size_t total = 0;
+  bool found = false;
+  for (const TraceEvent& e : recorder.events()) {
+    if (e.action == TraceAction::free_requested) {
+      held[index_of(e.category)] -= e.block_size;
+      total -= e.block_size;
+    } else if (e.action == TraceAction::alloc) {
+      held[index_of(e.category)] += e.block_size;
+      total += e.block_size;
+      if (total > r.peak_allocated) {
+        found = false;  // before a reset of the peaks
+      } else if (total == r.peak_allocated && !found) {
+        found = true;
+        r.at_peak = held;
+        r.peak_phase = phase_name(recorder.phases()[e.phase]);
+        r.peak_step = std::max<long>(0, static_cast<long>(e.step));
+        r.peak_tensor = recorder.names()[e.name];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank) {
+  TrainingSetup s = setup;
+  s.accum = std::min(s.accum, kMetaMicroBatches);
+  s.validate();
+  DeviceOptions options;
+  options.choice = "meta";
+  options.device_memory = capacity ? capacity : kUnlimited;
+  options.allocator = s.allocator;
+  auto device = Device::open(options);
+  device->allocator().recorder().enable();
+  std::unique_ptr<Communicator> world;
+  if (s.sharding.active()) world = std::make_unique<MetaCommunicator>(rank, static_cast<int>(s.sharding.world_size));
+
+  MetaRun r;
+  try {
+    TrainingRun run(s, *device, world.get(), meta_tokens(s));
+    for (int i = 0; i < kMetaSteps; ++i) run.step();
+    const MemoryStats held = device->allocator().stats();
+    for (std::size_t c = 0; c < kNumMemoryCategories; ++c)
+      r.after_steps[c] = static_cast<std::size_t>(held.by_category[c].current);
+  } catch (const OutOfMemoryError& e) {
+    r.oom = e.report();
+    r.oom_phase = phase_name(device->allocator().recorder().phase());
+  }
+  r.stats = device->allocator().stats();
+  r.peak_allocated = static_cast<std::size_t>(r.stats.allocated_bytes[0].peak);
+  r.peak_reserved = static_cast<std::size_t>(r.stats.reserved_bytes[0].peak);
+  find_peak_moment(device->allocator().recorder(), r);
+  if (world) r.comm = world->stats();
+  return r;
+}
+
+}  // namespace trainmem::estimator

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -171,6 +173,54 @@ nlohmann::json fsdp_json(const fsdp::FsdpStrategy& strategy, const GPT& model, c
             {"predicted_volume_bytes", fsdp::fsdp_comm_volume_per_step(model.config(), N, strategy.options(), precision, accum)}}}};
 }
 
+// --- the memory of every rank (mpirun): the peaks, gathered to rank 0 for --json
+
+struct RankPeaks {
+  std::int64_t allocated = 0, reserved = 0;
+  std::array<std::int64_t, kNumMemoryCategories> by_category{};
+};
+
+// Each figure of each rank, to every rank: rank r contributes its figure in slot r, zeros
+// elsewhere, and a sum over the ranks fills every slot (exact: the figures are below 2^53).
+std::vector<RankPeaks> gather_rank_peaks(const MemoryStats& stats, Communicator& world) {
+  const auto N = static_cast<std::size_t>(world.world_size()), me = static_cast<std::size_t>(world.rank());
+  std::vector<RankPeaks> all(N);
+  auto gather = [&](std::int64_t mine, auto field) {
+    for (std::size_t r = 0; r < N; ++r)
+      field(all[r]) = static_cast<std::int64_t>(world.all_reduce_sum(r == me ? static_cast<double>(mine) : 0.0));
+  };
+  gather(stats.allocated_bytes[0].peak, [](RankPeaks& p) -> std::int64_t& { return p.allocated; });
+  gather(stats.reserved_bytes[0].peak, [](RankPeaks& p) -> std::int64_t& { return p.reserved; });
+  for (std::size_t c = 0; c < kNumMemoryCategories; ++c)
+    gather(stats.by_category[c].peak, [c](RankPeaks& p) -> std::int64_t& { return p.by_category[c]; });
+  return all;
+}
+
+// --json under mpirun: "per_rank" lists every rank's peaks, and the top-level peaks (peak
+// allocated, peak reserved, each category's peak) are those of the rank with the largest peak
+// reserved, the one a device must fit; the rest of "memory" (current bytes, statistics,
+// fragmentation) is rank 0's.
+void add_rank_peaks(nlohmann::json& memory, const std::vector<RankPeaks>& ranks) {
+  nlohmann::json per_rank = nlohmann::json::array();
+  std::size_t largest = 0;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    nlohmann::json by_category = nlohmann::json::object();
+    for (MemoryCategory c : kAllMemoryCategories) by_category[std::string(to_string(c))] = ranks[r].by_category[index_of(c)];
+    per_rank.push_back({{"rank", r},
+                        {"peak_allocated_bytes", ranks[r].allocated},
+                        {"peak_reserved_bytes", ranks[r].reserved},
+                        {"by_category_peak_bytes", by_category}});
+    if (ranks[r].reserved > ranks[largest].reserved) largest = r;
+  }
+  const RankPeaks& top = ranks[largest];
+  memory["peak_allocated_bytes"] = top.allocated;
+  memory["peak_reserved_bytes"] = top.reserved;
+  for (MemoryCategory c : kAllMemoryCategories)
+    memory["by_category"][std::string(to_string(c))]["peak_bytes"] = top.by_category[index_of(c)];
+  memory["peaks_of_rank"] = largest;
+  memory["per_rank"] = std::move(per_rank);
+}
+
 // Before anything is allocated, on the CPU backend: a run that cannot fit is stopped now, not after
 // it has touched gigabytes of host memory (the CPU backend's "device" memory is host memory,
 // committed as it is touched).
@@ -276,7 +326,10 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
               << std::flush;
   }
 
-  if (!reporting_rank) return 0;  // rank 0 writes the files (every rank holds the same figures)
+  // Every rank's peaks, gathered before rank 0 writes the files (every rank takes part).
+  const std::vector<RankPeaks> ranks_peaks = world ? gather_rank_peaks(device->allocator().stats(), *world)
+                                                   : std::vector<RankPeaks>{};
+  if (!reporting_rank) return 0;  // rank 0 writes the files
   if (!flags.json.empty()) {
     nlohmann::json result = run_context_json(device->info(), options.allocator);
     result["config"] = {{"command", "train"},
@@ -325,6 +378,7 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
       result["zero"] = zero_json(*run.zero(), run.model(), *world, device->allocator().stats(), flags.accum, flags.steps);
     result["steps"] = std::move(steps);
     result["memory"] = memory_json(device->allocator());
+    if (ranks_peaks.size() > 1) add_rank_peaks(result["memory"], ranks_peaks);
     write_output_file(flags.json, result.dump(2) + '\n', "--json");
   }
   if (!flags.record_memory.empty()) device->allocator().recorder().write_json(flags.record_memory, "--record-memory");

@@ -1,0 +1,92 @@
+// The sharded estimate against sharded training: `trainmem estimate --world-size N` (rank 0's real
+// ZeRO or FSDP strategy on the meta device, over a communicator that moves nothing) gives the
+// same per-rank figures as `mpirun -np N trainmem train` measures, to the byte: peak allocated,
+// peak reserved and every category's peak, for ZeRO 0-3, offload, and FSDP full/grad_op with and
+// without prefetch, at 2 and 4 ranks, in both allocator pools.
+//
+// The vocabulary (251) and so the embedding do not divide by 2 or 4: the units are padded, and
+// every rank's figures, as train --json lists them (memory.per_rank), equal rank 0's, which is
+// the rank the estimate runs.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/tests/command_runner.h"
+
+namespace trainmem {
+namespace {
+
+const char* const kModel = "--model tiny --vocab 251";
+
+std::string mpirun(int ranks, const std::string& args) {
+  // OpenMPI refuses to run as root (CI) unless both variables are set.
+  return std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 120 '") + TRAINMEM_MPIEXEC +
+         "' --oversubscribe -np " + std::to_string(ranks) + " '" + TRAINMEM_BINARY + "' " + args;
+}
+
+nlohmann::json run_json(const std::string& command) {
+  const testing_support::CommandResult r = testing_support::run_command(command);
+  EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.out << r.err;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out, nullptr, false) : nlohmann::json();
+}
+
+void expect_estimate_equals_training(int ranks, std::string sharding, int batch = 2) {
+  sharding += " --batch " + std::to_string(batch);
+  SCOPED_TRACE("-np " + std::to_string(ranks) + " " + sharding);
+  const std::string json = testing_support::scratch_path("estimate_ranks.json");
+  const testing_support::CommandResult trained =
+      testing_support::run_command(mpirun(ranks, std::string("train --steps 2 ") + kModel + " " + sharding + " --json '" + json + "'"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+  const nlohmann::json measured = nlohmann::json::parse(testing_support::read_text_file(json))["memory"];
+  std::remove(json.c_str());
+  const nlohmann::json predicted = run_json(std::string("'") + TRAINMEM_BINARY + "' estimate " + kModel + " " + sharding +
+                                            " --world-size " + std::to_string(ranks) + " --json");
+  ASSERT_TRUE(predicted.is_object());
+
+  EXPECT_EQ(predicted["peak_allocated_bytes"], measured["peak_allocated_bytes"]);
+  EXPECT_EQ(predicted["peak_reserved_bytes"], measured["peak_reserved_bytes"]);
+  for (const auto& [category, figures] : measured["by_category"].items())
+    EXPECT_EQ(predicted["by_category"][category]["peak_bytes"], figures["peak_bytes"]) << category;
+  // Every rank as rank 0 (so the estimate's one rank is the largest).
+  ASSERT_EQ(measured["per_rank"].size(), static_cast<std::size_t>(ranks));
+  const nlohmann::json& rank0 = measured["per_rank"][0];
+  for (const nlohmann::json& rank : measured["per_rank"]) {
+    EXPECT_EQ(rank["peak_allocated_bytes"], rank0["peak_allocated_bytes"]) << "rank " << rank["rank"];
+    EXPECT_EQ(rank["peak_reserved_bytes"], rank0["peak_reserved_bytes"]) << "rank " << rank["rank"];
+    EXPECT_EQ(rank["by_category_peak_bytes"], rank0["by_category_peak_bytes"]) << "rank " << rank["rank"];
+  }
+  std::printf("-np %d %-40s peak allocated %lld, reserved %lld: estimate equal\n", ranks, sharding.c_str(),
+              measured["peak_allocated_bytes"].get<long long>(), measured["peak_reserved_bytes"].get<long long>());
+}
+
+class EstimateRanks : public testing::TestWithParam<int> {};
+
+TEST_P(EstimateRanks, Zero) {
+  for (const char* stage : {"--zero 0", "--zero 1", "--zero 2", "--zero 3"}) expect_estimate_equals_training(GetParam(), stage);
+}
+
+TEST_P(EstimateRanks, ZeroOffload) {
+  expect_estimate_equals_training(GetParam(), "--zero 2 --offload optimizer");
+  expect_estimate_equals_training(GetParam(), "--zero 3 --offload params");
+}
+
+TEST_P(EstimateRanks, Fsdp) {
+  for (const char* mode : {"full", "grad_op"})
+    for (const char* prefetch : {"off", "on"})
+      expect_estimate_equals_training(GetParam(), std::string("--fsdp ") + mode + " --fsdp-prefetch " + prefetch);
+}
+
+// At B=20 the attention matrices (1.25 MiB) go to the large pool and its 20 MiB segments.
+TEST_P(EstimateRanks, LargePool) {
+  expect_estimate_equals_training(GetParam(), "--zero 3", 20);
+  expect_estimate_equals_training(GetParam(), "--fsdp full --fsdp-prefetch on", 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, EstimateRanks, testing::Values(2, 4),
+                         [](const testing::TestParamInfo<int>& info) { return "np" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace trainmem

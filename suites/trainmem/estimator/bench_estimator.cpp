@@ -1,0 +1,148 @@
+// bench_estimator: how long an estimate takes, against model size (tiny to 7B) and world size.
+//
+//   build/cpu/suites/trainmem/estimator/bench_estimator --benchmark_out=estimator.json --benchmark_out_format=json
+//
+// 1. BM_MetaRun/<model>: the run on the meta device (meta_run.h): the model built, two optimizer
+//    steps, bf16, flash attention, B=1 -- what every estimate does once per configuration.
+// 2. BM_Estimate/<model>: `trainmem estimate --gpu h100-80gb`: the meta run, whether it fits and
+//    the largest micro-batch that does (a handful of meta runs more).
+// 3. BM_MetaRunSharded/<scheme>/<ranks>: the 7.5B model of the ZeRO paper's Figure 1, rank 0's
+//    ZeRO-3 or FSDP full strategy over a meta communicator of N ranks.
+// Counters: the model's parameters, the run's peak allocated and reserved (bytes), and the
+// allocations the run made (its work: nothing else runs on meta).
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <vector>
+
+#include "common/results/benchmark_context.h"
+#include "suites/trainmem/estimator/gpu_catalog.h"
+#include "suites/trainmem/estimator/memory_estimate.h"
+
+namespace trainmem::estimator {
+namespace {
+
+struct ModelCase {
+  const char* name;
+  GPTConfig config;
+};
+
+// A 7B GPT given by flags: L=32, C=4096, H=32, T=2048, V=50257 (6.9B parameters).
+GPTConfig gpt_7b() {
+  GPTConfig c = gpt_preset("gpt2-1.5b");
+  c.name = "7b";
+  c.layers = 32;
+  c.dim = 4096;
+  c.heads = 32;
+  c.seq = 2048;
+  return c;
+}
+
+// The ZeRO paper's 7.5B: L=36, C=4096, T=4096, V=57019 (7,500,009,472 parameters).
+GPTConfig zero_paper_7_5b() {
+  GPTConfig c = gpt_7b();
+  c.name = "7.5b";
+  c.layers = 36;
+  c.seq = 4096;
+  c.vocab = 57019;
+  return c;
+}
+
+const std::vector<ModelCase>& models() {
+  static const std::vector<ModelCase> list = {{"tiny", gpt_preset("tiny")},           {"small", gpt_preset("small")},
+                                              {"gpt2-124m", gpt_preset("gpt2-124m")}, {"gpt2-350m", gpt_preset("gpt2-350m")},
+                                              {"gpt2-1.5b", gpt_preset("gpt2-1.5b")}, {"7b", gpt_7b()}};
+  return list;
+}
+
+TrainingSetup bf16_flash(const GPTConfig& config) {
+  TrainingSetup s;
+  s.model = config;
+  s.batch = 1;
+  s.precision = Precision::bf16;
+  s.attention = AttentionKind::flash;
+  return s;
+}
+
+void set_counters(benchmark::State& state, const TrainingSetup& s, const MetaRun& r) {
+  state.counters["parameters"] = static_cast<double>(s.model.num_parameters());
+  state.counters["peak_allocated"] = benchmark::Counter(static_cast<double>(r.peak_allocated), benchmark::Counter::kDefaults,
+                                                        benchmark::Counter::kIs1024);
+  state.counters["peak_reserved"] = benchmark::Counter(static_cast<double>(r.peak_reserved), benchmark::Counter::kDefaults,
+                                                       benchmark::Counter::kIs1024);
+  state.counters["allocations"] = static_cast<double>(r.stats.allocation[0].allocated);
+}
+
+void BM_MetaRun(benchmark::State& state, const GPTConfig& config) {
+  const TrainingSetup s = bf16_flash(config);
+  MetaRun r;
+  for (auto _ : state) {
+    r = run_on_meta(s);
+    benchmark::DoNotOptimize(r.peak_reserved);
+  }
+  set_counters(state, s, r);
+}
+
+void BM_Estimate(benchmark::State& state, const GPTConfig& config) {
+  const TrainingSetup s = bf16_flash(config);
+  const std::size_t capacity = find_gpu("h100-80gb").total_bytes - kCudaContextBytes;
+  MemoryEstimate e;
+  for (auto _ : state) {
+    e = estimate_memory(s, capacity);
+    benchmark::DoNotOptimize(e.max_batch);
+  }
+  set_counters(state, s, e.run);
+  state.counters["max_batch"] = static_cast<double>(e.max_batch);
+}
+
+void BM_MetaRunSharded(benchmark::State& state, bool fsdp) {
+  TrainingSetup s = bf16_flash(zero_paper_7_5b());
+  s.recompute = RecomputePolicy::parse("full");
+  s.sharding.world_size = static_cast<std::size_t>(state.range(0));
+  if (fsdp) s.sharding.fsdp = true;
+  else s.sharding.zero = 3;
+  MetaRun r;
+  for (auto _ : state) {
+    r = run_on_meta(s);
+    benchmark::DoNotOptimize(r.peak_reserved);
+  }
+  set_counters(state, s, r);
+  state.counters["comm_volume_per_step"] =
+      benchmark::Counter(static_cast<double>(r.comm.total.volume_bytes) / kMetaSteps, benchmark::Counter::kDefaults,
+                         benchmark::Counter::kIs1024);
+}
+
+void register_benchmarks() {
+  for (const ModelCase& m : models()) {
+    benchmark::RegisterBenchmark((std::string("BM_MetaRun/") + m.name).c_str(), BM_MetaRun, m.config)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((std::string("BM_Estimate/") + m.name).c_str(), BM_Estimate, m.config)
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (const bool fsdp : {false, true})
+    benchmark::RegisterBenchmark(fsdp ? "BM_MetaRunSharded/fsdp_full" : "BM_MetaRunSharded/zero3", BM_MetaRunSharded, fsdp)
+        ->Arg(8)
+        ->Arg(64)
+        ->Arg(1024)
+        ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+}  // namespace trainmem::estimator
+
+// Always the meta device (an estimate computes nothing): no --device flag.
+int main(int argc, char** argv) {
+  using namespace trainmem;
+  const auto out = take_benchmark_out(argc, argv, "bench_estimator");
+  if (!out) return 2;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  DeviceOptions options;
+  options.choice = "meta";
+  const auto device = Device::open(options);
+  add_benchmark_context(device->info(), device->allocator().config());
+  estimator::register_benchmarks();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return commit_benchmark_out(*out, "bench_estimator");
+}

@@ -67,6 +67,9 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
   const bool asks_gpu = options.choice == "auto" || options.choice == "cuda";
   const std::optional<std::string> no_cuda = asks_gpu ? cuda_unavailable_reason() : std::nullopt;
   DeviceKind kind = DeviceKind::cpu;
+  if (options.pattern == DeviceKind::meta) throw DeviceError("--pattern must be cpu or cuda");
+  if (options.pattern == DeviceKind::cuda && options.choice != "meta")
+    throw DeviceError("--pattern cuda applies to --device meta (a real device follows its own pattern)");
   if (options.choice == "meta") {
     kind = DeviceKind::meta;
   } else if (options.choice == "cuda") {
@@ -77,6 +80,7 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
   }
 
   std::unique_ptr<Device> device(new Device());
+  device->cuda_pattern_ = kind == DeviceKind::meta && options.pattern == DeviceKind::cuda;
   if (kind == DeviceKind::cuda) {
     const int index = gpu_index_for_this_process();
     device->memory_ = make_cuda_device_memory(index, options.device_memory.value_or(0));
@@ -99,7 +103,8 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
     if (kind == DeviceKind::cuda) {
       *log << "device: " << i.label() << " (" << i.name << ", " << format_bytes(i.device_memory_bytes) << ")\n";
     } else if (kind == DeviceKind::meta) {
-      *log << "device: meta (no memory, no kernels: the allocation sequence only) with a "
+      *log << "device: meta (no memory, no kernels: the allocation sequence only, the "
+           << (device->cuda_pattern_ ? "CUDA" : "CPU") << " backend's pattern) with a "
            << format_bytes(i.device_memory_bytes) << " device-memory budget\n";
     } else {
       const std::string why =

@@ -3,7 +3,8 @@
 //
 // meta (as PyTorch's meta device): the same code runs with every kernel and copy skipped, on an
 // allocator backed by no memory, so a run's allocation sequence (every peak, segment and OOM
-// point) comes out without computing anything. It follows the CPU backend's allocation pattern.
+// point) comes out without computing anything. It follows the CPU backend's allocation pattern, or
+// the CUDA backend's (--pattern cuda): where the backends differ is decided by cuda_pattern().
 // Reads of device values on the host (the loss, the gradient norm) give zeros: a clean step.
 #pragma once
 #include <cstddef>
@@ -56,6 +57,8 @@ struct DeviceOptions {
   std::optional<std::size_t> device_memory;  // --device-memory; default: 16 GiB on cpu, the card on cuda
   AllocatorConfig allocator;
   bool backed = true;  // cpu only: false gives a simulated device whose memory is never touched
+  // meta only (--pattern cpu|cuda): whose allocation pattern the run follows.
+  DeviceKind pattern = DeviceKind::cpu;
 };
 
 // Implemented with the CUDA runtime where trainmem was built with CUDA, by stubs otherwise.
@@ -79,8 +82,10 @@ class Device {
   // Whether kernels and copies really run (not on meta, whose memory is addresses only).
   bool computes() const { return kind() != DeviceKind::meta; }
   // Whether allocations follow the CUDA backend's pattern (its workspaces, its 16-bit matmuls)
-  // rather than the CPU backend's, which meta follows.
-  bool cuda_pattern() const { return kind() == DeviceKind::cuda; }
+  // rather than the CPU backend's: on cuda, and on meta with --pattern cuda. The code asks this,
+  // never the device kind, wherever the two backends allocate differently; it asks computes()
+  // before calling a kernel of its own.
+  bool cuda_pattern() const { return kind() == DeviceKind::cuda || (kind() == DeviceKind::meta && cuda_pattern_); }
   const DeviceInfo& info() const { return info_; }
   CachingAllocator& allocator() { return *allocator_; }
   DeviceMemory& memory() { return *memory_; }
@@ -89,6 +94,7 @@ class Device {
  private:
   Device() = default;
   DeviceInfo info_;
+  bool cuda_pattern_ = false;
   std::unique_ptr<DeviceMemory> memory_;
   std::unique_ptr<CachingAllocator> allocator_;
 };

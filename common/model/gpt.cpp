@@ -13,6 +13,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/flash_attention.h"
+#include "kernels/flash_attention_workspace.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -62,10 +63,10 @@ Tensor GPT::make_f32(std::vector<std::int64_t> shape, MemoryCategory category, c
 GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions options)
     : device_(device), config_(std::move(config)), options_(options), dtype_(storage_dtype(options.precision)) {
   config_.validate();
-  if (options_.attention != AttentionKind::naive && device_.kind() == DeviceKind::cuda && dtype_ == DType::f32)
+  if (options_.attention != AttentionKind::naive && device_.cuda_pattern() && dtype_ == DType::f32)
     throw std::invalid_argument("--attention " + to_string(options_.attention) +
                                 " runs on a GPU in 16 bits: add --precision bf16 (or fp16)");
-  if (options_.attention == AttentionKind::cudnn && device_.kind() != DeviceKind::cuda)
+  if (options_.attention == AttentionKind::cudnn && !device_.cuda_pattern())
     throw std::invalid_argument("--attention cudnn needs a CUDA device; on the CPU use --attention flash");
   const auto V = static_cast<std::int64_t>(config_.vocab), T = static_cast<std::int64_t>(config_.seq),
              C = static_cast<std::int64_t>(config_.dim), L = static_cast<std::int64_t>(config_.layers);
@@ -146,9 +147,10 @@ Update GPT::inout(Tensor& t) { return Update(device_, t); }
 void GPT::linear_forward(Tensor& y, const Tensor& x, const Tensor& weight, const Tensor* bias, std::size_t N,
                          std::size_t C, std::size_t OC) {
   const auto s = kernel_stream(device_);
-  if (dtype_ != DType::f32 && s.backend == kernels::Backend::cuda) {
+  if (dtype_ != DType::f32 && device_.cuda_pattern()) {
     // 16-bit operands straight into the tensor cores, fp32 accumulation (cuBLASLt).
-    TRAINMEM_CUDA_KERNEL("matmul16_forward",
+    if (device_.computes())
+      TRAINMEM_CUDA_KERNEL("matmul16_forward",
                          kernels::cuda::matmul16_forward(
                              s.cuda_stream, half16(),
                              y.data_as<std::uint16_t>(), x.data_as<std::uint16_t>(),
@@ -162,9 +164,10 @@ void GPT::linear_forward(Tensor& y, const Tensor& x, const Tensor& weight, const
 void GPT::linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                           const Tensor& weight, std::size_t N, std::size_t C, std::size_t OC) {
   const auto s = kernel_stream(device_);
-  if (dtype_ != DType::f32 && s.backend == kernels::Backend::cuda) {
+  if (dtype_ != DType::f32 && device_.cuda_pattern()) {
     [[maybe_unused]] auto h = [](Tensor* t) { return t ? t->data_as<std::uint16_t>() : nullptr; };
-    TRAINMEM_CUDA_KERNEL("matmul16_backward",
+    if (device_.computes())
+      TRAINMEM_CUDA_KERNEL("matmul16_backward",
                          kernels::cuda::matmul16_backward(
                              s.cuda_stream, half16(),
                              h(dinp), dweight.data_as<std::uint16_t>(), h(dbias), dout.data_as<std::uint16_t>(),
@@ -216,6 +219,11 @@ void GPT::attention_forward(LayerActivations& a, const std::string& h) {
     return;
   }
   const kernels::Half16 half = half16();
+  // A meta run of the CUDA pattern: out and lse are all that flash's forward allocates. cuDNN sizes
+  // its workspaces at run time, on the GPU (the plan cudnn-frontend picks for the shape), so a meta
+  // run counts none, forward or backward: the one rule by which the meta run of the CUDA pattern
+  // differs from a GPU's allocation sequence (they are freed at once; README, "meta device").
+  if (!device_.computes()) return;
   if (options_.attention == AttentionKind::flash) {
     TRAINMEM_CUDA_KERNEL("flash_attention_forward",
                          kernels::cuda::flash_attention_forward(s.cuda_stream, kernels::cuda::flash_attention_versions(),
@@ -251,10 +259,11 @@ void GPT::attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations
   }
   const kernels::Half16 half = half16();
   if (options_.attention == AttentionKind::flash) {
+    // The workspace the CUDA backward asks for (kernels/flash_attention_workspace.h), on meta too.
+    const int version = kernels::kFlashAttentionNewestVersion;
+    Tensor workspace = make_bytes(kernels::flash_attention_backward_workspace_bytes(version, shape), h + "attn.flash.workspace");
+    if (!device_.computes()) return;
 #if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
-    const int version = kernels::cuda::flash_attention_versions();
-    Tensor workspace =
-        make_bytes(kernels::cuda::flash_attention_backward_workspace_bytes(version, shape), h + "attn.flash.workspace");
     kernels::cuda::flash_attention_backward(s.cuda_stream, version, half, dqkv.data_as<std::uint16_t>(),
                                             datty.data_as<std::uint16_t>(), a.qkv.data_as<std::uint16_t>(),
                                             a.atty.data_as<std::uint16_t>(), f(a.lse), workspace.data(), shape);
@@ -263,6 +272,7 @@ void GPT::attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations
     kernels::no_cuda_kernels("flash_attention_backward");
 #endif
   }
+  if (!device_.computes()) return;  // meta: cuDNN's workspace is not known (attention_forward says why)
 #if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
   Tensor workspace = make_bytes(kernels::cudnn::attention_backward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
   kernels::cudnn::attention_backward(s.cuda_stream, half, dqkv.data_as<std::uint16_t>(), datty.data_as<std::uint16_t>(),

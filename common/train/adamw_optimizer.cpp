@@ -31,10 +31,13 @@ double AdamWOptimizer::global_grad_norm() {
     // One float on the device collects every tensor's sum of squares; read once.
     Tensor acc(device.allocator(), {1}, DType::f32, MemoryCategory::workspace, "grad_norm.accumulator");
     zero_device_memory(device, acc.data(), acc.nbytes());
-    for ([[maybe_unused]] Parameter& p : model_.parameters())  // unused where CUDA is not compiled
-      TRAINMEM_CUDA_KERNEL("sum_of_squares", kernels::cuda::sum_of_squares_accumulate(
-                                                 nullptr, acc.data_as<float>(), Read(device, p.grad),
-                                                 static_cast<std::size_t>(p.grad.numel())));
+    for (Parameter& p : model_.parameters()) {
+      [[maybe_unused]] const Read grad(device, p.grad);  // a view, made on meta too (it is an allocation)
+      if (device.computes())
+        TRAINMEM_CUDA_KERNEL("sum_of_squares", kernels::cuda::sum_of_squares_accumulate(
+                                                   nullptr, acc.data_as<float>(), grad,
+                                                   static_cast<std::size_t>(p.grad.numel())));
+    }
     float host = 0;
     copy_device_to_host(device, &host, acc.data(), sizeof host);
     sum = host;

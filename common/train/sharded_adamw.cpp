@@ -115,10 +115,12 @@ double ShardedAdamW::local_sum_of_squares() {
   // One float on the device collects every shard's sum of squares; read once (as AdamWOptimizer).
   Tensor acc(device_.allocator(), {1}, DType::f32, MemoryCategory::workspace, "grad_norm.accumulator");
   zero_device_memory(device_, acc.data(), acc.nbytes());
-  for ([[maybe_unused]] Shard& s : shards_)  // unused where CUDA is not compiled
-    TRAINMEM_CUDA_KERNEL("sum_of_squares",
-                         kernels::cuda::sum_of_squares_accumulate(nullptr, acc.data_as<float>(),
-                                                                  Read(device_, s.grad_tensor()), s.count));
+  for (Shard& s : shards_) {
+    [[maybe_unused]] const Read grad(device_, s.grad_tensor());  // a view, made on meta too (it is an allocation)
+    if (device_.computes())
+      TRAINMEM_CUDA_KERNEL("sum_of_squares",
+                           kernels::cuda::sum_of_squares_accumulate(nullptr, acc.data_as<float>(), grad, s.count));
+  }
   float host = 0;
   copy_device_to_host(device_, &host, acc.data(), sizeof host);
   return host;

@@ -37,6 +37,15 @@ void add_device_flags(CLI::App& command, DeviceFlags& flags) {
   add_memory_flags(command, flags);
 }
 
+void add_pattern_flag(CLI::App& command, DeviceFlags& flags) {
+  command
+      .add_option("--pattern", flags.pattern,
+                  "With --device meta: whose allocation pattern to follow, the CPU backend's (the default) or the "
+                  "CUDA backend's (its 16-bit matmuls and attention without fp32 copies, its workspaces)")
+      ->type_name("cpu|cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
 std::size_t DeviceFlags::device_memory_or(std::size_t fallback) const {
   return device_memory.empty() ? fallback : parse_device_memory(device_memory);
 }
@@ -48,6 +57,9 @@ DeviceOptions DeviceFlags::to_options() const {
   options.choice = device;
   if (!device_memory.empty()) options.device_memory = parse_device_memory(device_memory);
   options.allocator = allocator();
+  if (pattern == "cuda") options.pattern = DeviceKind::cuda;
+  if (!pattern.empty() && device != "meta")
+    throw std::invalid_argument("--pattern " + pattern + " applies to --device meta (a real device follows its own pattern)");
   return options;
 }
 

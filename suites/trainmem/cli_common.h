@@ -37,6 +37,7 @@ struct DeviceFlags {
   std::string device = "auto";
   std::string device_memory;     // empty: the default (16 GiB budget on cpu, the whole card on cuda)
   std::string allocator_config;  // empty: caching, unlimited max_split_size
+  std::string pattern;           // --pattern cpu|cuda (meta); empty: not given
 
   DeviceOptions to_options() const;
   std::size_t device_memory_or(std::size_t fallback) const;
@@ -60,6 +61,8 @@ CLI::Validator parses_with(Parse parse) {
       "");
 }
 
+// --pattern cpu|cuda: whose allocation pattern a meta run follows (train --device meta, estimate).
+void add_pattern_flag(CLI::App& command, DeviceFlags& flags);
 // All three flags (subcommands that open a device: info, and later train, bench, estimate).
 void add_device_flags(CLI::App& command, DeviceFlags& flags);
 // --device-memory and --allocator-config only (subcommands that simulate a device: replay).

@@ -67,10 +67,12 @@ struct EstimateFlags {
   bool json = false;
 };
 
-// The device kind whose allocation pattern to predict: --gpu and --device cuda mean a GPU; auto
-// means a GPU when one answers (as trainmem train would pick), else the CPU.
+// The device kind whose allocation pattern to predict: --pattern when given; else --gpu and
+// --device cuda mean a GPU; auto means a GPU when one answers (as trainmem train would pick), else
+// the CPU.
 DeviceKind backend_for(const EstimateFlags& f) {
   const std::string& d = f.train.device.device;
+  if (!f.train.device.pattern.empty()) return f.train.device.pattern == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
   if (!f.gpu.empty()) {
     if (d == "cpu") throw std::invalid_argument("--gpu names a GPU: drop --device cpu (or drop --gpu)");
     return DeviceKind::cuda;
@@ -124,6 +126,7 @@ void add_estimate_command(CLI::App& app, Command& run) {
   auto flags = std::make_shared<EstimateFlags>();
   CLI::App* cmd = app.add_subcommand("estimate", "Predict a training run's peak memory by category, before it runs");
   add_device_flags(*cmd, flags->train.device);
+  add_pattern_flag(*cmd, flags->train.device);
   add_model_flags(*cmd, flags->train);
   add_technique_flags(*cmd, flags->train);
   add_data_flags(*cmd, flags->train);

@@ -284,7 +284,8 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   const std::size_t ranks = world ? static_cast<std::size_t>(world->world_size()) : 1;
   const std::size_t rank = world ? static_cast<std::size_t>(world->rank()) : 0;
   const bool reporting_rank = rank == 0;
-  estimator::TrainingSetup setup = training_setup(flags, device->kind(), flags.loader == "eager" ? tokens.size() : 0);
+  estimator::TrainingSetup setup = training_setup(flags, device->cuda_pattern() ? DeviceKind::cuda : DeviceKind::cpu,
+                                                  flags.loader == "eager" ? tokens.size() : 0);
   setup.sharding.world_size = ranks;
   const int stage = setup.sharding.zero_stage();
   if (world && reporting_rank)
@@ -392,6 +393,7 @@ void add_train_command(CLI::App& app, Command& run) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* train = app.add_subcommand("train", "Train a GPT and watch its memory");
   add_device_flags(*train, flags->device);
+  add_pattern_flag(*train, flags->device);
   add_model_flags(*train, *flags);
   add_technique_flags(*train, *flags);
   add_data_flags(*train, *flags);

@@ -36,7 +36,7 @@ nlohmann::json setup_json(const TrainingSetup& s) {
           {"loader", to_string(s.loader)},
           {"prefetch", s.prefetch},
           {"eager_dataset_tokens", s.loader == Loader::eager ? s.eager_tokens() : 0},
-          {"backend", to_string(s.backend)},
+          {"backend", to_string(s.backend)},  // whose allocation pattern the meta run followed
           {"allocator_config", s.allocator.to_string()}};
 }
 
@@ -57,11 +57,11 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
   out += line;
   std::snprintf(line, sizeof line, "setup: %s, allocator %s\n", s.describe().c_str(), s.allocator.to_string().c_str());
   out += line;
-  out += "measured: the run on the meta device, with the CPU backend's allocation pattern";
-  if (s.backend == DeviceKind::cuda && s.precision != Precision::fp32)
-    out += "\n  (on a GPU, 16-bit matmuls and attention read their operands without the fp32 copies counted here as "
-           "workspace: a GPU's peak is lower, issue 16)";
-  out += "\n";
+  out += "measured: the run on the meta device, with the ";
+  out += s.backend == DeviceKind::cuda ? "CUDA" : "CPU";
+  out += " backend's allocation pattern\n";
+  if (s.attention == AttentionKind::cudnn)
+    out += "  (cuDNN sizes its attention workspaces on the GPU at run time: not counted here)\n";
   const PrecisionBytesPerParameter bpp = bytes_per_parameter(s.precision);
   std::snprintf(line, sizeof line, "model states: %zu bytes per parameter (parameters %zu + gradients %zu + optimizer %zu)\n\n",
                 bpp.total(), bpp.parameters, bpp.gradients, bpp.optimizer_state);

@@ -71,6 +71,7 @@ MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank) 
   options.choice = "meta";
   options.device_memory = capacity ? capacity : kUnlimited;
   options.allocator = s.allocator;
+  options.pattern = s.backend == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu;
   auto device = Device::open(options);
   device->allocator().recorder().enable();
   std::unique_ptr<Communicator> world;

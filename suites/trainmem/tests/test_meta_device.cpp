@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,8 @@ struct TrainedRun {
 };
 
 TrainedRun train_on(const std::string& device, const std::string& flags) {
-  const std::string json = testing_support::scratch_path("meta_" + device + ".json");
-  const std::string record = testing_support::scratch_path("meta_" + device + "_events.json");
+  const std::string json = testing_support::scratch_path("meta_run.json");
+  const std::string record = testing_support::scratch_path("meta_run_events.json");
   const CliRun r = trainmem("train --device " + device + " --steps 3 " + flags + " --json " + json + " --record-memory " + record);
   EXPECT_EQ(r.exit_code, 0) << device << " " << flags << ": " << r.err;
   TrainedRun run;
@@ -68,6 +69,79 @@ TEST(MetaDevice, MakesTheCpuBackendsAllocationSequenceEventForEvent) {
     EXPECT_TRUE(cpu.events == meta.events) << "the allocation sequences differ";
     EXPECT_EQ(cpu.memory, meta.memory);
   }
+}
+
+// The name of an alloc/free event's tensor ("" for segment events and unnamed blocks).
+std::string tensor_name(const nlohmann::json& event) { return event.value("name", std::string()); }
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The alloc and free events of a run, without the tensors `skip` names, and without the fields
+// that depend on where blocks landed (segments, block sizes after splitting).
+nlohmann::json tensor_events(const nlohmann::json& events, const std::function<bool(const std::string&)>& skip) {
+  nlohmann::json kept = nlohmann::json::array();
+  for (const nlohmann::json& e : events) {
+    const std::string action = e["action"];
+    if (action != "alloc" && action != "free_requested") continue;
+    if (skip(tensor_name(e))) continue;
+    kept.push_back({{"action", action}, {"name", tensor_name(e)}, {"size", e["size"]}, {"category", e["category"]},
+                    {"phase", e["phase"]}, {"step", e["step"]}});
+  }
+  return kept;
+}
+
+// --device meta --pattern cuda follows the CUDA backend's pattern. It differs from the CPU
+// backend's by exactly the declared rules, and nothing else:
+//   - the CPU widens each 16-bit operand to an fp32 scratch copy ("<tensor>.f32", workspace) for
+//     the length of an op; the CUDA matmuls and attention read 16-bit operands directly (the other
+//     ops still widen, for now);
+//   - flash attention's CUDA backward takes its workspace ("attn.flash.workspace",
+//     kernels/flash_attention_workspace.h);
+//   - the CUDA gradient norm sums into one device float ("grad_norm.accumulator").
+// With every such tensor left out, the two sequences are the same, request for request.
+TEST(MetaDevice, CudaPatternDiffersFromTheCpusByTheDeclaredRulesOnly) {
+  const std::vector<std::string> configurations = {
+      "",
+      "--precision bf16 --attention flash",
+      "--precision fp16 --attention flash --recompute selective --accum 2",
+      "--precision bf16 --recompute full --zero 3",
+      "--precision bf16 --attention flash --fsdp full --fsdp-prefetch on",
+  };
+  auto rule = [](const std::string& name) {
+    return ends_with(name, ".f32") || ends_with(name, "attn.flash.workspace") || name == "grad_norm.accumulator";
+  };
+  for (const std::string& flags : configurations) {
+    SCOPED_TRACE(flags);
+    const TrainedRun cpu = train_on("meta --pattern cpu", flags), cuda = train_on("meta --pattern cuda", flags);
+    const nlohmann::json a = tensor_events(cpu.events, rule), b = tensor_events(cuda.events, rule);
+    ASSERT_FALSE(a.empty());
+    EXPECT_EQ(a.size(), b.size());
+    EXPECT_TRUE(a == b) << "the CUDA pattern differs from the CPU's beyond the declared rules";
+    // And the rules do apply: the workspaces appear where they should.
+    auto count = [](const nlohmann::json& events, const std::string& suffix) {
+      long n = 0;
+      for (const nlohmann::json& e : events)
+        if (e["action"] == "alloc" && ends_with(tensor_name(e), suffix)) ++n;
+      return n;
+    };
+    const bool flash = flags.find("flash") != std::string::npos;
+    EXPECT_EQ(count(cuda.events, "attn.flash.workspace") > 0, flash);
+    EXPECT_EQ(count(cpu.events, "attn.flash.workspace"), 0);
+    EXPECT_GT(count(cuda.events, "grad_norm.accumulator"), 0);
+    EXPECT_EQ(count(cpu.events, "grad_norm.accumulator"), 0);
+    if (flags.find("precision") != std::string::npos) {
+      EXPECT_LT(count(cuda.events, ".f32"), count(cpu.events, ".f32")) << "the CUDA matmuls take 16-bit operands";
+    }
+  }
+}
+
+// --pattern is the meta device's: a real device follows its own.
+TEST(MetaDevice, PatternAppliesToMetaOnly) {
+  const CliRun r = trainmem("train --device cpu --pattern cuda --steps 1");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--pattern cuda applies to --device meta"), std::string::npos) << r.err;
 }
 
 // Nothing is computed, so any size runs at once: gpt2-1.5b for two steps (its host-side

@@ -9,9 +9,10 @@ namespace trainmem::fsdp {
 namespace {
 
 // The optimizer NO_SHARD runs: the whole AdamW on every rank (a ShardedAdamW over a world of one,
-// so it needs no other rank). Its gradients are the SUM over the N ranks (all-reduce), each rank's
-// being the mean over its own rows, so the mean over all N*B rows is that sum / N: the loss scale
-// it is given is multiplied by N, which ShardedAdamW divides out with it.
+// so it needs no other rank). Its gradients are the SUM over the N ranks (all-reduce) of each
+// rank's share (1/N of its mean: loss_scale()), the global mean times the user's loss scale. The
+// trainer's factor includes the 1/N; ShardedAdamW divides by factor * its world size (1), so the
+// factor it is given is multiplied by N, as the sharded modes' ShardedAdamW does with its N.
 class WholeModelAdamW : public Optimizer {
  public:
   WholeModelAdamW(ShardedAdamW& adam, int world) : adam_(adam), world_(world) {}

@@ -28,6 +28,12 @@
 // local backend and MPI staging a GPU gather at once). Its buffer exists from the start, so two
 // units are gathered at the peak: the memory effect of prefetching, which the test checks.
 //
+// Averaging over the ranks (as ZeRO, suites/zero/zero_strategy.h): each rank's loss is multiplied
+// by 1/N before backward (loss_scale()), so the reduced gradient is the global batch's mean and
+// every rank's 16-bit gradients hold its share of it, no more: fp16 overflows exactly when one
+// process with the whole batch would. (Summing the ranks' means and dividing afterwards gave the
+// same fp32 result but N times larger fp16 gradients, which overflowed first.)
+//
 // Composing: list this strategy BEFORE activation checkpointing (recompute reads the unit's
 // parameters in before_layer_backward, after FSDP has gathered them). Gradient accumulation
 // (--accum) works: see flat_unit.h. After the strategy is destroyed the model has no parameters.
@@ -54,6 +60,7 @@ class FsdpStrategy : public Strategy {
   ~FsdpStrategy() override;
 
   std::string name() const override;
+  double loss_scale() const override { return 1.0 / comm_.world_size(); }  // this rank's share of the mean
   Optimizer& optimizer();  // give this to the Trainer
   const FsdpOptions& options() const { return options_; }
 

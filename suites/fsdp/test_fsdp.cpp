@@ -244,7 +244,7 @@ TEST(Fsdp, FullShardOnOneRankEqualsThePlainRun) {
 
 TEST(Fsdp, MeasuredPeaksEqualTheFormula) {
   const int world = world_size();
-  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
     RunSetup s;
     s.precision = precision;
     s.steps = 2;  // the optimizer state exists from the first step on

@@ -92,8 +92,10 @@ StepResult TrainingRun::step() {
   StepResult r = trainer_->step();
   // Each rank's loss is the mean over its rows: the mean over the ranks is the global batch's.
   if (world_) r.loss = world_->all_reduce_sum(r.loss) / static_cast<double>(world_->world_size());
-  // The trainer's factor includes ZeRO's 1/N share of the mean (zero_strategy.h).
+  // The trainer's factor includes the sharding strategy's 1/N share of the mean (zero_strategy.h,
+  // fsdp_strategy.h): the loss scale shown is the user's.
   if (zero_) r.loss_scale /= zero_->loss_scale();
+  if (fsdp_) r.loss_scale /= fsdp_->loss_scale();
   return r;
 }
 

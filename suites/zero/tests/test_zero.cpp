@@ -193,7 +193,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(StageCase{0, Offload::none, Precision::fp32}, StageCase{1, Offload::none, Precision::fp32},
                       StageCase{2, Offload::none, Precision::fp32}, StageCase{3, Offload::none, Precision::fp32},
                       StageCase{1, Offload::optimizer, Precision::fp32}, StageCase{3, Offload::params, Precision::fp32},
-                      StageCase{2, Offload::none, Precision::bf16}, StageCase{3, Offload::params, Precision::bf16}),
+                      StageCase{2, Offload::none, Precision::bf16}, StageCase{3, Offload::params, Precision::bf16},
+                      StageCase{1, Offload::none, Precision::fp16}, StageCase{3, Offload::none, Precision::fp16}),
     [](const ::testing::TestParamInfo<StageCase>& i) {
       std::string name = "zero";
       name += std::to_string(i.param.stage);

@@ -6,6 +6,7 @@
 
 #include "common/device/device_ops.h"
 #include "common/model/compute_views.h"
+#include "common/model/parameter_table.h"
 #include "kernels/attention.h"
 #if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
 #include "kernels/cudnn_attention.h"
@@ -23,11 +24,14 @@
 namespace trainmem {
 
 namespace {
-// Index of each parameter within a layer's twelve.
-enum LayerParam : std::size_t {
-  kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kPerLayer
-};
-constexpr std::size_t kWte = 0, kWpe = 1;
+// A layer's parameters by their short names (the order is parameter_table.h's).
+constexpr LayerParameter kLn1W = LayerParameter::ln1_weight, kLn1B = LayerParameter::ln1_bias,
+                         kQkvW = LayerParameter::qkv_weight, kQkvB = LayerParameter::qkv_bias,
+                         kAttProjW = LayerParameter::attn_proj_weight, kAttProjB = LayerParameter::attn_proj_bias,
+                         kLn2W = LayerParameter::ln2_weight, kLn2B = LayerParameter::ln2_bias,
+                         kFcW = LayerParameter::fc_weight, kFcB = LayerParameter::fc_bias,
+                         kFcProjW = LayerParameter::mlp_proj_weight, kFcProjB = LayerParameter::mlp_proj_bias;
+constexpr std::size_t kWte = ParameterTable::kWte, kWpe = ParameterTable::kWpe;
 
 // "h3." for layer 3's tensors, "x4" for the residual stream entering layer 4. (Built with +=:
 // GCC 12 warns falsely about "h" + std::to_string(l) + ".".)
@@ -68,44 +72,19 @@ GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions opti
                                 " runs on a GPU in 16 bits: add --precision bf16 (or fp16)");
   if (options_.attention == AttentionKind::cudnn && !device_.cuda_pattern())
     throw std::invalid_argument("--attention cudnn needs a CUDA device; on the CPU use --attention flash");
-  const auto V = static_cast<std::int64_t>(config_.vocab), T = static_cast<std::int64_t>(config_.seq),
-             C = static_cast<std::int64_t>(config_.dim), L = static_cast<std::int64_t>(config_.layers);
-
-  // name, shape, init: 'n' normal(0.02), 'r' residual projection normal(0.02/sqrt(2L)), '1' ones, '0' zeros
-  struct Spec {
-    std::string name;
-    std::vector<std::int64_t> shape;
-    char init;
-  };
-  std::vector<Spec> specs = {{"wte", {V, C}, 'n'}, {"wpe", {T, C}, 'n'}};
-  for (std::int64_t l = 0; l < L; ++l) {
-    const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
-    specs.push_back({h + "ln1.weight", {C}, '1'});
-    specs.push_back({h + "ln1.bias", {C}, '0'});
-    specs.push_back({h + "attn.qkv.weight", {3 * C, C}, 'n'});
-    specs.push_back({h + "attn.qkv.bias", {3 * C}, '0'});
-    specs.push_back({h + "attn.proj.weight", {C, C}, 'r'});
-    specs.push_back({h + "attn.proj.bias", {C}, '0'});
-    specs.push_back({h + "ln2.weight", {C}, '1'});
-    specs.push_back({h + "ln2.bias", {C}, '0'});
-    specs.push_back({h + "mlp.fc.weight", {4 * C, C}, 'n'});
-    specs.push_back({h + "mlp.fc.bias", {4 * C}, '0'});
-    specs.push_back({h + "mlp.proj.weight", {C, 4 * C}, 'r'});
-    specs.push_back({h + "mlp.proj.bias", {C}, '0'});
-  }
-  specs.push_back({"lnf.weight", {C}, '1'});
-  specs.push_back({"lnf.bias", {C}, '0'});
-
+  const auto L = static_cast<float>(config_.layers);
+  const ParameterTable table(config_);
   std::mt19937_64 rng(seed);
   std::vector<float> all_values;
-  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L));
-  for (const Spec& s : specs) {
+  const float residual_std = 0.02f / std::sqrt(2.0f * L);
+  for (const ParameterInfo& s : table.all()) {
     Parameter p{s.name, make(s.shape, MemoryCategory::parameters, s.name),
                 make(s.shape, MemoryCategory::gradients, s.name + ".grad")};
     if (device_.computes()) {  // meta: no values to draw (a 1.5B model's would be 6 GB of host memory)
       std::vector<float> host(static_cast<std::size_t>(p.value.numel()));
-      std::normal_distribution<float> normal(0.0f, s.init == 'r' ? residual_std : 0.02f);
-      for (float& x : host) x = s.init == '1' ? 1.0f : s.init == '0' ? 0.0f : normal(rng);
+      std::normal_distribution<float> normal(0.0f, s.init == ParameterInit::residual ? residual_std : 0.02f);
+      for (float& x : host)
+        x = s.init == ParameterInit::ones ? 1.0f : s.init == ParameterInit::zeros ? 0.0f : normal(rng);
       all_values.insert(all_values.end(), host.begin(), host.end());
     }
     zero_device_memory(device_, p.grad.data(), p.grad.nbytes());
@@ -350,7 +329,7 @@ double GPT::head_forward() {
   const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
              Vi = static_cast<std::int64_t>(V);
   const Tensor& x = residual_[config_.layers];
-  const std::size_t lnf = 2 + config_.layers * kPerLayer;
+  const std::size_t lnf = ParameterTable(config_).lnf_weight();
   lnf_ = make({B, T, Ci}, MemoryCategory::activations, "lnf");
   lnf_mean_ = make_f32({B, T}, MemoryCategory::activations, "lnf.mean");
   lnf_rstd_ = make_f32({B, T}, MemoryCategory::activations, "lnf.rstd");
@@ -376,7 +355,7 @@ void GPT::head_backward(float dloss) {
   const auto s = kernel_stream(device_);
   const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab;
   const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
-  const std::size_t lnf = 2 + config_.layers * kPerLayer;
+  const std::size_t lnf = ParameterTable(config_).lnf_weight();
 
   // dlogits overwrites the logits (they are not needed any more): no second [B,T,V] tensor.
   {

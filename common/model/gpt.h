@@ -26,6 +26,7 @@
 #include "common/model/attention_kind.h"
 #include "common/model/compute_views.h"
 #include "common/model/gpt_config.h"
+#include "common/model/parameter_table.h"
 #include "common/model/precision.h"
 #include "common/tensor/tensor.h"
 #include "kernels/flash_attention.h"
@@ -134,14 +135,14 @@ class GPT {
                       std::size_t C, std::size_t OC);
   void linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                        const Tensor& weight, std::size_t N, std::size_t C, std::size_t OC);
-  Tensor& p(std::size_t layer, std::size_t which) { return params_[2 + layer * 12 + which].value; }
-  Tensor& g(std::size_t layer, std::size_t which) { return params_[2 + layer * 12 + which].grad; }
+  Tensor& p(std::size_t layer, LayerParameter which) { return params_[ParameterTable::index(layer, which)].value; }
+  Tensor& g(std::size_t layer, LayerParameter which) { return params_[ParameterTable::index(layer, which)].grad; }
 
   Device& device_;
   GPTConfig config_;
   ModelOptions options_;
   DType dtype_;
-  std::vector<Parameter> params_;  // wte, wpe, 12 per layer, lnf.weight, lnf.bias
+  std::vector<Parameter> params_;  // in parameter_table.h's order
 
   // This micro-step
   std::size_t B_ = 0, T_ = 0;

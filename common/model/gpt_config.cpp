@@ -2,18 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/model/parameter_table.h"
 #include "common/util/checked_math.h"
 
 namespace trainmem {
 
-std::size_t GPTConfig::num_parameters() const {
-  const char* what = "the number of parameters (V*C + T*C + L*(12*C*C + 13*C) + 2*C)";
-  const std::uint64_t C = dim;
-  const std::uint64_t per_layer = checked_add(checked_product({12, C, C}, what), checked_mul(13, C, what), what);
-  std::uint64_t n = checked_add(checked_mul(vocab, C, what), checked_mul(seq, C, what), what);
-  n = checked_add(n, checked_mul(layers, per_layer, what), what);
-  return checked_add(n, checked_mul(2, C, what), what);
-}
+std::size_t GPTConfig::num_parameters() const { return ParameterTable(*this).total_numel(); }
 
 void check_run_sizes(const GPTConfig& c, std::size_t batch) {
   const std::uint64_t B = batch, T = c.seq, C = c.dim, H = c.heads, V = c.vocab;

@@ -34,21 +34,19 @@ FsdpStrategy::FsdpStrategy(GPT& model, Communicator& comm, FsdpOptions options, 
   const std::vector<UnitLayout> layouts =
       unit_layouts(config, static_cast<std::size_t>(comm_.world_size()), options_.layers_per_unit, options_.mode);
 
-  // parameters(): wte, wpe, 12 per layer, lnf.weight, lnf.bias.
-  const std::size_t L = config.layers, per_layer = 12;
-  const std::size_t lnf = 2 + per_layer * L;
-  std::vector<Parameter>& params = model_.parameters();
-  if (params.size() != lnf + 2 || params[0].name != "wte" || params[1].name != "wpe" || params[lnf].name != "lnf.weight")
-    throw std::logic_error("FSDP: the model's parameters are not in the order wte, wpe, layers, lnf");
+  // The units' parameters, by the model's parameter table (common/model/parameter_table.h).
+  const ParameterTable table(config);
+  if (model_.parameters().size() != table.size())
+    throw std::logic_error("FSDP: the model's parameters are not its parameter table's");
 
   units_.reserve(layouts.size());
   for (const UnitLayout& layout : layouts) {
     std::vector<std::size_t> indices;
     if (layout.root) {
-      indices = {0, 1, lnf, lnf + 1};
+      indices = table.root_indices();
     } else {
-      for (std::size_t i = 2 + per_layer * layout.first_layer; i < 2 + per_layer * (layout.first_layer + layout.layers); ++i)
-        indices.push_back(i);
+      for (std::size_t l = layout.first_layer; l < layout.first_layer + layout.layers; ++l)
+        for (std::size_t i : table.layer_indices(l)) indices.push_back(i);
     }
     units_.emplace_back(model_, comm_, layout, std::move(indices), options_.mode);
   }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/model/gpt_config.h"
+#include "common/model/parameter_table.h"
 #include "suites/fsdp/fsdp_options.h"
 
 namespace trainmem::fsdp {
@@ -37,8 +38,9 @@ struct UnitLayout {
   std::size_t padded_numel = 0;  // N * S: what a gathered unit holds
 };
 
-inline std::size_t layer_parameter_count(const GPTConfig& c) { return 12 * c.dim * c.dim + 13 * c.dim; }
-inline std::size_t root_parameter_count(const GPTConfig& c) { return c.vocab * c.dim + c.seq * c.dim + 2 * c.dim; }
+// From the model's parameter table (common/model/parameter_table.h).
+inline std::size_t layer_parameter_count(const GPTConfig& c) { return ParameterTable(c).layer_numel(); }
+inline std::size_t root_parameter_count(const GPTConfig& c) { return ParameterTable(c).root_numel(); }
 
 inline std::string unit_name(std::size_t first_layer, std::size_t layers) {
   std::string name = layers == 1 ? "layer" : "layers";

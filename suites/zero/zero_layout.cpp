@@ -10,10 +10,9 @@ ZeroLayout::ZeroLayout(GPT& model, int world_size) {
   if (world_size < 1) throw std::invalid_argument("ZeroLayout: the world size must be at least 1");
   const auto N = static_cast<std::size_t>(world_size);
   const std::vector<Parameter>& params = model.parameters();
-  const std::size_t L = model.config().layers;
-  constexpr std::size_t kPerLayer = 12;
-  if (params.size() != 2 + L * kPerLayer + 2)
-    throw std::logic_error("ZeroLayout: expected wte, wpe, 12 tensors per layer and lnf's 2");
+  const ParameterTable table(model.config());
+  if (params.size() != table.size())
+    throw std::logic_error("ZeroLayout: the model's parameters are not its parameter table's");
 
   auto make_unit = [&](std::string name, std::vector<std::size_t> indices) {
     ZeroUnit u;
@@ -27,14 +26,11 @@ ZeroLayout::ZeroLayout(GPT& model, int world_size) {
     u.shard = u.padded / N;         // S_u
     units_.push_back(std::move(u));
   };
-  const std::size_t lnf = 2 + L * kPerLayer;
-  make_unit("root", {0, 1, lnf, lnf + 1});
-  for (std::size_t l = 0; l < L; ++l) {
-    std::vector<std::size_t> indices;
-    for (std::size_t k = 0; k < kPerLayer; ++k) indices.push_back(2 + l * kPerLayer + k);
+  make_unit("root", table.root_indices());
+  for (std::size_t l = 0; l < model.config().layers; ++l) {
     std::string name = "h";
     name += std::to_string(l);
-    make_unit(std::move(name), std::move(indices));
+    make_unit(std::move(name), table.layer_indices(l));
   }
 }
 

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "common/allocator/allocator_config.h"  // round_size: every allocation is rounded up to 512 B
+#include "common/model/parameter_table.h"
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
 #include "common/train/sharded_adamw.h"  // Offload
@@ -124,12 +125,13 @@ struct ZeroUnits {
   std::size_t layers = 0;          // L
 };
 
+// From the model's parameter table (common/model/parameter_table.h).
 inline ZeroUnits zero_units(const GPTConfig& c) {
-  const std::size_t V = c.vocab, T = c.seq, C = c.dim;
+  const ParameterTable table(c);
   ZeroUnits u;
-  u.root = {V * C, T * C, C, C};
-  // ln1 w, b; qkv w, b; attn proj w, b; ln2 w, b; fc w, b; mlp proj w, b (GPT's parameter order)
-  u.layer = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+  for (std::size_t i : table.root_indices()) u.root.push_back(table[i].numel());
+  if (c.layers > 0)
+    for (std::size_t i : table.layer_indices(0)) u.layer.push_back(table[i].numel());
   u.layers = c.layers;
   return u;
 }

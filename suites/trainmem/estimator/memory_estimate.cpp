@@ -2,34 +2,21 @@
 
 #include <algorithm>
 
+#include "common/model/parameter_table.h"
 #include "suites/checkpointing/recompute.h"
 #include "suites/fsdp/fsdp_memory.h"
 #include "suites/mixed_precision/precision_memory.h"
 
 namespace trainmem::estimator {
 
-namespace {
-
-// The element counts of the model's parameter tensors, in GPT::GPT's order (what
-// category_bytes() reads from a built model; here without building one).
-std::vector<std::size_t> parameter_sizes(const GPTConfig& c) {
-  const std::size_t C = c.dim;
-  std::vector<std::size_t> n = {c.vocab * C, c.seq * C};
-  for (std::size_t l = 0; l < c.layers; ++l)
-    for (std::size_t size : {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C}) n.push_back(size);
-  n.push_back(C);
-  n.push_back(C);
-  return n;
-}
-
-}  // namespace
-
 FormulaBytes formula_bytes(const TrainingSetup& s) {
   FormulaBytes f;
   // precision_memory.h: bytes per parameter per category, each tensor rounded to 512 bytes; the
   // optimizer's fp32 tensors (m, v and, in 16 bits, the master weights) are 4 bytes each.
   const PrecisionBytesPerParameter b = bytes_per_parameter(s.precision);
-  for (std::size_t n : parameter_sizes(s.model)) {
+  const ParameterTable table(s.model);
+  for (const ParameterInfo& p : table.all()) {
+    const std::size_t n = p.numel();
     f.parameters += round_size(n * b.parameters);
     f.gradients += round_size(n * b.gradients);
     f.optimizer_state += (b.optimizer_state / 4) * round_size(n * 4);

@@ -1,0 +1,66 @@
+#include "common/model/parameter_table.h"
+
+#include "common/util/checked_math.h"
+
+namespace trainmem {
+
+std::size_t ParameterInfo::numel() const {
+  std::size_t n = 1;
+  for (std::int64_t d : shape) n = checked_mul(n, static_cast<std::size_t>(d), "a parameter's elements");
+  return n;
+}
+
+ParameterTable::ParameterTable(const GPTConfig& config) : layers_(config.layers) {
+  const auto V = static_cast<std::int64_t>(config.vocab), T = static_cast<std::int64_t>(config.seq),
+             C = static_cast<std::int64_t>(config.dim);
+  using I = ParameterInit;
+  entries_.reserve(4 + layers_ * kParametersPerLayer);
+  entries_.push_back({"wte", {V, C}, -1, I::normal});
+  entries_.push_back({"wpe", {T, C}, -1, I::normal});
+  for (std::size_t l = 0; l < layers_; ++l) {
+    std::string h = "h";  // (+=: GCC 12 warns falsely about "h" + std::to_string(l) + ".")
+    h += std::to_string(l);
+    h += ".";
+    const auto layer = static_cast<long>(l);
+    // In LayerParameter order.
+    entries_.push_back({h + "ln1.weight", {C}, layer, I::ones});
+    entries_.push_back({h + "ln1.bias", {C}, layer, I::zeros});
+    entries_.push_back({h + "attn.qkv.weight", {3 * C, C}, layer, I::normal});
+    entries_.push_back({h + "attn.qkv.bias", {3 * C}, layer, I::zeros});
+    entries_.push_back({h + "attn.proj.weight", {C, C}, layer, I::residual});
+    entries_.push_back({h + "attn.proj.bias", {C}, layer, I::zeros});
+    entries_.push_back({h + "ln2.weight", {C}, layer, I::ones});
+    entries_.push_back({h + "ln2.bias", {C}, layer, I::zeros});
+    entries_.push_back({h + "mlp.fc.weight", {4 * C, C}, layer, I::normal});
+    entries_.push_back({h + "mlp.fc.bias", {4 * C}, layer, I::zeros});
+    entries_.push_back({h + "mlp.proj.weight", {C, 4 * C}, layer, I::residual});
+    entries_.push_back({h + "mlp.proj.bias", {C}, layer, I::zeros});
+  }
+  entries_.push_back({"lnf.weight", {C}, -1, I::ones});
+  entries_.push_back({"lnf.bias", {C}, -1, I::zeros});
+}
+
+std::vector<std::size_t> ParameterTable::layer_indices(std::size_t layer) const {
+  std::vector<std::size_t> indices;
+  for (std::size_t k = 0; k < kParametersPerLayer; ++k) indices.push_back(2 + layer * kParametersPerLayer + k);
+  return indices;
+}
+
+std::size_t ParameterTable::root_numel() const {
+  std::size_t n = 0;
+  for (std::size_t i : root_indices()) n += entries_[i].numel();
+  return n;
+}
+
+std::size_t ParameterTable::layer_numel() const {
+  if (layers_ == 0) return 0;
+  std::size_t n = 0;
+  for (std::size_t i : layer_indices(0)) n += entries_[i].numel();
+  return n;
+}
+
+std::size_t ParameterTable::total_numel() const {
+  return checked_add(root_numel(), checked_mul(layers_, layer_numel(), "the model's parameters"), "the model's parameters");
+}
+
+}  // namespace trainmem

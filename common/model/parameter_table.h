@@ -1,0 +1,73 @@
+// Every parameter of the GPT, listed once from its configuration (as llm.c's
+// fill_in_parameter_sizes): name, shape, layer and initialization. The model allocates from it;
+// the optimizer, the sharding units (ZeRO, FSDP), the estimator's formulas and the reports read
+// it. Nothing else spells out a shape or an index.
+//
+// The order (the model's parameters(), the flat order of the sharding units):
+//   0  wte               [V, C]     token embedding, tied with the LM head
+//   1  wpe               [T, C]     position embedding
+//   per layer l, at index 2 + 12 l + k, k in LayerParameter order:
+//      ln1.weight [C], ln1.bias [C], attn.qkv.weight [3C, C], attn.qkv.bias [3C],
+//      attn.proj.weight [C, C], attn.proj.bias [C], ln2.weight [C], ln2.bias [C],
+//      mlp.fc.weight [4C, C], mlp.fc.bias [4C], mlp.proj.weight [C, 4C], mlp.proj.bias [C]
+//   2 + 12 L, 2 + 12 L + 1   lnf.weight [C], lnf.bias [C]
+// A layer holds 12 C^2 + 13 C elements; the model V C + T C + L (12 C^2 + 13 C) + 2 C.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/model/gpt_config.h"
+
+namespace trainmem {
+
+// A layer's parameters, in their order within the layer.
+enum class LayerParameter : std::size_t {
+  ln1_weight, ln1_bias, qkv_weight, qkv_bias, attn_proj_weight, attn_proj_bias,
+  ln2_weight, ln2_bias, fc_weight, fc_bias, mlp_proj_weight, mlp_proj_bias,
+};
+constexpr std::size_t kParametersPerLayer = 12;
+
+// GPT-2's initialization: N(0, 0.02); residual projections N(0, 0.02 / sqrt(2L)); ones; zeros.
+enum class ParameterInit { normal, residual, ones, zeros };
+
+struct ParameterInfo {
+  std::string name;                  // "wte", "h3.attn.qkv.weight", "lnf.bias"
+  std::vector<std::int64_t> shape;
+  long layer = -1;                   // the transformer layer; -1 for the embeddings and lnf
+  ParameterInit init = ParameterInit::zeros;
+  std::size_t numel() const;
+};
+
+class ParameterTable {
+ public:
+  explicit ParameterTable(const GPTConfig& config);
+
+  const std::vector<ParameterInfo>& all() const { return entries_; }
+  std::size_t size() const { return entries_.size(); }
+  const ParameterInfo& operator[](std::size_t i) const { return entries_[i]; }
+
+  // Indices into all().
+  static constexpr std::size_t kWte = 0, kWpe = 1;
+  static std::size_t index(std::size_t layer, LayerParameter which) {
+    return 2 + layer * kParametersPerLayer + static_cast<std::size_t>(which);
+  }
+  std::size_t lnf_weight() const { return 2 + layers_ * kParametersPerLayer; }
+  std::size_t lnf_bias() const { return lnf_weight() + 1; }
+  // The parameters outside the layers, in order: wte, wpe, lnf.weight, lnf.bias (the root unit
+  // of the sharding strategies).
+  std::vector<std::size_t> root_indices() const { return {kWte, kWpe, lnf_weight(), lnf_bias()}; }
+  std::vector<std::size_t> layer_indices(std::size_t layer) const;
+
+  // Element counts: the root's, one layer's, the whole model's.
+  std::size_t root_numel() const;
+  std::size_t layer_numel() const;
+  std::size_t total_numel() const;
+
+ private:
+  std::size_t layers_;
+  std::vector<ParameterInfo> entries_;
+};
+
+}  // namespace trainmem

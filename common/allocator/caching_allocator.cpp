@@ -459,11 +459,6 @@ void CachingAllocator::reset_peak_stats() {
   stats_.reset_peak();
 }
 
-void CachingAllocator::reset_accumulated_stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  stats_.reset_accumulated();
-}
-
 void CachingAllocator::set_oom_advisor(OomAdvisor advisor) {
   std::lock_guard<std::mutex> lock(mutex_);
   oom_advisor_ = std::move(advisor);

@@ -104,7 +104,6 @@ class CachingAllocator {
 
   MemoryStats stats() const;
   void reset_peak_stats();
-  void reset_accumulated_stats();
   FragmentationInfo fragmentation() const;
   std::vector<SegmentSnapshot> snapshot() const;
 

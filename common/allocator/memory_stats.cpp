@@ -29,11 +29,6 @@ void MemoryStats::reset_peak() {
   for_each_stat_array(*this, [](Stat& s) { s.reset_peak(); });
 }
 
-void MemoryStats::reset_accumulated() {
-  for_each_stat_array(*this, [](Stat& s) { s.reset_accumulated(); });
-  num_alloc_retries = num_ooms = num_device_alloc = num_device_free = num_sync_all_streams = 0;
-}
-
 nlohmann::json MemoryStats::to_json() const {
   nlohmann::json j = nlohmann::json::object();
   const std::pair<const char*, const StatArray*> arrays[] = {

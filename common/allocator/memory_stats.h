@@ -34,7 +34,6 @@ struct Stat {
     return __builtin_add_overflow(total, amount, &sum) ? INT64_MAX : sum;
   }
   void reset_peak() { peak = current; }
-  void reset_accumulated() { allocated = 0; freed = 0; }
 };
 
 // Each statistic is kept three times: for all memory, for the small pool, for the large pool.
@@ -67,7 +66,6 @@ struct MemoryStats {
   std::array<Stat, kNumMemoryCategories> by_category;
 
   void reset_peak();         // every peak := current (torch.cuda.reset_peak_memory_stats)
-  void reset_accumulated();  // every allocated/freed := 0, counters := 0
 
   // The flat dictionary torch.cuda.memory_stats() returns, e.g. "allocated_bytes.all.peak",
   // "num_alloc_retries"; plus "by_category.<name>.<current|peak|allocated|freed>".

@@ -99,7 +99,6 @@ class GPT {
   // attention there are no probabilities to drop: only the GELU output goes.)
   void release_selective(std::size_t layer);
   void recompute_selective(std::size_t layer);
-  bool has_layer_activations(std::size_t layer) const { return acts_[layer].present(); }
   const LayerActivations& layer_activations(std::size_t layer) const { return acts_[layer]; }
 
   void zero_grad();

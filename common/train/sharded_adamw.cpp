@@ -175,12 +175,6 @@ ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
   return outcome;
 }
 
-std::size_t ShardedAdamW::state_elements() const {
-  std::size_t n = 0;
-  for (const Shard& s : shards_) n += s.count;
-  return n;
-}
-
 std::size_t ShardedAdamW::device_state_bytes() const {
   std::size_t bytes = 0;
   for (const Shard& s : shards_)

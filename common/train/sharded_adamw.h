@@ -63,7 +63,6 @@ class ShardedAdamW : public Optimizer {
   StepOutcome step(double loss_scale) override;
   long steps_taken() const override { return step_; }
 
-  std::size_t state_elements() const;        // sum of the shards' counts
   std::size_t device_state_bytes() const;    // optimizer_state bytes in the device allocator (512-rounded)
   std::size_t host_state_bytes() const;      // bytes in host memory (offload): 16 per element
 

@@ -76,7 +76,6 @@ class ZeroStrategy : public Strategy {
   double loss_scale() const override { return 1.0 / comm_.world_size(); }  // this rank's share of the mean
   // The optimizer to give the Trainer (owned by this strategy).
   Optimizer& optimizer() { return *optimizer_; }
-  ShardedAdamW* sharded_optimizer() { return sharded_adamw_.get(); }  // null for stage 0
 
   void on_data_fetch(StepContext& ctx) override;
   void before_layer_forward(StepContext& ctx, std::size_t layer) override;

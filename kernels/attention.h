@@ -6,7 +6,16 @@
 // Backward (dqkv written): datt = dout . v;  dpreatt = att * (datt - sum_u att*datt);
 //   dq = dpreatt @ k / sqrt(hs);  dk = dpreatt^T @ q / sqrt(hs);  dv = att^T @ dout.
 // datt and dpreatt are scratch of B*NH*T*T each (the workspace a naive backward needs).
+//
+// Storage type T (kernels/dtype.h) for every array: float, bf16 or fp16 (and double on the CPU).
+// CPU: each row's scores, probabilities and gradients are kept in fp32 (double for double) while
+// the row is computed and rounded once when stored, and dqkv is summed in fp32 per (batch, head)
+// and rounded once: in 16 bits, bit for bit the fp32 kernel's result on the widened inputs,
+// rounded. CUDA: the GEMMs (cuBLAS, fp32 accumulation) write preatt, out, dqkv, datt in the
+// storage type, and the softmax kernels read those rounded values back: in 16 bits that is one
+// more rounding per chained step than on the CPU (a few units in the last 16-bit place).
 #pragma once
+#include "kernels/dtype.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -19,24 +28,28 @@ void attention_backward(T* dqkv, T* dpreatt, T* datt, const T* dout, const T* qk
                         std::size_t Tn, std::size_t C, std::size_t NH);
 }  // namespace cpu
 namespace cuda {
-void attention_forward(void* stream, float* out, float* preatt, float* att, const float* qkv, std::size_t B,
-                       std::size_t T, std::size_t C, std::size_t NH);
-void attention_backward(void* stream, float* dqkv, float* dpreatt, float* datt, const float* dout, const float* qkv,
-                        const float* att, std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+template <typename T = float>
+void attention_forward(void* stream, Out<T> out, Out<T> preatt, Out<T> att, In<T> qkv, std::size_t B, std::size_t Tn,
+                       std::size_t C, std::size_t NH);
+template <typename T = float>
+void attention_backward(void* stream, Out<T> dqkv, Out<T> dpreatt, Out<T> datt, In<T> dout, In<T> qkv, In<T> att,
+                        std::size_t B, std::size_t Tn, std::size_t C, std::size_t NH);
 }  // namespace cuda
 
-inline void attention_forward(const Stream& s, float* out, float* preatt, float* att, const float* qkv, std::size_t B,
-                              std::size_t T, std::size_t C, std::size_t NH) {
+template <typename T = float>
+inline void attention_forward(const Stream& s, Out<T> out, Out<T> preatt, Out<T> att, In<T> qkv, std::size_t B,
+                              std::size_t Tn, std::size_t C, std::size_t NH) {
   if (s.backend == Backend::meta) return;
-  if (s.backend == Backend::cpu) return cpu::attention_forward(out, preatt, att, qkv, B, T, C, NH);
-  TRAINMEM_CUDA_KERNEL("attention_forward", cuda::attention_forward(s.cuda_stream, out, preatt, att, qkv, B, T, C, NH));
+  if (s.backend == Backend::cpu) return cpu::attention_forward<T>(out, preatt, att, qkv, B, Tn, C, NH);
+  TRAINMEM_CUDA_KERNEL("attention_forward",
+                       cuda::attention_forward<T>(s.cuda_stream, out, preatt, att, qkv, B, Tn, C, NH));
 }
-inline void attention_backward(const Stream& s, float* dqkv, float* dpreatt, float* datt, const float* dout,
-                               const float* qkv, const float* att, std::size_t B, std::size_t T, std::size_t C,
-                               std::size_t NH) {
+template <typename T = float>
+inline void attention_backward(const Stream& s, Out<T> dqkv, Out<T> dpreatt, Out<T> datt, In<T> dout, In<T> qkv,
+                               In<T> att, std::size_t B, std::size_t Tn, std::size_t C, std::size_t NH) {
   if (s.backend == Backend::meta) return;
-  if (s.backend == Backend::cpu) return cpu::attention_backward(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
-  TRAINMEM_CUDA_KERNEL("attention_backward", cuda::attention_backward(s.cuda_stream, dqkv, dpreatt, datt, dout, qkv,
-                                                                       att, B, T, C, NH));
+  if (s.backend == Backend::cpu) return cpu::attention_backward<T>(dqkv, dpreatt, datt, dout, qkv, att, B, Tn, C, NH);
+  TRAINMEM_CUDA_KERNEL("attention_backward", cuda::attention_backward<T>(s.cuda_stream, dqkv, dpreatt, datt, dout,
+                                                                          qkv, att, B, Tn, C, NH));
 }
 }  // namespace trainmem::kernels

@@ -1,27 +1,15 @@
-// 16-bit storage formats, converted exactly as the GPU converts them.
-//
-//   bf16: the top 16 bits of an fp32 (1 sign, 8 exponent, 7 mantissa bits): fp32's range, ~3 digits.
-//   fp16: IEEE half (1 sign, 5 exponent, 10 mantissa bits): max 65504, subnormals below 6.1e-5.
-//
-// fp32 -> 16 bit rounds to nearest, ties to even (__float2bfloat16_rn / __float2half_rn on
-// CUDA); NaN stays NaN; fp16 overflows to infinity. 16 bit -> fp32 is exact. Mixed precision
-// stores tensors in 16 bits and computes in fp32, so the CPU backend rounds at the same places
-// and to the same bits as a GPU would.
+// Whole buffers converted between fp32 and the 16-bit storage formats (bf16, fp16), exactly as the
+// GPU converts them: fp32 -> 16 bit rounds to nearest, ties to even (__float2bfloat16_rn /
+// __float2half_rn on CUDA); 16 bit -> fp32 is exact. The formats, and the scalar conversions these
+// loops apply (cpu::float_to_bf16 and the others), are in kernels/dtype.h.
 #pragma once
 #include <cstdint>
 
+#include "kernels/dtype.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
-// Which 16-bit format a uint16_t buffer holds (kernels that take 16-bit inputs).
-enum class Half16 { bf16, fp16 };
-
 namespace cpu {
-std::uint16_t float_to_bf16(float x);
-float bf16_to_float(std::uint16_t b);
-std::uint16_t float_to_fp16(float x);
-float fp16_to_float(std::uint16_t h);
-
 void to_bf16(std::uint16_t* out, const float* in, std::size_t n);
 void from_bf16(float* out, const std::uint16_t* in, std::size_t n);
 void to_fp16(std::uint16_t* out, const float* in, std::size_t n);

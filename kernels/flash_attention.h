@@ -32,18 +32,22 @@ struct AttentionShape {
 };
 
 namespace cpu {
-// The tiled algorithm above, written to be read; T = float (training) or double (checks).
+// The tiled algorithm above, written to be read. T (kernels/dtype.h) is the storage type of qkv,
+// out, dout and dqkv: float (training), double (checks), bf16 or fp16; lse is in the compute type
+// (fp32; double for double). Scores, probabilities and the running sums live in fp32 tiles (double
+// for double); each output is rounded once: dK, dV per key tile, dQ summed in fp32 per (batch,
+// head). In 16 bits the result is bit for bit the fp32 version's on the widened inputs, rounded.
 template <typename T>
-void flash_attention_forward(T* out, T* lse, const T* qkv, const AttentionShape& shape, std::size_t block_q = 32,
-                             std::size_t block_k = 32);
+void flash_attention_forward(T* out, compute_t<T>* lse, const T* qkv, const AttentionShape& shape,
+                             std::size_t block_q = 32, std::size_t block_k = 32);
 // dqkv is written (not accumulated).
 template <typename T>
-void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
+void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const compute_t<T>* lse,
                               const AttentionShape& shape, std::size_t block_q = 32, std::size_t block_k = 32);
-// Materialized reference (scores and probabilities as full B*H*T*T arrays), causal or not:
-// the "naive" attention of the tests and of the CPU benchmark.
+// Materialized reference (scores and probabilities as full B*H*T*T arrays, in the compute type),
+// causal or not: the "naive" attention of the tests and of the CPU benchmark. Same storage types.
 template <typename T>
-void attention_reference_forward(T* out, T* lse, const T* qkv, const AttentionShape& shape);
+void attention_reference_forward(T* out, compute_t<T>* lse, const T* qkv, const AttentionShape& shape);
 template <typename T>
 void attention_reference_backward(T* dqkv, const T* dout, const T* qkv, const AttentionShape& shape);
 }  // namespace cpu

@@ -5,38 +5,51 @@
 //   dbias += sum_rows dout,  dweight += sum_rows dout * xhat
 //   dx    += rstd * (g - mean(g) - xhat * mean(g * xhat))
 // dx is ACCUMULATED: layernorm's input is the residual stream, whose gradient is a sum.
+//
+// Storage type T (kernels/dtype.h) for x, out, weight, bias and every gradient: float, bf16 or
+// fp16 (and double on the CPU). mean and rstd are always in the compute type (fp32; double for
+// double). Accumulated outputs are read once, summed in fp32 over every row, and rounded once per
+// call. In 16 bits the CPU result is bit for bit the fp32 kernel's on the widened inputs, with
+// the outputs rounded (the row statistics are summed in double there, as in fp32). The CUDA
+// kernels sum in fp32 in their own order (see kernels/cuda/layernorm.cu).
 #pragma once
+#include "kernels/dtype.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
 constexpr double kLayerNormEps = 1e-5;
 namespace cpu {
 template <typename T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* x, const T* weight, const T* bias, std::size_t N, std::size_t C);
+void layernorm_forward(T* out, compute_t<T>* mean, compute_t<T>* rstd, const T* x, const T* weight, const T* bias,
+                       std::size_t N, std::size_t C);
 template <typename T>
-void layernorm_backward(T* dx, T* dweight, T* dbias, const T* dout, const T* x, const T* weight, const T* mean,
-                        const T* rstd, std::size_t N, std::size_t C);
+void layernorm_backward(T* dx, T* dweight, T* dbias, const T* dout, const T* x, const T* weight,
+                        const compute_t<T>* mean, const compute_t<T>* rstd, std::size_t N, std::size_t C);
 }  // namespace cpu
 namespace cuda {
-void layernorm_forward(void* stream, float* out, float* mean, float* rstd, const float* x, const float* weight,
-                       const float* bias, std::size_t N, std::size_t C);
-void layernorm_backward(void* stream, float* dx, float* dweight, float* dbias, const float* dout, const float* x,
-                        const float* weight, const float* mean, const float* rstd, std::size_t N, std::size_t C);
+template <typename T = float>
+void layernorm_forward(void* stream, Out<T> out, float* mean, float* rstd, In<T> x, In<T> weight, In<T> bias,
+                       std::size_t N, std::size_t C);
+template <typename T = float>
+void layernorm_backward(void* stream, Out<T> dx, Out<T> dweight, Out<T> dbias, In<T> dout, In<T> x, In<T> weight,
+                        const float* mean, const float* rstd, std::size_t N, std::size_t C);
 }  // namespace cuda
 
-inline void layernorm_forward(const Stream& s, float* out, float* mean, float* rstd, const float* x, const float* weight,
-                              const float* bias, std::size_t N, std::size_t C) {
+template <typename T = float>
+inline void layernorm_forward(const Stream& s, Out<T> out, float* mean, float* rstd, In<T> x, In<T> weight,
+                              In<T> bias, std::size_t N, std::size_t C) {
   if (s.backend == Backend::meta) return;
-  if (s.backend == Backend::cpu) return cpu::layernorm_forward(out, mean, rstd, x, weight, bias, N, C);
+  if (s.backend == Backend::cpu) return cpu::layernorm_forward<T>(out, mean, rstd, x, weight, bias, N, C);
   TRAINMEM_CUDA_KERNEL("layernorm_forward",
-                       cuda::layernorm_forward(s.cuda_stream, out, mean, rstd, x, weight, bias, N, C));
+                       cuda::layernorm_forward<T>(s.cuda_stream, out, mean, rstd, x, weight, bias, N, C));
 }
-inline void layernorm_backward(const Stream& s, float* dx, float* dweight, float* dbias, const float* dout,
-                               const float* x, const float* weight, const float* mean, const float* rstd, std::size_t N,
-                               std::size_t C) {
+template <typename T = float>
+inline void layernorm_backward(const Stream& s, Out<T> dx, Out<T> dweight, Out<T> dbias, In<T> dout, In<T> x,
+                               In<T> weight, const float* mean, const float* rstd, std::size_t N, std::size_t C) {
   if (s.backend == Backend::meta) return;
-  if (s.backend == Backend::cpu) return cpu::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, N, C);
-  TRAINMEM_CUDA_KERNEL("layernorm_backward", cuda::layernorm_backward(s.cuda_stream, dx, dweight, dbias, dout, x,
-                                                                       weight, mean, rstd, N, C));
+  if (s.backend == Backend::cpu)
+    return cpu::layernorm_backward<T>(dx, dweight, dbias, dout, x, weight, mean, rstd, N, C);
+  TRAINMEM_CUDA_KERNEL("layernorm_backward", cuda::layernorm_backward<T>(s.cuda_stream, dx, dweight, dbias, dout, x,
+                                                                          weight, mean, rstd, N, C));
 }
 }  // namespace trainmem::kernels

@@ -9,14 +9,14 @@
 // slower cuBLASLt kernels), but each must be at least 2 unless N or OC is 0 (nothing to do): cuBLASLt
 // rejects a matrix with a single row or column, so those shapes throw std::invalid_argument.
 //
-// There is no cpu:: version: on the CPU, mixed precision widens the 16-bit operands to fp32,
-// runs kernels/matmul.h and rounds the result (common/model/compute_views.h), which is what
-// this kernel computes up to the order of the fp32 sums.
+// The dispatcher kernels::matmul_forward<bf16> / <fp16> (kernels/matmul.h) calls these on the cuda
+// backend; its CPU version (cpu::matmul_forward<bf16>, fp32 staging tiles on OpenBLAS) computes the
+// same thing up to the order of the fp32 sums, and is what the tests compare these with.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/convert.h"
+#include "kernels/dtype.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels::cuda {

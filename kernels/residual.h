@@ -1,5 +1,9 @@
 // Residual add: out = a + b. (Its backward is the identity: the gradient flows to both inputs.)
+// Storage type T (kernels/dtype.h): float, bf16 or fp16 (and double on the CPU); the sum is
+// computed in fp32 (double for double) and rounded once: in 16 bits, bit for bit the fp32
+// kernel's on the widened inputs, rounded.
 #pragma once
+#include "kernels/dtype.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -7,11 +11,12 @@ namespace cpu {
 template <typename T> void residual_forward(T* out, const T* a, const T* b, std::size_t n);
 }
 namespace cuda {
-void residual_forward(void* stream, float* out, const float* a, const float* b, std::size_t n);
+template <typename T = float> void residual_forward(void* stream, Out<T> out, In<T> a, In<T> b, std::size_t n);
 }
-inline void residual_forward(const Stream& s, float* out, const float* a, const float* b, std::size_t n) {
+template <typename T = float>
+inline void residual_forward(const Stream& s, Out<T> out, In<T> a, In<T> b, std::size_t n) {
   if (s.backend == Backend::meta) return;
-  if (s.backend == Backend::cpu) return cpu::residual_forward(out, a, b, n);
-  TRAINMEM_CUDA_KERNEL("residual_forward", cuda::residual_forward(s.cuda_stream, out, a, b, n));
+  if (s.backend == Backend::cpu) return cpu::residual_forward<T>(out, a, b, n);
+  TRAINMEM_CUDA_KERNEL("residual_forward", cuda::residual_forward<T>(s.cuda_stream, out, a, b, n));
 }
 }  // namespace trainmem::kernels

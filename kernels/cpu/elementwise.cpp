@@ -1,4 +1,5 @@
-// CPU reference: GELU and the residual add.
+// CPU reference: GELU and the residual add. Each element is loaded into the compute type F (fp32,
+// or double for double; kernels/dtype.h), computed there and stored once.
 #include <cmath>
 
 #include "kernels/gelu.h"
@@ -13,35 +14,40 @@ constexpr double kGeluCubic = 0.044715;
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, std::size_t n) {
+  using F = compute_t<T>;
   for (std::size_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    const T u = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
-    out[i] = T(0.5) * x * (T(1) + std::tanh(u));
+    const F x = load(inp[i]);
+    const F u = static_cast<F>(kSqrt2OverPi) * (x + static_cast<F>(kGeluCubic) * x * x * x);
+    out[i] = store<T>(F(0.5) * x * (F(1) + std::tanh(u)));
   }
 }
 
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
+  using F = compute_t<T>;
   for (std::size_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    const T u = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
-    const T th = std::tanh(u);
-    const T du_dx = static_cast<T>(kSqrt2OverPi) * (T(1) + T(3) * static_cast<T>(kGeluCubic) * x * x);
-    const T grad = T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du_dx;
-    dinp[i] = grad * dout[i];
+    const F x = load(inp[i]);
+    const F u = static_cast<F>(kSqrt2OverPi) * (x + static_cast<F>(kGeluCubic) * x * x * x);
+    const F th = std::tanh(u);
+    const F du_dx = static_cast<F>(kSqrt2OverPi) * (F(1) + F(3) * static_cast<F>(kGeluCubic) * x * x);
+    const F grad = F(0.5) * (F(1) + th) + F(0.5) * x * (F(1) - th * th) * du_dx;
+    dinp[i] = store<T>(grad * load(dout[i]));  // dout[i] is read before dinp[i] is written: in place is safe
   }
 }
 
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for (std::size_t i = 0; i < n; ++i) out[i] = store<T>(load(a[i]) + load(b[i]));
 }
 
-template void gelu_forward<float>(float*, const float*, std::size_t);
-template void gelu_forward<double>(double*, const double*, std::size_t);
-template void gelu_backward<float>(float*, const float*, const float*, std::size_t);
-template void gelu_backward<double>(double*, const double*, const double*, std::size_t);
-template void residual_forward<float>(float*, const float*, const float*, std::size_t);
-template void residual_forward<double>(double*, const double*, const double*, std::size_t);
+#define TRAINMEM_INSTANTIATE(T)                                                   \
+  template void gelu_forward<T>(T*, const T*, std::size_t);                       \
+  template void gelu_backward<T>(T*, const T*, const T*, std::size_t);            \
+  template void residual_forward<T>(T*, const T*, const T*, std::size_t);
+TRAINMEM_INSTANTIATE(float)
+TRAINMEM_INSTANTIATE(double)
+TRAINMEM_INSTANTIATE(bf16)
+TRAINMEM_INSTANTIATE(fp16)
+#undef TRAINMEM_INSTANTIATE
 
 }  // namespace trainmem::kernels::cpu

@@ -14,6 +14,11 @@
 // one tile of scores and the running (m, l, unnormalized O) of one query tile. The backward
 // rebuilds each tile of probabilities from lse; its scratch is D = rowsum(dO * O) [B, H, T] and a
 // few tiles. Nothing of size T x T exists, unlike attention_reference_* at the end of this file.
+//
+// Storage types. qkv, out, dout and dqkv are of the storage type T; every element is loaded into
+// the compute type F (fp32, or double for double; kernels/dtype.h). Tiles, m, l, O, D_i and lse
+// are in F; each output element is stored once: O at the end of its query tile, dK and dV at the
+// end of their key tile, dQ (summed over the key tiles) at the end of its (batch, head).
 #include "kernels/flash_attention.h"
 
 #include <algorithm>
@@ -36,17 +41,24 @@ struct Layout {
   std::size_t row(std::size_t b, std::size_t h, std::size_t t) const { return (b * H + h) * Tn + t; }
 };
 
-template <typename T>
-T dot(const T* a, const T* b, std::size_t n) {
-  T s = 0;
-  for (std::size_t i = 0; i < n; ++i) s += a[i] * b[i];
+// sum_i a[i] b[i] in F (a, b: stored elements or F values)
+template <typename F, typename A, typename B>
+F dot(const A* a, const B* b, std::size_t n) {
+  F s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += load(a[i]) * load(b[i]);
   return s;
 }
 
-// y += a * x
+// y += a * x, y in F
+template <typename F, typename X>
+void axpy(F* y, F a, const X* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] += a * load(x[i]);
+}
+
+// dst[i] = src[i] rounded to the storage type
 template <typename T>
-void axpy(T* y, T a, const T* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) y[i] += a * x[i];
+void store_row(T* dst, const compute_t<T>* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = store<T>(src[i]);
 }
 
 }  // namespace
@@ -57,22 +69,23 @@ void axpy(T* y, T a, const T* x, std::size_t n) {
 // and rescale l and O by exp(m_old - m_new) whenever a tile raises the max. At the end
 // O / l is the softmax-weighted sum, and m + log(l) the log-sum-exp.
 template <typename T>
-void flash_attention_forward(T* out, T* lse, const T* qkv, const AttentionShape& shape, std::size_t block_q,
+void flash_attention_forward(T* out, compute_t<T>* lse, const T* qkv, const AttentionShape& shape, std::size_t block_q,
                              std::size_t block_k) {
+  using F = compute_t<T>;
   const Layout at(shape);
   const std::size_t Tn = shape.T, D = shape.D;
-  const T scale = T(1) / std::sqrt(static_cast<T>(D));
-  const T minus_inf = -std::numeric_limits<T>::infinity();
+  const F scale = F(1) / std::sqrt(static_cast<F>(D));
+  const F minus_inf = -std::numeric_limits<F>::infinity();
   // The whole scratch: one tile of scores (then probabilities), and per query row m, l, O.
-  std::vector<T> S(block_q * block_k), m(block_q), l(block_q), O(block_q * D);
+  std::vector<F> S(block_q * block_k), m(block_q), l(block_q), O(block_q * D);
 
   for (std::size_t b = 0; b < shape.B; ++b)
     for (std::size_t h = 0; h < shape.H; ++h)
       for (std::size_t i0 = 0; i0 < Tn; i0 += block_q) {  // query tile Q_i: rows i0 .. i0+nq-1
         const std::size_t nq = std::min(block_q, Tn - i0);
         std::fill(m.begin(), m.end(), minus_inf);
-        std::fill(l.begin(), l.end(), T(0));
-        std::fill(O.begin(), O.end(), T(0));
+        std::fill(l.begin(), l.end(), F(0));
+        std::fill(O.begin(), O.end(), F(0));
 
         // Causal: a key tile whose first key j0 is after the last query i0+nq-1 is skipped.
         const std::size_t keys_end = shape.causal ? i0 + nq : Tn;
@@ -85,24 +98,24 @@ void flash_attention_forward(T* out, T* lse, const T* qkv, const AttentionShape&
             for (std::size_t c = 0; c < nk; ++c) {
               const std::size_t t = i0 + r, u = j0 + c;
               S[r * block_k + c] =
-                  diagonal && u > t ? minus_inf : scale * dot(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D);
+                  diagonal && u > t ? minus_inf : scale * dot<F>(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D);
             }
 
           for (std::size_t r = 0; r < nq; ++r) {
-            T* s = &S[r * block_k];
-            T* o = &O[r * D];
+            F* s = &S[r * block_k];
+            F* o = &O[r * D];
             // (2) m_new = max(m, rowmax(S_ij)). Finite: key 0 <= t is in the first tile visited.
-            T m_new = m[r];
+            F m_new = m[r];
             for (std::size_t c = 0; c < nk; ++c) m_new = std::max(m_new, s[c]);
             // (3) P_ij = exp(S_ij - m_new)   (exp(-inf) = 0 where masked)
-            T row_sum = 0;
+            F row_sum = 0;
             for (std::size_t c = 0; c < nk; ++c) {
               s[c] = std::exp(s[c] - m_new);
               row_sum += s[c];
             }
             // (4) l = exp(m - m_new) * l + rowsum(P_ij);   O_i = exp(m - m_new) * O_i + P_ij V_j
             //     (exp(m - m_new) = 0 on the first tile, where m = -inf: l and O start from 0)
-            const T rescale = std::exp(m[r] - m_new);
+            const F rescale = std::exp(m[r] - m_new);
             l[r] = rescale * l[r] + row_sum;
             for (std::size_t d = 0; d < D; ++d) o[d] *= rescale;
             for (std::size_t c = 0; c < nk; ++c) axpy(o, s[c], qkv + at.v(b, h, j0 + c), D);
@@ -114,7 +127,7 @@ void flash_attention_forward(T* out, T* lse, const T* qkv, const AttentionShape&
         for (std::size_t r = 0; r < nq; ++r) {
           const std::size_t t = i0 + r;
           T* dst = out + at.o(b, h, t);
-          for (std::size_t d = 0; d < D; ++d) dst[d] = O[r * D + d] / l[r];
+          for (std::size_t d = 0; d < D; ++d) dst[d] = store<T>(O[r * D + d] / l[r]);
           lse[at.row(b, h, t)] = m[r] + std::log(l[r]);
         }
       }
@@ -128,28 +141,31 @@ void flash_attention_forward(T* out, T* lse, const T* qkv, const AttentionShape&
 // Softmax backward: dS = P * (dP - rowsum(P * dP)), and rowsum(P * dP) = rowsum(P * (dO V^T))
 // = rowsum(dO * (P V)) = rowsum(dO * O) = D_i — computed once per row from O, no T x T needed.
 template <typename T>
-void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
+void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const compute_t<T>* lse,
                               const AttentionShape& shape, std::size_t block_q, std::size_t block_k) {
+  using F = compute_t<T>;
   const Layout at(shape);
   const std::size_t Tn = shape.T, D = shape.D;
-  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  const F scale = F(1) / std::sqrt(static_cast<F>(D));
 
   // (0) D_i = rowsum(dO_i * O_i), one number per query row [B, H, T] ("Dvec": D is the head dim)
-  std::vector<T> Dvec(shape.B * shape.H * Tn);
+  std::vector<F> Dvec(shape.B * shape.H * Tn);
   for (std::size_t b = 0; b < shape.B; ++b)
     for (std::size_t h = 0; h < shape.H; ++h)
       for (std::size_t t = 0; t < Tn; ++t)
-        Dvec[at.row(b, h, t)] = dot(dout + at.o(b, h, t), out + at.o(b, h, t), D);
+        Dvec[at.row(b, h, t)] = dot<F>(dout + at.o(b, h, t), out + at.o(b, h, t), D);
 
-  std::fill(dqkv, dqkv + shape.B * Tn * 3 * shape.C(), T(0));  // dQ is accumulated in place
-  std::vector<T> P(block_q * block_k), dS(block_q * block_k), dK(block_k * D), dV(block_k * D);
+  // dQ of one (batch, head), all T rows: summed over the key tiles, then stored (dQ[t * D + d]).
+  std::vector<F> dQ(Tn * D);
+  std::vector<F> P(block_q * block_k), dS(block_q * block_k), dK(block_k * D), dV(block_k * D);
 
   for (std::size_t b = 0; b < shape.B; ++b)
-    for (std::size_t h = 0; h < shape.H; ++h)
+    for (std::size_t h = 0; h < shape.H; ++h) {
+      std::fill(dQ.begin(), dQ.end(), F(0));
       for (std::size_t j0 = 0; j0 < Tn; j0 += block_k) {  // key tile K_j, V_j: rows j0 .. j0+nk-1
         const std::size_t nk = std::min(block_k, Tn - j0);
-        std::fill(dK.begin(), dK.end(), T(0));
-        std::fill(dV.begin(), dV.end(), T(0));
+        std::fill(dK.begin(), dK.end(), F(0));
+        std::fill(dV.begin(), dV.end(), F(0));
 
         // Causal: a query tile whose last query is before the first key j0 is skipped; the
         // first one kept is the tile that holds query j0.
@@ -164,8 +180,8 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
               const std::size_t t = i0 + r, u = j0 + c;
               P[r * block_k + c] =
                   diagonal && u > t
-                      ? T(0)
-                      : std::exp(scale * dot(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D) - lse[at.row(b, h, t)]);
+                      ? F(0)
+                      : std::exp(scale * dot<F>(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D) - lse[at.row(b, h, t)]);
             }
 
           // (2) dV_j += P_ij^T dO_i
@@ -176,7 +192,7 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
           for (std::size_t r = 0; r < nq; ++r)
             for (std::size_t c = 0; c < nk; ++c) {
               const std::size_t t = i0 + r, u = j0 + c;
-              const T dP = dot(dout + at.o(b, h, t), qkv + at.v(b, h, u), D);
+              const F dP = dot<F>(dout + at.o(b, h, t), qkv + at.v(b, h, u), D);
               dS[r * block_k + c] = P[r * block_k + c] * (dP - Dvec[at.row(b, h, t)]);
             }
 
@@ -184,18 +200,21 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
           for (std::size_t r = 0; r < nq; ++r)
             for (std::size_t c = 0; c < nk; ++c) {
               const std::size_t t = i0 + r, u = j0 + c;
-              const T g = dS[r * block_k + c] * scale;
-              axpy(dqkv + at.q(b, h, t), g, qkv + at.k(b, h, u), D);
+              const F g = dS[r * block_k + c] * scale;
+              axpy(&dQ[t * D], g, qkv + at.k(b, h, u), D);
               axpy(&dK[c * D], g, qkv + at.q(b, h, t), D);
             }
         }
 
         // (6) write dK_j, dV_j
         for (std::size_t c = 0; c < nk; ++c) {
-          std::copy_n(&dK[c * D], D, dqkv + at.k(b, h, j0 + c));
-          std::copy_n(&dV[c * D], D, dqkv + at.v(b, h, j0 + c));
+          store_row(dqkv + at.k(b, h, j0 + c), &dK[c * D], D);
+          store_row(dqkv + at.v(b, h, j0 + c), &dV[c * D], D);
         }
       }
+      // (7) write dQ of this (batch, head)
+      for (std::size_t t = 0; t < Tn; ++t) store_row(dqkv + at.q(b, h, t), &dQ[t * D], D);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -209,25 +228,26 @@ namespace {
 
 // S and P for every (b, h), and lse. P is indexed [(b*H + h)*T + t][u].
 template <typename T>
-std::vector<T> reference_probabilities(T* lse, const T* qkv, const AttentionShape& shape) {
+std::vector<compute_t<T>> reference_probabilities(compute_t<T>* lse, const T* qkv, const AttentionShape& shape) {
+  using F = compute_t<T>;
   const Layout at(shape);
   const std::size_t Tn = shape.T, D = shape.D;
-  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  const F scale = F(1) / std::sqrt(static_cast<F>(D));
   const std::size_t rows = shape.B * shape.H * Tn;
-  std::vector<T> S(rows * Tn), P(rows * Tn);
+  std::vector<F> S(rows * Tn), P(rows * Tn);
   for (std::size_t b = 0; b < shape.B; ++b)
     for (std::size_t h = 0; h < shape.H; ++h)
       for (std::size_t t = 0; t < Tn; ++t) {
-        T* s = &S[at.row(b, h, t) * Tn];
-        T* p = &P[at.row(b, h, t) * Tn];
-        T max = -std::numeric_limits<T>::infinity();
+        F* s = &S[at.row(b, h, t) * Tn];
+        F* p = &P[at.row(b, h, t) * Tn];
+        F max = -std::numeric_limits<F>::infinity();
         for (std::size_t u = 0; u < Tn; ++u) {
           const bool masked = shape.causal && u > t;
-          s[u] = masked ? -std::numeric_limits<T>::infinity()
-                        : scale * dot(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D);
+          s[u] = masked ? -std::numeric_limits<F>::infinity()
+                        : scale * dot<F>(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D);
           max = std::max(max, s[u]);
         }
-        T sum = 0;  // softmax, with the max subtracted for stability
+        F sum = 0;  // softmax, with the max subtracted for stability
         for (std::size_t u = 0; u < Tn; ++u) {
           p[u] = std::exp(s[u] - max);  // 0 where masked
           sum += p[u];
@@ -241,65 +261,69 @@ std::vector<T> reference_probabilities(T* lse, const T* qkv, const AttentionShap
 }  // namespace
 
 template <typename T>
-void attention_reference_forward(T* out, T* lse, const T* qkv, const AttentionShape& shape) {
+void attention_reference_forward(T* out, compute_t<T>* lse, const T* qkv, const AttentionShape& shape) {
+  using F = compute_t<T>;
   const Layout at(shape);
   const std::size_t Tn = shape.T, D = shape.D;
-  const std::vector<T> P = reference_probabilities(lse, qkv, shape);
+  const std::vector<F> P = reference_probabilities(lse, qkv, shape);
   // O = P V
+  std::vector<F> o(D);
   for (std::size_t b = 0; b < shape.B; ++b)
     for (std::size_t h = 0; h < shape.H; ++h)
       for (std::size_t t = 0; t < Tn; ++t) {
-        T* o = out + at.o(b, h, t);
-        std::fill(o, o + D, T(0));
-        for (std::size_t u = 0; u < Tn; ++u) axpy(o, P[at.row(b, h, t) * Tn + u], qkv + at.v(b, h, u), D);
+        std::fill(o.begin(), o.end(), F(0));
+        for (std::size_t u = 0; u < Tn; ++u) axpy(o.data(), P[at.row(b, h, t) * Tn + u], qkv + at.v(b, h, u), D);
+        store_row(out + at.o(b, h, t), o.data(), D);
       }
 }
 
 template <typename T>
 void attention_reference_backward(T* dqkv, const T* dout, const T* qkv, const AttentionShape& shape) {
+  using F = compute_t<T>;
   const Layout at(shape);
   const std::size_t Tn = shape.T, D = shape.D;
-  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  const F scale = F(1) / std::sqrt(static_cast<F>(D));
   // The forward's probabilities, rebuilt (this signature keeps nothing from the forward).
-  std::vector<T> lse(shape.B * shape.H * Tn);
-  const std::vector<T> P = reference_probabilities(lse.data(), qkv, shape);
-  std::vector<T> dP(P.size()), dS(P.size());
+  std::vector<F> lse(shape.B * shape.H * Tn);
+  const std::vector<F> P = reference_probabilities(lse.data(), qkv, shape);
+  std::vector<F> dP(P.size()), dS(P.size());
 
-  std::fill(dqkv, dqkv + shape.B * Tn * 3 * shape.C(), T(0));
+  std::vector<F> grad(shape.B * Tn * 3 * shape.C(), F(0));  // dqkv summed in F, stored at the end
   for (std::size_t b = 0; b < shape.B; ++b)
     for (std::size_t h = 0; h < shape.H; ++h)
       for (std::size_t t = 0; t < Tn; ++t) {
-        const T* p = &P[at.row(b, h, t) * Tn];
-        T* dp = &dP[at.row(b, h, t) * Tn];
-        T* ds = &dS[at.row(b, h, t) * Tn];
+        const F* p = &P[at.row(b, h, t) * Tn];
+        F* dp = &dP[at.row(b, h, t) * Tn];
+        F* ds = &dS[at.row(b, h, t) * Tn];
         const T* dO = dout + at.o(b, h, t);
         // dP = dO V^T;   dV += P^T dO
         for (std::size_t u = 0; u < Tn; ++u) {
-          dp[u] = dot(dO, qkv + at.v(b, h, u), D);
-          axpy(dqkv + at.v(b, h, u), p[u], dO, D);
+          dp[u] = dot<F>(dO, qkv + at.v(b, h, u), D);
+          axpy(&grad[at.v(b, h, u)], p[u], dO, D);
         }
         // dS = P * (dP - rowsum(P * dP))
-        const T weighted = dot(p, dp, Tn);
+        const F weighted = dot<F>(p, dp, Tn);
         for (std::size_t u = 0; u < Tn; ++u) ds[u] = p[u] * (dp[u] - weighted);
         // dQ = dS K / sqrt(D);   dK += dS^T Q / sqrt(D)
         for (std::size_t u = 0; u < Tn; ++u) {
-          axpy(dqkv + at.q(b, h, t), ds[u] * scale, qkv + at.k(b, h, u), D);
-          axpy(dqkv + at.k(b, h, u), ds[u] * scale, qkv + at.q(b, h, t), D);
+          axpy(&grad[at.q(b, h, t)], ds[u] * scale, qkv + at.k(b, h, u), D);
+          axpy(&grad[at.k(b, h, u)], ds[u] * scale, qkv + at.q(b, h, t), D);
         }
       }
+  store_row(dqkv, grad.data(), grad.size());
 }
 
-template void flash_attention_forward<float>(float*, float*, const float*, const AttentionShape&, std::size_t,
-                                             std::size_t);
-template void flash_attention_forward<double>(double*, double*, const double*, const AttentionShape&, std::size_t,
-                                              std::size_t);
-template void flash_attention_backward<float>(float*, const float*, const float*, const float*, const float*,
-                                              const AttentionShape&, std::size_t, std::size_t);
-template void flash_attention_backward<double>(double*, const double*, const double*, const double*, const double*,
-                                               const AttentionShape&, std::size_t, std::size_t);
-template void attention_reference_forward<float>(float*, float*, const float*, const AttentionShape&);
-template void attention_reference_forward<double>(double*, double*, const double*, const AttentionShape&);
-template void attention_reference_backward<float>(float*, const float*, const float*, const AttentionShape&);
-template void attention_reference_backward<double>(double*, const double*, const double*, const AttentionShape&);
+#define TRAINMEM_INSTANTIATE(T)                                                                              \
+  template void flash_attention_forward<T>(T*, compute_t<T>*, const T*, const AttentionShape&, std::size_t,       \
+                                           std::size_t);                                                         \
+  template void flash_attention_backward<T>(T*, const T*, const T*, const T*, const compute_t<T>*,               \
+                                            const AttentionShape&, std::size_t, std::size_t);                    \
+  template void attention_reference_forward<T>(T*, compute_t<T>*, const T*, const AttentionShape&);              \
+  template void attention_reference_backward<T>(T*, const T*, const T*, const AttentionShape&);
+TRAINMEM_INSTANTIATE(float)
+TRAINMEM_INSTANTIATE(double)
+TRAINMEM_INSTANTIATE(bf16)
+TRAINMEM_INSTANTIATE(fp16)
+#undef TRAINMEM_INSTANTIATE
 
 }  // namespace trainmem::kernels::cpu

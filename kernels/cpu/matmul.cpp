@@ -1,7 +1,12 @@
 // CPU reference: the linear layer on OpenBLAS (row-major GEMMs; formulas in kernels/matmul.h).
+// float and double call sgemm/dgemm on the buffers themselves; bf16 and fp16 go through the
+// bounded fp32 staging tiles described in matmul.h (gemm_staged below).
 #include "kernels/matmul.h"
 
 #include <cblas.h>
+
+#include <algorithm>
+#include <vector>
 
 namespace trainmem::kernels::cpu {
 
@@ -17,36 +22,120 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t M, std::size_t N, 
   cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
               static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
 }
+
+// dst[r * cols + c] = src[r * ld + c] widened, for a rows x cols block of a row-major matrix.
+template <typename T>
+void widen_block(float* dst, const T* src, std::size_t rows, std::size_t cols, std::size_t ld) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) dst[r * cols + c] = load(src[r * ld + c]);
+}
+
+// A row-major matrix as stored, and whether the product reads it transposed: op(X) = X or X^T.
+template <typename T>
+struct Operand {
+  const T* data;
+  std::size_t ld;  // elements from one stored row to the next
+  bool transposed;
+  // The stored block holding rows [r0, r0 + rows) x columns [c0, c0 + cols) of op(X), widened into
+  // dst, row-major as stored (so sgemm is told the same transpose): op(X)'s block, or its transpose.
+  void widen(float* dst, std::size_t r0, std::size_t rows, std::size_t c0, std::size_t cols) const {
+    if (transposed) widen_block(dst, data + c0 * ld + r0, cols, rows, ld);
+    else widen_block(dst, data + r0 * ld + c0, rows, cols, ld);
+  }
+  CBLAS_TRANSPOSE blas() const { return transposed ? CblasTrans : CblasNoTrans; }
+};
+
+// out[M, N] (+)= op(A)[M, K] @ op(B)[K, N] (+ bias[N] on every row), in 16 bits through fp32 tiles:
+// for every output tile, an fp32 accumulator is started by the first K slice's sgemm (beta = 0),
+// or from the widened old value when `accumulate`; every K slice of A and B is widened into
+// staging and summed in by sgemm (beta = 1), the bias is added, and the tile is rounded into
+// `out` once.
+// Staging: at most kMatmulTileRows*kMatmulTileInner + kMatmulTileInner*kMatmulTileCols +
+// kMatmulTileRows*kMatmulTileCols floats, whatever M, N and K.
+template <typename T>
+void gemm_staged(std::size_t M, std::size_t N, std::size_t K, const Operand<T>& A, const Operand<T>& B, T* out,
+                 std::size_t ld_out, bool accumulate, const T* bias) {
+  const std::size_t mt_max = std::min(M, kMatmulTileRows), nt_max = std::min(N, kMatmulTileCols),
+                    kt_max = std::min(K, kMatmulTileInner);
+  std::vector<float> a(mt_max * kt_max), b(kt_max * nt_max), acc(mt_max * nt_max);
+  for (std::size_t m0 = 0; m0 < M; m0 += kMatmulTileRows)
+    for (std::size_t n0 = 0; n0 < N; n0 += kMatmulTileCols) {
+      const std::size_t mt = std::min(kMatmulTileRows, M - m0), nt = std::min(kMatmulTileCols, N - n0);
+      if (accumulate) widen_block(acc.data(), out + m0 * ld_out + n0, mt, nt, ld_out);
+      else if (K == 0) std::fill(acc.begin(), acc.end(), 0.0f);  // an empty sum (no slice to start it)
+      for (std::size_t k0 = 0; k0 < K; k0 += kMatmulTileInner) {
+        const std::size_t kt = std::min(kMatmulTileInner, K - k0);
+        A.widen(a.data(), m0, mt, k0, kt);  // op(A)[m0.., k0..]: stored as mt x kt, or kt x mt when transposed
+        B.widen(b.data(), k0, kt, n0, nt);  // op(B)[k0.., n0..]
+        const float beta = accumulate || k0 > 0 ? 1.0f : 0.0f;  // the first slice of a written output starts it
+        gemm(A.blas(), B.blas(), mt, nt, kt, 1.0f, a.data(), A.transposed ? mt : kt, b.data(),
+             B.transposed ? kt : nt, beta, acc.data(), nt);
+      }
+      for (std::size_t i = 0; i < mt; ++i)
+        for (std::size_t j = 0; j < nt; ++j) {
+          float value = acc[i * nt + j];
+          if (bias) value += load(bias[n0 + j]);
+          out[(m0 + i) * ld_out + n0 + j] = store<T>(value);
+        }
+    }
+}
+
+// dbias[OC] += sum over the N rows of dout[N, OC], summed in fp32 row by row (as the fp32 path),
+// in column chunks of `chunk` accumulators, each rounded once.
+template <typename T>
+void bias_grad_staged(T* dbias, const T* dout, std::size_t N, std::size_t OC, std::size_t chunk) {
+  std::vector<float> acc(std::min(OC, chunk));
+  for (std::size_t o0 = 0; o0 < OC; o0 += chunk) {
+    const std::size_t count = std::min(chunk, OC - o0);
+    for (std::size_t j = 0; j < count; ++j) acc[j] = load(dbias[o0 + j]);
+    for (std::size_t n = 0; n < N; ++n)
+      for (std::size_t j = 0; j < count; ++j) acc[j] += load(dout[n * OC + o0 + j]);
+    for (std::size_t j = 0; j < count; ++j) dbias[o0 + j] = store<T>(acc[j]);
+  }
+}
 }  // namespace
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::size_t N, std::size_t C, std::size_t OC) {
-  // out[N, OC] = inp[N, C] @ weight[OC, C]^T (+ bias)
-  gemm(CblasNoTrans, CblasTrans, N, OC, C, T(1), inp, C, weight, C, T(0), out, OC);
-  if (bias)
-    for (std::size_t n = 0; n < N; ++n)
-      for (std::size_t o = 0; o < OC; ++o) out[n * OC + o] += bias[o];
+  if constexpr (is_16bit_v<T>) {
+    // out[N, OC] = inp[N, C] @ (weight[OC, C])^T + bias
+    gemm_staged<T>(N, OC, C, {inp, C, false}, {weight, C, true}, out, OC, /*accumulate=*/false, bias);
+  } else {
+    // out[N, OC] = inp[N, C] @ weight[OC, C]^T (+ bias)
+    gemm(CblasNoTrans, CblasTrans, N, OC, C, T(1), inp, C, weight, C, T(0), out, OC);
+    if (bias)
+      for (std::size_t n = 0; n < N; ++n)
+        for (std::size_t o = 0; o < OC; ++o) out[n * OC + o] += bias[o];
+  }
 }
 
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, std::size_t N,
                      std::size_t C, std::size_t OC) {
-  // dinp[N, C] = dout[N, OC] @ weight[OC, C]
-  if (dinp) gemm(CblasNoTrans, CblasNoTrans, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
-  // dweight[OC, C] += dout[N, OC]^T @ inp[N, C]
-  gemm(CblasTrans, CblasNoTrans, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
-  if (dbias)
-    for (std::size_t n = 0; n < N; ++n)
-      for (std::size_t o = 0; o < OC; ++o) dbias[o] += dout[n * OC + o];
+  if constexpr (is_16bit_v<T>) {
+    // dinp[N, C] = dout[N, OC] @ weight[OC, C]
+    if (dinp) gemm_staged<T>(N, C, OC, {dout, OC, false}, {weight, C, false}, dinp, C, false, nullptr);
+    // dweight[OC, C] += (dout[N, OC])^T @ inp[N, C]: the sum over all N rows stays fp32 until rounded
+    gemm_staged<T>(OC, C, N, {dout, OC, true}, {inp, C, false}, dweight, C, /*accumulate=*/true, nullptr);
+    if (dbias) bias_grad_staged(dbias, dout, N, OC, kMatmulTileRows * kMatmulTileCols);
+  } else {
+    // dinp[N, C] = dout[N, OC] @ weight[OC, C]
+    if (dinp) gemm(CblasNoTrans, CblasNoTrans, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
+    // dweight[OC, C] += dout[N, OC]^T @ inp[N, C]
+    gemm(CblasTrans, CblasNoTrans, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
+    if (dbias)
+      for (std::size_t n = 0; n < N; ++n)
+        for (std::size_t o = 0; o < OC; ++o) dbias[o] += dout[n * OC + o];
+  }
 }
 
-template void matmul_forward<float>(float*, const float*, const float*, const float*, std::size_t, std::size_t,
-                                    std::size_t);
-template void matmul_forward<double>(double*, const double*, const double*, const double*, std::size_t, std::size_t,
-                                     std::size_t);
-template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, std::size_t,
-                                     std::size_t, std::size_t);
-template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                      std::size_t, std::size_t, std::size_t);
+#define TRAINMEM_INSTANTIATE(T)                                                                                   \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, std::size_t, std::size_t, std::size_t);      \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, std::size_t, std::size_t, std::size_t);
+TRAINMEM_INSTANTIATE(float)
+TRAINMEM_INSTANTIATE(double)
+TRAINMEM_INSTANTIATE(bf16)
+TRAINMEM_INSTANTIATE(fp16)
+#undef TRAINMEM_INSTANTIATE
 
 }  // namespace trainmem::kernels::cpu

@@ -1,29 +1,53 @@
-// CPU reference: AdamW and the sum of squares for gradient clipping (formulas in adamw.h).
+// CPU reference: AdamW and the sum of squares for gradient clipping (formulas in adamw.h and
+// grad_norm.h). Every value is loaded into fp32 (kernels/dtype.h); the parameter is stored once.
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/adamw.h"
 #include "kernels/grad_norm.h"
 
 namespace trainmem::kernels::cpu {
 
-void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamWHyper& h, long step,
-                  float grad_scale) {
+template <typename T>
+void adamw_update(T* param, const T* grad, float* m, float* v, std::size_t n, const AdamWHyper& h, long step,
+                  float grad_scale, float* master) {
+  if (is_16bit_v<T> && master == nullptr)
+    throw std::invalid_argument(std::string("adamw_update: ") + dtype_name<T>() +
+                                " parameters need an fp32 master copy (master is null)");
   const float bias1 = 1.0f - std::pow(h.beta1, static_cast<float>(step));
   const float bias2 = 1.0f - std::pow(h.beta2, static_cast<float>(step));
   for (std::size_t i = 0; i < n; ++i) {
-    const float g = grad[i] * grad_scale;
+    const float g = load(grad[i]) * grad_scale;
     m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g;
     v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g * g;
     const float mhat = m[i] / bias1;
     const float vhat = v[i] / bias2;
-    param[i] -= h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * param[i]);
+    const float p = master ? master[i] : load(param[i]);  // without master, param is its own (fp32) master
+    const float updated = p - h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * p);
+    if (master) master[i] = updated;
+    param[i] = store<T>(updated);
   }
 }
 
-double sum_of_squares(const float* x, std::size_t n) {
+template <typename T>
+double sum_of_squares(In<T> x, std::size_t n) {
   double sum = 0;
-  for (std::size_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  for (std::size_t i = 0; i < n; ++i) {
+    const double xi = load(x[i]);
+    sum += xi * xi;
+  }
   return sum;
 }
+
+template void adamw_update<float>(float*, const float*, float*, float*, std::size_t, const AdamWHyper&, long, float,
+                                  float*);
+template void adamw_update<bf16>(bf16*, const bf16*, float*, float*, std::size_t, const AdamWHyper&, long, float,
+                                 float*);
+template void adamw_update<fp16>(fp16*, const fp16*, float*, float*, std::size_t, const AdamWHyper&, long, float,
+                                 float*);
+template double sum_of_squares<float>(const float*, std::size_t);
+template double sum_of_squares<bf16>(const bf16*, std::size_t);
+template double sum_of_squares<fp16>(const fp16*, std::size_t);
 
 }  // namespace trainmem::kernels::cpu

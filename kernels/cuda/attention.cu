@@ -1,5 +1,5 @@
 // CUDA: naive causal self-attention with the scores (preatt) and probabilities (att) materialized,
-// B*NH*T*T floats each (formulas in attention.h; the CPU reference is cpu/attention.cpp).
+// B*NH*T*T elements each (formulas in attention.h; the CPU reference is cpu/attention.cpp).
 //
 // The four products per (batch b, head h) are cuBLAS strided-batched GEMMs, one call per batch b
 // over its NH heads. Head h of q, k, v is a [T, hs] row-major matrix inside qkv[b] with leading
@@ -11,17 +11,27 @@
 // the causal result: att = preatt = 0 above the diagonal (forward), datt = dpreatt = 0 there
 // (backward). Since those zeros multiply v, k and q in the following GEMMs, the full-width
 // products equal the causal sums.
+//
+// Storage types: everything is a template over the element type D of every array (float,
+// __nv_bfloat16, __half; dtype.cuh). fp32 GEMMs are cublasSgemmStridedBatched (TF32 off); 16-bit
+// ones cublasGemmStridedBatchedEx with fp32 accumulation (CUBLAS_COMPUTE_32F), each output rounded
+// once. The softmax kernels widen to float, compute in float and round once. Unlike the CPU
+// reference, which keeps a row in fp32 from the scores to the output, the 16-bit steps here meet
+// through rounded arrays (preatt is rounded before the softmax reads it, att before the output
+// GEMM, datt before the softmax backward): a few more 16-bit roundings in the chain.
 #include <cublas_v2.h>
 
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/cublas_handle.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/dtype.cuh"
 
 namespace trainmem::kernels::cuda {
 
@@ -35,27 +45,28 @@ constexpr unsigned kRowBlock = kWarpsPerBlock * detail::kWarpSize;  // 256 threa
 //   att[r, u] = preatt[r, u] = 0                                                 for u > t
 // where max = max_{u <= t} preatt[r, u]. Lanes stride over u; warp w of block b takes rows
 // b*8 + w, stepping by gridDim.x * 8 (the row is the same for all 32 lanes of a warp).
-__global__ void causal_softmax_forward_kernel(float* att, float* preatt, std::size_t rows, std::size_t T) {
+template <typename D>
+__global__ void causal_softmax_forward_kernel(D* att, D* preatt, std::size_t rows, std::size_t T) {
   const unsigned lane = threadIdx.x % detail::kWarpSize;
   const std::size_t first_row = static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / detail::kWarpSize;
   const std::size_t row_step = static_cast<std::size_t>(gridDim.x) * kWarpsPerBlock;
   for (std::size_t r = first_row; r < rows; r += row_step) {
     const std::size_t t = r % T;
-    float* pre = preatt + r * T;
-    float* a = att + r * T;
+    D* pre = preatt + r * T;
+    D* a = att + r * T;
     float maxval = -INFINITY;
-    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) maxval = fmaxf(maxval, pre[u]);
+    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) maxval = fmaxf(maxval, detail::to_float(pre[u]));
     maxval = detail::warp_reduce(maxval, detail::MaxOp{});
     float sum = 0.0f;
-    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) sum += expf(pre[u] - maxval);
+    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) sum += expf(detail::to_float(pre[u]) - maxval);
     sum = detail::warp_reduce(sum, detail::SumOp{});
     // Each lane writes only the elements u it read itself (u = lane, lane + 32, ...).
     for (std::size_t u = lane; u < T; u += detail::kWarpSize) {
       if (u <= t) {
-        a[u] = expf(pre[u] - maxval) / sum;
+        a[u] = detail::from_float<D>(expf(detail::to_float(pre[u]) - maxval) / sum);
       } else {
-        a[u] = 0.0f;
-        pre[u] = 0.0f;
+        a[u] = detail::from_float<D>(0.0f);
+        pre[u] = detail::from_float<D>(0.0f);
       }
     }
   }
@@ -66,25 +77,25 @@ __global__ void causal_softmax_forward_kernel(float* att, float* preatt, std::si
 //   dpreatt[r, u] = datt[r, u] = 0                                                  for u > t
 // The sum reads datt only at u <= t and the zeros go only to u > t, so no lane overwrites a value
 // another lane still reads. Same warp-to-row mapping as the forward.
-__global__ void causal_softmax_backward_kernel(float* dpreatt, float* datt, const float* att, std::size_t rows,
-                                               std::size_t T) {
+template <typename D>
+__global__ void causal_softmax_backward_kernel(D* dpreatt, D* datt, const D* att, std::size_t rows, std::size_t T) {
   const unsigned lane = threadIdx.x % detail::kWarpSize;
   const std::size_t first_row = static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / detail::kWarpSize;
   const std::size_t row_step = static_cast<std::size_t>(gridDim.x) * kWarpsPerBlock;
   for (std::size_t r = first_row; r < rows; r += row_step) {
     const std::size_t t = r % T;
-    const float* a = att + r * T;
-    float* da = datt + r * T;
-    float* dpre = dpreatt + r * T;
+    const D* a = att + r * T;
+    D* da = datt + r * T;
+    D* dpre = dpreatt + r * T;
     float weighted = 0.0f;
-    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) weighted += a[u] * da[u];
+    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) weighted += detail::to_float(a[u]) * detail::to_float(da[u]);
     weighted = detail::warp_reduce(weighted, detail::SumOp{});
     for (std::size_t u = lane; u < T; u += detail::kWarpSize) {
       if (u <= t) {
-        dpre[u] = a[u] * (da[u] - weighted);
+        dpre[u] = detail::from_float<D>(detail::to_float(a[u]) * (detail::to_float(da[u]) - weighted));
       } else {
-        dpre[u] = 0.0f;
-        da[u] = 0.0f;
+        dpre[u] = detail::from_float<D>(0.0f);
+        da[u] = detail::from_float<D>(0.0f);
       }
     }
   }
@@ -119,80 +130,116 @@ Shapes make_shapes(std::size_t T, std::size_t C, std::size_t NH, const char* op)
   return s;
 }
 
-}  // namespace
-
-void attention_forward(void* stream, float* out, float* preatt, float* att, const float* qkv, std::size_t B,
-                       std::size_t T, std::size_t C, std::size_t NH) {
-  if (B == 0 || T == 0 || C == 0) return;
-  const Shapes s = make_shapes(T, C, NH, "attention_forward");
-  cublasHandle_t handle = detail::cublas_handle(stream);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
-  const float one = 1.0f, zero = 0.0f;
-  // preatt[b,h][t, u] = scale * q[t] . k[u]:  preatt^T[u, t] = (K^T)^T[u, i] @ Q^T[i, t]
-  for (std::size_t b = 0; b < B; ++b) {
-    const float* q = qkv + b * s.qkv_batch;
-    const float* k = q + C;
-    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.T, s.T, s.hs, &scale, k, s.C3,
-                                           s.head_stride, q, s.C3, s.head_stride, &zero, preatt + b * s.scores_batch,
-                                           s.T, s.scores_stride, s.NH));
-  }
-  // att = causal softmax of preatt, row by row (and the masked future zeroed in both)
-  const std::size_t rows = B * NH * T;
-  causal_softmax_forward_kernel<<<detail::grid_for(rows, kWarpsPerBlock), kRowBlock, 0, detail::as_stream(stream)>>>(
-      att, preatt, rows, T);
-  CUDA_CHECK_LAUNCH("causal_softmax_forward_kernel");
-  // out[b, t, h*hs + i] = sum_u att[b,h][t, u] v[u, i]:  out^T[i, t] = V^T[i, u] @ att^T[u, t]
-  for (std::size_t b = 0; b < B; ++b) {
-    const float* v = qkv + b * s.qkv_batch + 2 * C;
-    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, s.hs, s.T, s.T, &one, v, s.C3,
-                                           s.head_stride, att + b * s.scores_batch, s.T, s.scores_stride, &zero,
-                                           out + b * s.act_batch, s.C, s.head_stride, s.NH));
+// One column-major strided-batched GEMM C = alpha op(A) op(B) + beta C on element type D, fp32
+// accumulation: cublasSgemmStridedBatched for float, cublasGemmStridedBatchedEx (CUBLAS_COMPUTE_32F,
+// output rounded once) for bf16 and fp16.
+template <typename D>
+void gemm_strided_batched(cublasHandle_t handle, cublasOperation_t trans_a, cublasOperation_t trans_b, int m, int n,
+                          int k, float alpha, const D* A, int lda, long long stride_a, const D* B, int ldb,
+                          long long stride_b, float beta, D* C, int ldc, long long stride_c, int batch) {
+  if constexpr (std::is_same_v<D, float>) {
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, trans_a, trans_b, m, n, k, &alpha, A, lda, stride_a, B, ldb,
+                                           stride_b, &beta, C, ldc, stride_c, batch));
+  } else {
+    constexpr cudaDataType_t type = std::is_same_v<D, __nv_bfloat16> ? CUDA_R_16BF : CUDA_R_16F;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, trans_a, trans_b, m, n, k, &alpha, A, type, lda, stride_a, B,
+                                            type, ldb, stride_b, &beta, C, type, ldc, stride_c, batch,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 
-void attention_backward(void* stream, float* dqkv, float* dpreatt, float* datt, const float* dout, const float* qkv,
-                        const float* att, std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
-  if (B == 0 || T == 0 || C == 0) return;
-  const Shapes s = make_shapes(T, C, NH, "attention_backward");
+}  // namespace
+
+template <typename T>
+void attention_forward(void* stream, Out<T> out_, Out<T> preatt_, Out<T> att_, In<T> qkv_, std::size_t B,
+                       std::size_t Tn, std::size_t C, std::size_t NH) {
+  if (B == 0 || Tn == 0 || C == 0) return;
+  using D = detail::device_t<T>;
+  D* out = detail::device_cast(out_);
+  D* preatt = detail::device_cast(preatt_);
+  D* att = detail::device_cast(att_);
+  const D* qkv = detail::device_cast(qkv_);
+  const Shapes s = make_shapes(Tn, C, NH, "attention_forward");
   cublasHandle_t handle = detail::cublas_handle(stream);
   const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
-  const float one = 1.0f, zero = 0.0f;
+  // preatt[b,h][t, u] = scale * q[t] . k[u]:  preatt^T[u, t] = (K^T)^T[u, i] @ Q^T[i, t]
+  for (std::size_t b = 0; b < B; ++b) {
+    const D* q = qkv + b * s.qkv_batch;
+    const D* k = q + C;
+    gemm_strided_batched<D>(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.T, s.T, s.hs, scale, k, s.C3, s.head_stride, q, s.C3,
+                            s.head_stride, 0.0f, preatt + b * s.scores_batch, s.T, s.scores_stride, s.NH);
+  }
+  // att = causal softmax of preatt, row by row (and the masked future zeroed in both)
+  const std::size_t rows = B * NH * Tn;
+  causal_softmax_forward_kernel<<<detail::grid_for(rows, kWarpsPerBlock), kRowBlock, 0, detail::as_stream(stream)>>>(
+      att, preatt, rows, Tn);
+  CUDA_CHECK_LAUNCH("causal_softmax_forward_kernel");
+  // out[b, t, h*hs + i] = sum_u att[b,h][t, u] v[u, i]:  out^T[i, t] = V^T[i, u] @ att^T[u, t]
+  for (std::size_t b = 0; b < B; ++b) {
+    const D* v = qkv + b * s.qkv_batch + 2 * C;
+    gemm_strided_batched<D>(handle, CUBLAS_OP_N, CUBLAS_OP_N, s.hs, s.T, s.T, 1.0f, v, s.C3, s.head_stride,
+                            att + b * s.scores_batch, s.T, s.scores_stride, 0.0f, out + b * s.act_batch, s.C,
+                            s.head_stride, s.NH);
+  }
+}
+
+template <typename T>
+void attention_backward(void* stream, Out<T> dqkv_, Out<T> dpreatt_, Out<T> datt_, In<T> dout_, In<T> qkv_,
+                        In<T> att_, std::size_t B, std::size_t Tn, std::size_t C, std::size_t NH) {
+  if (B == 0 || Tn == 0 || C == 0) return;
+  using D = detail::device_t<T>;
+  D* dqkv = detail::device_cast(dqkv_);
+  D* dpreatt = detail::device_cast(dpreatt_);
+  D* datt = detail::device_cast(datt_);
+  const D* dout = detail::device_cast(dout_);
+  const D* qkv = detail::device_cast(qkv_);
+  const D* att = detail::device_cast(att_);
+  const Shapes s = make_shapes(Tn, C, NH, "attention_backward");
+  cublasHandle_t handle = detail::cublas_handle(stream);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
   // datt[b,h][t, u] = dout[t] . v[u]:  datt^T[u, t] = (V^T)^T[u, i] @ dout^T[i, t]
   for (std::size_t b = 0; b < B; ++b) {
-    const float* v = qkv + b * s.qkv_batch + 2 * C;
-    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.T, s.T, s.hs, &one, v, s.C3,
-                                           s.head_stride, dout + b * s.act_batch, s.C, s.head_stride, &zero,
-                                           datt + b * s.scores_batch, s.T, s.scores_stride, s.NH));
+    const D* v = qkv + b * s.qkv_batch + 2 * C;
+    gemm_strided_batched<D>(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.T, s.T, s.hs, 1.0f, v, s.C3, s.head_stride,
+                            dout + b * s.act_batch, s.C, s.head_stride, 0.0f, datt + b * s.scores_batch, s.T,
+                            s.scores_stride, s.NH);
   }
   // dpreatt = att * (datt - rowsum(att * datt)), causal (zeros above the diagonal in both)
-  const std::size_t rows = B * NH * T;
+  const std::size_t rows = B * NH * Tn;
   causal_softmax_backward_kernel<<<detail::grid_for(rows, kWarpsPerBlock), kRowBlock, 0, detail::as_stream(stream)>>>(
-      dpreatt, datt, att, rows, T);
+      dpreatt, datt, att, rows, Tn);
   CUDA_CHECK_LAUNCH("causal_softmax_backward_kernel");
   // dqkv is WRITTEN (beta = 0, never read): the three GEMMs below cover every (b, t, h, i) of its
   // q, k and v thirds, so no zero fill is needed.
   for (std::size_t b = 0; b < B; ++b) {
-    const float* q = qkv + b * s.qkv_batch;
-    const float* k = q + C;
-    const float* dout_b = dout + b * s.act_batch;
-    const float* att_b = att + b * s.scores_batch;
-    const float* dpre_b = dpreatt + b * s.scores_batch;
-    float* dq = dqkv + b * s.qkv_batch;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
+    const D* q = qkv + b * s.qkv_batch;
+    const D* k = q + C;
+    const D* dout_b = dout + b * s.act_batch;
+    const D* att_b = att + b * s.scores_batch;
+    const D* dpre_b = dpreatt + b * s.scores_batch;
+    D* dq = dqkv + b * s.qkv_batch;
+    D* dk = dq + C;
+    D* dv = dq + 2 * C;
     // dq[t, i] = scale * sum_u dpreatt[t, u] k[u, i]:  dq^T[i, t] = K^T[i, u] @ dpreatt^T[u, t]
-    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, s.hs, s.T, s.T, &scale, k, s.C3,
-                                           s.head_stride, dpre_b, s.T, s.scores_stride, &zero, dq, s.C3,
-                                           s.head_stride, s.NH));
+    gemm_strided_batched<D>(handle, CUBLAS_OP_N, CUBLAS_OP_N, s.hs, s.T, s.T, scale, k, s.C3, s.head_stride, dpre_b,
+                            s.T, s.scores_stride, 0.0f, dq, s.C3, s.head_stride, s.NH);
     // dk[u, i] = scale * sum_t dpreatt[t, u] q[t, i]:  dk^T[i, u] = Q^T[i, t] @ (dpreatt^T)^T[t, u]
-    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_T, s.hs, s.T, s.T, &scale, q, s.C3,
-                                           s.head_stride, dpre_b, s.T, s.scores_stride, &zero, dk, s.C3,
-                                           s.head_stride, s.NH));
+    gemm_strided_batched<D>(handle, CUBLAS_OP_N, CUBLAS_OP_T, s.hs, s.T, s.T, scale, q, s.C3, s.head_stride, dpre_b,
+                            s.T, s.scores_stride, 0.0f, dk, s.C3, s.head_stride, s.NH);
     // dv[u, i] = sum_t att[t, u] dout[t, i]:  dv^T[i, u] = dout^T[i, t] @ (att^T)^T[t, u]
-    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_T, s.hs, s.T, s.T, &one, dout_b, s.C,
-                                           s.head_stride, att_b, s.T, s.scores_stride, &zero, dv, s.C3,
-                                           s.head_stride, s.NH));
+    gemm_strided_batched<D>(handle, CUBLAS_OP_N, CUBLAS_OP_T, s.hs, s.T, s.T, 1.0f, dout_b, s.C, s.head_stride, att_b,
+                            s.T, s.scores_stride, 0.0f, dv, s.C3, s.head_stride, s.NH);
   }
 }
+
+#define TRAINMEM_INSTANTIATE(T)                                                                                      \
+  template void attention_forward<T>(void*, Out<T>, Out<T>, Out<T>, In<T>, std::size_t, std::size_t, std::size_t,   \
+                                     std::size_t);                                                                   \
+  template void attention_backward<T>(void*, Out<T>, Out<T>, Out<T>, In<T>, In<T>, In<T>, std::size_t, std::size_t, \
+                                      std::size_t, std::size_t);
+TRAINMEM_INSTANTIATE(float)
+TRAINMEM_INSTANTIATE(bf16)
+TRAINMEM_INSTANTIATE(fp16)
+#undef TRAINMEM_INSTANTIATE
 
 }  // namespace trainmem::kernels::cuda

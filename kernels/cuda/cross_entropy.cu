@@ -10,6 +10,10 @@
 //      other thread.
 // For the same reason the two pointers carry no __restrict__ (the compiler must not assume they
 // differ, nor read logits through the read-only cache).
+//
+// The kernels are templates over the element type D of logits and dlogits (float, __nv_bfloat16,
+// __half; dtype.cuh): loads widen to float, the statistics are float, each dlogit is rounded once;
+// losses are float.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +21,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/dtype.cuh"
 
 namespace trainmem::kernels::cuda {
 
@@ -32,12 +37,13 @@ struct RowStats {
 
 // The stable log-sum-exp of one row, computed by the whole block; every thread gets the result.
 // Threads stride over the row (v = threadIdx.x, + blockDim.x, ...). Must be called by all threads.
-__device__ RowStats row_stats(const float* row, std::size_t V) {
+template <typename D>
+__device__ RowStats row_stats(const D* row, std::size_t V) {
   float maxval = -INFINITY;
-  for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) maxval = fmaxf(maxval, row[v]);
+  for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) maxval = fmaxf(maxval, detail::to_float(row[v]));
   maxval = detail::block_reduce(maxval, detail::MaxOp{}, -INFINITY);
   float sum = 0.0f;
-  for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) sum += expf(row[v] - maxval);
+  for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) sum += expf(detail::to_float(row[v]) - maxval);
   sum = detail::block_reduce(sum, detail::SumOp{}, 0.0f);
   return {maxval, logf(sum)};
 }
@@ -45,14 +51,15 @@ __device__ RowStats row_stats(const float* row, std::size_t V) {
 // losses[n] = max + log(sum_v exp(logits[n,v] - max)) - logits[n, targets[n]].
 // Block -> row n (grid-stride over rows); thread 0 writes the loss. A target outside [0, V) gives
 // NaN instead of reading outside the row.
-__global__ void cross_entropy_forward_kernel(float* losses, const float* logits, const std::int32_t* targets,
-                                             std::size_t N, std::size_t V) {
+template <typename D>
+__global__ void cross_entropy_forward_kernel(float* losses, const D* logits, const std::int32_t* targets, std::size_t N,
+                                             std::size_t V) {
   for (std::size_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const float* row = logits + n * V;
+    const D* row = logits + n * V;
     const RowStats st = row_stats(row, V);
     if (threadIdx.x == 0) {
       const std::int32_t target = targets[n];
-      losses[n] = (target >= 0 && static_cast<std::size_t>(target) < V) ? st.maxval + st.log_sum - row[target] : NAN;
+      losses[n] = (target >= 0 && static_cast<std::size_t>(target) < V) ? st.maxval + st.log_sum - detail::to_float(row[target]) : NAN;
     }
   }
 }
@@ -60,37 +67,50 @@ __global__ void cross_entropy_forward_kernel(float* losses, const float* logits,
 // dlogits[n,v] = dloss * (exp(logits[n,v] - max - log_sum) - [v == targets[n]]).
 // Block -> row n (grid-stride over rows); thread -> v = threadIdx.x, + blockDim.x, ... in the
 // write loop. dlogits may be logits (see the note at the top of the file).
-__global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits, const std::int32_t* targets,
-                                              float dloss, std::size_t N, std::size_t V) {
+template <typename D>
+__global__ void cross_entropy_backward_kernel(D* dlogits, const D* logits, const std::int32_t* targets, float dloss,
+                                              std::size_t N, std::size_t V) {
   for (std::size_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const float* row = logits + n * V;
-    float* drow = dlogits + n * V;
+    const D* row = logits + n * V;
+    D* drow = dlogits + n * V;
     const RowStats st = row_stats(row, V);  // all reads for the statistics end here (barriers inside)
     const std::int64_t target = targets[n];
     for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) {
-      const float p = expf(row[v] - st.maxval - st.log_sum);  // read element v ...
+      const float p = expf(detail::to_float(row[v]) - st.maxval - st.log_sum);  // read element v ...
       const float indicator = static_cast<std::int64_t>(v) == target ? 1.0f : 0.0f;
-      drow[v] = dloss * (p - indicator);                       // ... then overwrite it (same thread)
+      drow[v] = detail::from_float<D>(dloss * (p - indicator));                 // ... then overwrite it (same thread)
     }
   }
 }
 
 }  // namespace
 
-void cross_entropy_forward(void* stream, float* losses, const float* logits, const std::int32_t* targets, std::size_t N,
+template <typename T>
+void cross_entropy_forward(void* stream, float* losses, In<T> logits, const std::int32_t* targets, std::size_t N,
                            std::size_t V) {
   if (N == 0 || V == 0) return;
   const unsigned grid = static_cast<unsigned>(N < kMaxRowBlocks ? N : kMaxRowBlocks);
-  cross_entropy_forward_kernel<<<grid, kBlock, 0, detail::as_stream(stream)>>>(losses, logits, targets, N, V);
+  cross_entropy_forward_kernel<<<grid, kBlock, 0, detail::as_stream(stream)>>>(losses, detail::device_cast(logits),
+                                                                               targets, N, V);
   CUDA_CHECK_LAUNCH("cross_entropy_forward_kernel");
 }
 
-void cross_entropy_backward(void* stream, float* dlogits, const float* logits, const std::int32_t* targets, float dloss,
+template <typename T>
+void cross_entropy_backward(void* stream, Out<T> dlogits, In<T> logits, const std::int32_t* targets, float dloss,
                             std::size_t N, std::size_t V) {
   if (N == 0 || V == 0) return;
   const unsigned grid = static_cast<unsigned>(N < kMaxRowBlocks ? N : kMaxRowBlocks);
-  cross_entropy_backward_kernel<<<grid, kBlock, 0, detail::as_stream(stream)>>>(dlogits, logits, targets, dloss, N, V);
+  cross_entropy_backward_kernel<<<grid, kBlock, 0, detail::as_stream(stream)>>>(
+      detail::device_cast(dlogits), detail::device_cast(logits), targets, dloss, N, V);
   CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
 }
+
+#define TRAINMEM_INSTANTIATE(T)                                                                                    \
+  template void cross_entropy_forward<T>(void*, float*, In<T>, const std::int32_t*, std::size_t, std::size_t);    \
+  template void cross_entropy_backward<T>(void*, Out<T>, In<T>, const std::int32_t*, float, std::size_t, std::size_t);
+TRAINMEM_INSTANTIATE(float)
+TRAINMEM_INSTANTIATE(bf16)
+TRAINMEM_INSTANTIATE(fp16)
+#undef TRAINMEM_INSTANTIATE
 
 }  // namespace trainmem::kernels::cuda

@@ -8,10 +8,20 @@
 //   backward, dweight/dbias a column reduction over the N rows: a 32 x 8 block owns 32 columns
 //                           and a slice of the rows; its per-column partial sums are atomically
 //                           added into dweight/dbias (they are ACCUMULATED as well).
+//
+// Storage types: every kernel is a template over the element type D of x, out, weight, bias and
+// the gradients (float, __nv_bfloat16, __half; dtype.cuh); mean and rstd are always float. Loads
+// widen to float, sums are float, each output is rounded once. In 16 bits dweight/dbias cannot be
+// summed by atomicAdd (each addition would round): there a block owns its 32 columns over ALL the
+// rows (one block along the rows), so each column has a single owner, which adds its fp32 sum to
+// the old value and rounds once. That is C/32 blocks, fewer than the fp32 path launches: the price
+// of rounding once without an fp32 scratch buffer.
 #include <cstddef>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/dtype.cuh"
 #include "kernels/layernorm.h"
 
 namespace trainmem::kernels::cuda {
@@ -29,26 +39,29 @@ constexpr unsigned kMaxColBlocksY = 256;      // ... with at most 256 blocks alo
 //   mean = sum_c x[r,c] / C;  var = sum_c (x[r,c] - mean)^2 / C;  rstd = 1 / sqrt(var + eps)
 //   out[r,c] = (x[r,c] - mean) * rstd * weight[c] + bias[c]
 // Warp w of block b handles rows b*8 + w, then steps by gridDim.x * 8.
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* x, const float* weight,
-                                         const float* bias, std::size_t N, std::size_t C) {
+template <typename D>
+__global__ void layernorm_forward_kernel(D* out, float* mean, float* rstd, const D* x, const D* weight, const D* bias,
+                                         std::size_t N, std::size_t C) {
   const unsigned lane = threadIdx.x % detail::kWarpSize;
   const std::size_t first_row = static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / detail::kWarpSize;
   const std::size_t row_step = static_cast<std::size_t>(gridDim.x) * kWarpsPerBlock;
   const float inv_c = 1.0f / static_cast<float>(C);
   for (std::size_t r = first_row; r < N; r += row_step) {
-    const float* xr = x + r * C;
+    const D* xr = x + r * C;
     float sum = 0.0f;
-    for (std::size_t c = lane; c < C; c += detail::kWarpSize) sum += xr[c];
+    for (std::size_t c = lane; c < C; c += detail::kWarpSize) sum += detail::to_float(xr[c]);
     const float m = detail::warp_reduce(sum, detail::SumOp{}) * inv_c;
     float sq = 0.0f;
     for (std::size_t c = lane; c < C; c += detail::kWarpSize) {
-      const float diff = xr[c] - m;
+      const float diff = detail::to_float(xr[c]) - m;
       sq += diff * diff;
     }
     const float var = detail::warp_reduce(sq, detail::SumOp{}) * inv_c;
     const float s = 1.0f / sqrtf(var + static_cast<float>(kLayerNormEps));
-    float* o = out + r * C;
-    for (std::size_t c = lane; c < C; c += detail::kWarpSize) o[c] = ((xr[c] - m) * s) * weight[c] + bias[c];
+    D* o = out + r * C;
+    for (std::size_t c = lane; c < C; c += detail::kWarpSize)
+      o[c] = detail::from_float<D>(((detail::to_float(xr[c]) - m) * s) * detail::to_float(weight[c]) +
+                                   detail::to_float(bias[c]));
     if (lane == 0) {
       mean[r] = m;
       rstd[r] = s;
@@ -59,30 +72,31 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
 // Row r (one warp), with xhat = (x - mean[r]) * rstd[r] and g = dout * weight:
 //   dx[r,c] += rstd[r] * (g - mean_c(g) - xhat * mean_c(g * xhat))
 // Pass 1 reduces the two means over the row (every lane gets them); pass 2 updates dx.
-__global__ void layernorm_backward_dx_kernel(float* dx, const float* dout, const float* x, const float* weight,
-                                             const float* mean, const float* rstd, std::size_t N, std::size_t C) {
+template <typename D>
+__global__ void layernorm_backward_dx_kernel(D* dx, const D* dout, const D* x, const D* weight, const float* mean,
+                                             const float* rstd, std::size_t N, std::size_t C) {
   const unsigned lane = threadIdx.x % detail::kWarpSize;
   const std::size_t first_row = static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / detail::kWarpSize;
   const std::size_t row_step = static_cast<std::size_t>(gridDim.x) * kWarpsPerBlock;
   const float inv_c = 1.0f / static_cast<float>(C);
   for (std::size_t r = first_row; r < N; r += row_step) {
-    const float* xr = x + r * C;
-    const float* dr = dout + r * C;
+    const D* xr = x + r * C;
+    const D* dr = dout + r * C;
     const float m = mean[r], s = rstd[r];
     float g_sum = 0.0f, g_xhat_sum = 0.0f;
     for (std::size_t c = lane; c < C; c += detail::kWarpSize) {
-      const float xhat = (xr[c] - m) * s;
-      const float g = dr[c] * weight[c];
+      const float xhat = (detail::to_float(xr[c]) - m) * s;
+      const float g = detail::to_float(dr[c]) * detail::to_float(weight[c]);
       g_sum += g;
       g_xhat_sum += g * xhat;
     }
     const float g_mean = detail::warp_reduce(g_sum, detail::SumOp{}) * inv_c;
     const float g_xhat_mean = detail::warp_reduce(g_xhat_sum, detail::SumOp{}) * inv_c;
-    float* dxr = dx + r * C;
+    D* dxr = dx + r * C;
     for (std::size_t c = lane; c < C; c += detail::kWarpSize) {
-      const float xhat = (xr[c] - m) * s;
-      const float g = dr[c] * weight[c];
-      dxr[c] += s * (g - g_mean - xhat * g_xhat_mean);
+      const float xhat = (detail::to_float(xr[c]) - m) * s;
+      const float g = detail::to_float(dr[c]) * detail::to_float(weight[c]);
+      dxr[c] = detail::from_float<D>(detail::to_float(dxr[c]) + s * (g - g_mean - xhat * g_xhat_mean));
     }
   }
 }
@@ -93,8 +107,11 @@ __global__ void layernorm_backward_dx_kernel(float* dx, const float* dout, const
 // stepping by gridDim.y * 8. The 8 row-lane partials of a column meet in shared memory, and one
 // thread per column adds the block's sum into dweight/dbias with atomicAdd (several blocks share a
 // column, so the order of the additions, hence the last bits, can vary from run to run).
-__global__ void layernorm_backward_param_kernel(float* dweight, float* dbias, const float* dout, const float* x,
-                                                const float* mean, const float* rstd, std::size_t N, std::size_t C) {
+// 16 bits: launched with gridDim.y == 1, so the block is the column's only owner: it adds its sum
+// to the old value in fp32 and rounds once, instead of the atomicAdd.
+template <typename D>
+__global__ void layernorm_backward_param_kernel(D* dweight, D* dbias, const D* dout, const D* x, const float* mean,
+                                                const float* rstd, std::size_t N, std::size_t C) {
   __shared__ float dw_partial[kRowLanes][kColTile];
   __shared__ float db_partial[kRowLanes][kColTile];
   const std::size_t c = static_cast<std::size_t>(blockIdx.x) * kColTile + threadIdx.x;
@@ -103,8 +120,8 @@ __global__ void layernorm_backward_param_kernel(float* dweight, float* dbias, co
     for (std::size_t r = static_cast<std::size_t>(blockIdx.y) * kRowLanes + threadIdx.y; r < N;
          r += static_cast<std::size_t>(gridDim.y) * kRowLanes) {
       const std::size_t i = r * C + c;
-      const float d = dout[i];
-      const float xhat = (x[i] - mean[r]) * rstd[r];
+      const float d = detail::to_float(dout[i]);
+      const float xhat = (detail::to_float(x[i]) - mean[r]) * rstd[r];
       dw += d * xhat;
       db += d;
     }
@@ -118,33 +135,54 @@ __global__ void layernorm_backward_param_kernel(float* dweight, float* dbias, co
       dw += dw_partial[y][threadIdx.x];
       db += db_partial[y][threadIdx.x];
     }
-    atomicAdd(dweight + c, dw);
-    atomicAdd(dbias + c, db);
+    if constexpr (std::is_same_v<D, float>) {
+      atomicAdd(dweight + c, dw);
+      atomicAdd(dbias + c, db);
+    } else {
+      dweight[c] = detail::from_float<D>(detail::to_float(dweight[c]) + dw);
+      dbias[c] = detail::from_float<D>(detail::to_float(dbias[c]) + db);
+    }
   }
 }
 
 }  // namespace
 
-void layernorm_forward(void* stream, float* out, float* mean, float* rstd, const float* x, const float* weight,
-                       const float* bias, std::size_t N, std::size_t C) {
+template <typename T>
+void layernorm_forward(void* stream, Out<T> out, float* mean, float* rstd, In<T> x, In<T> weight, In<T> bias,
+                       std::size_t N, std::size_t C) {
   if (N == 0 || C == 0) return;
   layernorm_forward_kernel<<<detail::grid_for(N, kWarpsPerBlock), kRowBlock, 0, detail::as_stream(stream)>>>(
-      out, mean, rstd, x, weight, bias, N, C);
+      detail::device_cast(out), mean, rstd, detail::device_cast(x), detail::device_cast(weight),
+      detail::device_cast(bias), N, C);
   CUDA_CHECK_LAUNCH("layernorm_forward_kernel");
 }
 
-void layernorm_backward(void* stream, float* dx, float* dweight, float* dbias, const float* dout, const float* x,
-                        const float* weight, const float* mean, const float* rstd, std::size_t N, std::size_t C) {
+template <typename T>
+void layernorm_backward(void* stream, Out<T> dx, Out<T> dweight, Out<T> dbias, In<T> dout, In<T> x, In<T> weight,
+                        const float* mean, const float* rstd, std::size_t N, std::size_t C) {
   if (N == 0 || C == 0) return;
   const cudaStream_t s = detail::as_stream(stream);
-  layernorm_backward_dx_kernel<<<detail::grid_for(N, kWarpsPerBlock), kRowBlock, 0, s>>>(dx, dout, x, weight, mean,
-                                                                                        rstd, N, C);
+  layernorm_backward_dx_kernel<<<detail::grid_for(N, kWarpsPerBlock), kRowBlock, 0, s>>>(
+      detail::device_cast(dx), detail::device_cast(dout), detail::device_cast(x), detail::device_cast(weight), mean,
+      rstd, N, C);
   CUDA_CHECK_LAUNCH("layernorm_backward_dx_kernel");
-  const dim3 grid(detail::exact_grid(C, kColTile, "layernorm_backward"),
-                  detail::grid_for(N, kRowsPerColBlock, kMaxColBlocksY));
+  // fp32: blocks along the rows, their sums met by atomicAdd; 16 bits: one block along the rows
+  const unsigned row_blocks = std::is_same_v<T, float> ? detail::grid_for(N, kRowsPerColBlock, kMaxColBlocksY) : 1u;
+  const dim3 grid(detail::exact_grid(C, kColTile, "layernorm_backward"), row_blocks);
   const dim3 block(kColTile, kRowLanes);
-  layernorm_backward_param_kernel<<<grid, block, 0, s>>>(dweight, dbias, dout, x, mean, rstd, N, C);
+  layernorm_backward_param_kernel<<<grid, block, 0, s>>>(detail::device_cast(dweight), detail::device_cast(dbias),
+                                                         detail::device_cast(dout), detail::device_cast(x), mean, rstd,
+                                                         N, C);
   CUDA_CHECK_LAUNCH("layernorm_backward_param_kernel");
 }
+
+#define TRAINMEM_INSTANTIATE(T)                                                                                    \
+  template void layernorm_forward<T>(void*, Out<T>, float*, float*, In<T>, In<T>, In<T>, std::size_t, std::size_t); \
+  template void layernorm_backward<T>(void*, Out<T>, Out<T>, Out<T>, In<T>, In<T>, In<T>, const float*,            \
+                                      const float*, std::size_t, std::size_t);
+TRAINMEM_INSTANTIATE(float)
+TRAINMEM_INSTANTIATE(bf16)
+TRAINMEM_INSTANTIATE(fp16)
+#undef TRAINMEM_INSTANTIATE
 
 }  // namespace trainmem::kernels::cuda

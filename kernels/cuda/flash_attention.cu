@@ -34,6 +34,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/flash_attention_internal.cuh"
+#include "kernels/flash_attention_workspace.h"
 #include "kernels/flash_attention.h"
 
 namespace trainmem::kernels::cuda {
@@ -125,7 +126,7 @@ void flash_attention_forward(void* stream, int version, Half16 dtype, std::uint1
 std::size_t flash_attention_backward_workspace_bytes(int version, const AttentionShape& shape) {
   check_version(version, "flash_attention_backward_workspace_bytes");
   check_shape(shape, "flash_attention_backward_workspace_bytes");
-  return version == 1 ? flash::backward_v1_workspace_bytes(shape) : flash::backward_v3_workspace_bytes(shape);
+  return kernels::flash_attention_backward_workspace_bytes(version, shape);  // the one formula, on the host
 }
 
 void flash_attention_backward(void* stream, int version, Half16 dtype, std::uint16_t* dqkv, const std::uint16_t* dout,

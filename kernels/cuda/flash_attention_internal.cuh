@@ -105,7 +105,6 @@ void forward_v1(cudaStream_t stream, Half16 dtype, std::uint16_t* out, float* ls
 void backward_v1(cudaStream_t stream, Half16 dtype, std::uint16_t* dqkv, const std::uint16_t* dout,
                  const std::uint16_t* qkv, const std::uint16_t* out, const float* lse, void* workspace,
                  const AttentionShape& shape);
-std::size_t backward_v1_workspace_bytes(const AttentionShape& shape);
 
 void forward_v2(cudaStream_t stream, Half16 dtype, std::uint16_t* out, float* lse, const std::uint16_t* qkv,
                 const AttentionShape& shape);
@@ -115,7 +114,6 @@ void forward_v3(cudaStream_t stream, Half16 dtype, std::uint16_t* out, float* ls
 void backward_v3(cudaStream_t stream, Half16 dtype, std::uint16_t* dqkv, const std::uint16_t* dout,
                  const std::uint16_t* qkv, const std::uint16_t* out, const float* lse, void* workspace,
                  const AttentionShape& shape);
-std::size_t backward_v3_workspace_bytes(const AttentionShape& shape);
 
 // Dvec[b, h, t] = sum_d dout[b, t, h*D + d] * out[b, t, h*D + d] (fp32), the per-row term of the
 // softmax backward; written for every row. Defined in flash_attention.cu, used by v1 and v3.

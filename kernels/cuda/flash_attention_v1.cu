@@ -315,10 +315,6 @@ void forward_v1(cudaStream_t stream, Half16 dtype, std::uint16_t* out, float* ls
   else forward_dispatch_d<Fp16>(stream, out, lse, qkv, shape);
 }
 
-std::size_t backward_v1_workspace_bytes(const AttentionShape& shape) {
-  return shape.B * shape.H * shape.T * sizeof(float);  // Dvec
-}
-
 void backward_v1(cudaStream_t stream, Half16 dtype, std::uint16_t* dqkv, const std::uint16_t* dout,
                  const std::uint16_t* qkv, const std::uint16_t* out, const float* lse, void* workspace,
                  const AttentionShape& shape) {

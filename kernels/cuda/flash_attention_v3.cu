@@ -497,11 +497,6 @@ void forward_v3(cudaStream_t stream, Half16 dtype, std::uint16_t* out, float* ls
 }
 
 // Workspace: Dvec [B*H*T] fp32, then (256-byte aligned) the dQ accumulator [B*H*T*D] fp32.
-std::size_t backward_v3_workspace_bytes(const AttentionShape& shape) {
-  const std::size_t rows = shape.B * shape.H * shape.T;
-  return round_up(rows * sizeof(float), 256) + rows * shape.D * sizeof(float);
-}
-
 void backward_v3(cudaStream_t stream, Half16 dtype, std::uint16_t* dqkv, const std::uint16_t* dout,
                  const std::uint16_t* qkv, const std::uint16_t* out, const float* lse, void* workspace,
                  const AttentionShape& shape) {

@@ -178,8 +178,8 @@ const std::uint16_t* raw_bits(const T* p) {
 // ---------------------------------------------------------------------------------------------
 // Pointer parameters of the dispatchers and of the cuda:: functions. They do not deduce T: the
 // caller names the storage type, kernels::gelu_forward<bf16>(s, out, inp, n), and without a name
-// it is float. That is what lets an argument that is merely convertible to float* (such as the
-// model's fp32 views, common/model/compute_views.h) still be passed: deduction would reject it.
+// it is float. An argument merely convertible to float* can still be passed where deduction would
+// reject it, and a bf16* passed without naming <bf16> is a compile error, not a silent fp32 call.
 // (The cpu:: references deduce T from their plain pointers instead.)
 template <typename T>
 struct TypeIdentity {

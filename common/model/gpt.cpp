@@ -5,20 +5,20 @@
 #include <random>
 
 #include "common/device/device_ops.h"
-#include "common/model/compute_views.h"
 #include "common/model/parameter_table.h"
+#include "common/model/storage_type.h"
 #include "kernels/attention.h"
 #if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
 #include "kernels/cudnn_attention.h"
 #endif
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
+#include "kernels/dtype.h"
 #include "kernels/flash_attention.h"
 #include "kernels/flash_attention_workspace.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
-#include "kernels/matmul16.h"
 #include "kernels/residual.h"
 
 namespace trainmem {
@@ -44,15 +44,29 @@ std::string indexed(const char* prefix, std::size_t index, const char* suffix = 
 
 float* f(Tensor& t) { return t.data_as<float>(); }  // fp32-only tensors (layernorm statistics, losses)
 
-// The CPU flash reference, skipped on meta (its arguments, fp32 views of 16-bit tensors, are
-// still made: they are allocations).
-void cpu_flash_forward(const kernels::Stream& s, float* out, float* lse, const float* qkv,
-                       const kernels::AttentionShape& shape) {
-  if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_forward<float>(out, lse, qkv, shape);
+// Each op runs in the model's storage type T -- float, kernels::bf16 or kernels::fp16
+// (with_storage_type, common/model/storage_type.h) -- and names it to the kernels, which read and
+// write that type and compute in fp32 inside: no fp32 copy of a 16-bit tensor is ever made.
+
+// A tensor's elements as the storage type T.
+template <typename T>
+T* as(Tensor& t) {
+  return t.data_as<T>();
 }
-void cpu_flash_backward(const kernels::Stream& s, float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, const kernels::AttentionShape& shape) {
-  if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_backward<float>(dqkv, dout, qkv, out, lse, shape);
+template <typename T>
+const T* as(const Tensor& t) {
+  return t.data_as<T>();
+}
+
+// The CPU flash reference (no dispatcher: on a GPU the CUDA kernels below run), skipped on meta.
+template <typename T>
+void cpu_flash_forward(const kernels::Stream& s, T* out, float* lse, const T* qkv, const kernels::AttentionShape& shape) {
+  if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_forward<T>(out, lse, qkv, shape);
+}
+template <typename T>
+void cpu_flash_backward(const kernels::Stream& s, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                        const kernels::AttentionShape& shape) {
+  if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_backward<T>(dqkv, dout, qkv, out, lse, shape);
 }
 }  // namespace
 
@@ -118,48 +132,24 @@ void GPT::begin(const Tensor& tokens, const Tensor& targets) {
   residual_.resize(config_.layers + 1);
 }
 
-// fp32 views of the model's tensors (compute_views.h): identity in fp32, widen/round in 16 bits.
-Read GPT::in(const Tensor& t) { return Read(device_, t); }
-Write GPT::out(Tensor& t) { return Write(device_, t); }
-Update GPT::inout(Tensor& t) { return Update(device_, t); }
-
+// The linear layer (kernels/matmul.h) in the storage type: fp32 accumulation inside; on a GPU, 16
+// bits go to the tensor cores (cuBLASLt).
 void GPT::linear_forward(Tensor& y, const Tensor& x, const Tensor& weight, const Tensor* bias, std::size_t N,
                          std::size_t C, std::size_t OC) {
-  const auto s = kernel_stream(device_);
-  if (dtype_ != DType::f32 && device_.cuda_pattern()) {
-    // 16-bit operands straight into the tensor cores, fp32 accumulation (cuBLASLt).
-    if (device_.computes())
-      TRAINMEM_CUDA_KERNEL("matmul16_forward",
-                         kernels::cuda::matmul16_forward(
-                             s.cuda_stream, half16(),
-                             y.data_as<std::uint16_t>(), x.data_as<std::uint16_t>(),
-                             weight.data_as<std::uint16_t>(), bias ? bias->data_as<std::uint16_t>() : nullptr, N, C, OC));
-    return;
-  }
-  if (bias) kernels::matmul_forward(s, out(y), in(x), in(weight), in(*bias), N, C, OC);
-  else kernels::matmul_forward(s, out(y), in(x), in(weight), nullptr, N, C, OC);
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::matmul_forward<T>(kernel_stream(device_), as<T>(y), as<T>(x), as<T>(weight), bias ? as<T>(*bias) : nullptr,
+                               N, C, OC);
+  });
 }
 
 void GPT::linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                           const Tensor& weight, std::size_t N, std::size_t C, std::size_t OC) {
-  const auto s = kernel_stream(device_);
-  if (dtype_ != DType::f32 && device_.cuda_pattern()) {
-    [[maybe_unused]] auto h = [](Tensor* t) { return t ? t->data_as<std::uint16_t>() : nullptr; };
-    if (device_.computes())
-      TRAINMEM_CUDA_KERNEL("matmul16_backward",
-                         kernels::cuda::matmul16_backward(
-                             s.cuda_stream, half16(),
-                             h(dinp), dweight.data_as<std::uint16_t>(), h(dbias), dout.data_as<std::uint16_t>(),
-                             inp.data_as<std::uint16_t>(), weight.data_as<std::uint16_t>(), N, C, OC));
-    return;
-  }
-  // Optional outputs: a view only where there is a tensor.
-  std::optional<Write> dinp_view;
-  std::optional<Update> dbias_view;
-  if (dinp) dinp_view.emplace(device_, *dinp);
-  if (dbias) dbias_view.emplace(device_, *dbias);
-  kernels::matmul_backward(s, dinp ? static_cast<float*>(*dinp_view) : nullptr, inout(dweight),
-                           dbias ? static_cast<float*>(*dbias_view) : nullptr, in(dout), in(inp), in(weight), N, C, OC);
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::matmul_backward<T>(kernel_stream(device_), dinp ? as<T>(*dinp) : nullptr, as<T>(dweight),
+                                dbias ? as<T>(*dbias) : nullptr, as<T>(dout), as<T>(inp), as<T>(weight), N, C, OC);
+  });
 }
 
 kernels::Half16 GPT::half16() const {
@@ -179,88 +169,94 @@ kernels::AttentionShape GPT::attention_shape() const {
 // naive: out, scores (workspace) and probabilities (saved) -- kernels/attention.h.
 // flash / cudnn: out and the log-sum-exp per row (saved, fp32) -- kernels/flash_attention.h.
 void GPT::attention_forward(LayerActivations& a, const std::string& h) {
-  const auto s = kernel_stream(device_);
-  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_),
-             C = static_cast<std::int64_t>(config_.dim), H = static_cast<std::int64_t>(config_.heads);
-  if (options_.attention == AttentionKind::naive) {
-    a.att = make({B, H, T, T}, MemoryCategory::activations, h + "attn.probs");
-    a.atty = make({B, T, C}, MemoryCategory::activations, h + "attn.out");
-    // The scores are needed only to compute the probabilities: workspace, freed at once.
-    Tensor preatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores");
-    kernels::attention_forward(s, out(a.atty), out(preatt), out(a.att), in(a.qkv), B_, T_, config_.dim, config_.heads);
-    return;
-  }
-  a.atty = make({B, T, C}, MemoryCategory::activations, h + "attn.out");
-  a.lse = make_f32({B, H, T}, MemoryCategory::activations, h + "attn.lse");
-  const kernels::AttentionShape shape = attention_shape();
-  if (!device_.cuda_pattern()) {  // the CPU reference, in fp32 views (on meta: the views only)
-    cpu_flash_forward(s, out(a.atty), f(a.lse), in(a.qkv), shape);
-    return;
-  }
-  const kernels::Half16 half = half16();
-  // A meta run of the CUDA pattern: out and lse are all that flash's forward allocates. cuDNN sizes
-  // its workspaces at run time, on the GPU (the plan cudnn-frontend picks for the shape), so a meta
-  // run counts none, forward or backward: the one rule by which the meta run of the CUDA pattern
-  // differs from a GPU's allocation sequence (they are freed at once; README, "meta device").
-  if (!device_.computes()) return;
-  if (options_.attention == AttentionKind::flash) {
-    TRAINMEM_CUDA_KERNEL("flash_attention_forward",
-                         kernels::cuda::flash_attention_forward(s.cuda_stream, kernels::cuda::flash_attention_versions(),
-                                                                half, a.atty.data_as<std::uint16_t>(), f(a.lse),
-                                                                a.qkv.data_as<std::uint16_t>(), shape));
-    return;
-  }
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
+               C = static_cast<std::int64_t>(config_.dim), H = static_cast<std::int64_t>(config_.heads);
+    if (options_.attention == AttentionKind::naive) {
+      a.att = make({B, H, Tn, Tn}, MemoryCategory::activations, h + "attn.probs");
+      a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
+      // The scores are needed only to compute the probabilities: workspace, freed at once.
+      Tensor preatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores");
+      kernels::attention_forward<T>(s, as<T>(a.atty), as<T>(preatt), as<T>(a.att), as<T>(a.qkv), B_, T_, config_.dim, config_.heads);
+      return;
+    }
+    a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
+    a.lse = make_f32({B, H, Tn}, MemoryCategory::activations, h + "attn.lse");
+    const kernels::AttentionShape shape = attention_shape();
+    if (!device_.cuda_pattern()) {  // the CPU reference, in the storage type
+      cpu_flash_forward(s, as<T>(a.atty), f(a.lse), as<T>(a.qkv), shape);
+      return;
+    }
+    const kernels::Half16 half = half16();
+    // A meta run of the CUDA pattern: out and lse are all that flash's forward allocates. cuDNN sizes
+    // its workspaces at run time, on the GPU (the plan cudnn-frontend picks for the shape), so a meta
+    // run counts none, forward or backward: the one rule by which the meta run of the CUDA pattern
+    // differs from a GPU's allocation sequence (they are freed at once; README, "meta device").
+    if (!device_.computes()) return;
+    if (options_.attention == AttentionKind::flash) {
+      TRAINMEM_CUDA_KERNEL("flash_attention_forward",
+                           kernels::cuda::flash_attention_forward(s.cuda_stream, kernels::cuda::flash_attention_versions(),
+                                                                  half, a.atty.data_as<std::uint16_t>(), f(a.lse),
+                                                                  a.qkv.data_as<std::uint16_t>(), shape));
+      return;
+    }
 #if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-  Tensor workspace = make_bytes(kernels::cudnn::attention_forward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
-  kernels::cudnn::attention_forward(s.cuda_stream, half, a.atty.data_as<std::uint16_t>(), f(a.lse),
-                                    a.qkv.data_as<std::uint16_t>(), workspace.data(), shape);
+    Tensor workspace = make_bytes(kernels::cudnn::attention_forward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
+    kernels::cudnn::attention_forward(s.cuda_stream, half, a.atty.data_as<std::uint16_t>(), f(a.lse),
+                                      a.qkv.data_as<std::uint16_t>(), workspace.data(), shape);
 #else
-  (void)half;
-  throw std::invalid_argument("--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
+    (void)half;
+    throw std::invalid_argument("--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
 #endif
+  });
 }
 
 // dqkv is written from d(attention output).
 void GPT::attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations& a, const std::string& h) {
-  const auto s = kernel_stream(device_);
-  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), H = static_cast<std::int64_t>(config_.heads);
-  if (options_.attention == AttentionKind::naive) {
-    Tensor dpreatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores.grad");
-    Tensor datt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.probs.grad");
-    kernels::attention_backward(s, out(dqkv), out(dpreatt), out(datt), in(datty), in(a.qkv), in(a.att), B_, T_,
-                                config_.dim, config_.heads);
-    return;
-  }
-  const kernels::AttentionShape shape = attention_shape();
-  if (!device_.cuda_pattern()) {  // the CPU reference, in fp32 views (on meta: the views only)
-    cpu_flash_backward(s, out(dqkv), in(datty), in(a.qkv), in(a.atty), f(a.lse), shape);
-    return;
-  }
-  const kernels::Half16 half = half16();
-  if (options_.attention == AttentionKind::flash) {
-    // The workspace the CUDA backward asks for (kernels/flash_attention_workspace.h), on meta too.
-    const int version = kernels::kFlashAttentionNewestVersion;
-    Tensor workspace = make_bytes(kernels::flash_attention_backward_workspace_bytes(version, shape), h + "attn.flash.workspace");
-    if (!device_.computes()) return;
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), H = static_cast<std::int64_t>(config_.heads);
+    if (options_.attention == AttentionKind::naive) {
+      Tensor dpreatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores.grad");
+      Tensor datt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.probs.grad");
+      kernels::attention_backward<T>(s, as<T>(dqkv), as<T>(dpreatt), as<T>(datt), as<T>(datty), as<T>(a.qkv), as<T>(a.att), B_, T_,
+                                  config_.dim, config_.heads);
+      return;
+    }
+    const kernels::AttentionShape shape = attention_shape();
+    if (!device_.cuda_pattern()) {  // the CPU reference, in the storage type
+      cpu_flash_backward(s, as<T>(dqkv), as<T>(datty), as<T>(a.qkv), as<T>(a.atty), f(a.lse), shape);
+      return;
+    }
+    const kernels::Half16 half = half16();
+    if (options_.attention == AttentionKind::flash) {
+      // The workspace the CUDA backward asks for (kernels/flash_attention_workspace.h), on meta too.
+      const int version = kernels::kFlashAttentionNewestVersion;
+      Tensor workspace = make_bytes(kernels::flash_attention_backward_workspace_bytes(version, shape), h + "attn.flash.workspace");
+      if (!device_.computes()) return;
 #if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
-    kernels::cuda::flash_attention_backward(s.cuda_stream, version, half, dqkv.data_as<std::uint16_t>(),
-                                            datty.data_as<std::uint16_t>(), a.qkv.data_as<std::uint16_t>(),
-                                            a.atty.data_as<std::uint16_t>(), f(a.lse), workspace.data(), shape);
-    return;
+      kernels::cuda::flash_attention_backward(s.cuda_stream, version, half, dqkv.data_as<std::uint16_t>(),
+                                              datty.data_as<std::uint16_t>(), a.qkv.data_as<std::uint16_t>(),
+                                              a.atty.data_as<std::uint16_t>(), f(a.lse), workspace.data(), shape);
+      return;
 #else
-    kernels::no_cuda_kernels("flash_attention_backward");
+      kernels::no_cuda_kernels("flash_attention_backward");
 #endif
-  }
-  if (!device_.computes()) return;  // meta: cuDNN's workspace is not known (attention_forward says why)
+    }
+    if (!device_.computes()) return;  // meta: cuDNN's workspace is not known (attention_forward says why)
 #if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-  Tensor workspace = make_bytes(kernels::cudnn::attention_backward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
-  kernels::cudnn::attention_backward(s.cuda_stream, half, dqkv.data_as<std::uint16_t>(), datty.data_as<std::uint16_t>(),
-                                     a.qkv.data_as<std::uint16_t>(), a.atty.data_as<std::uint16_t>(), f(a.lse),
-                                     workspace.data(), shape);
+    Tensor workspace = make_bytes(kernels::cudnn::attention_backward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
+    kernels::cudnn::attention_backward(s.cuda_stream, half, dqkv.data_as<std::uint16_t>(), datty.data_as<std::uint16_t>(),
+                                       a.qkv.data_as<std::uint16_t>(), a.atty.data_as<std::uint16_t>(), f(a.lse),
+                                       workspace.data(), shape);
 #else
-  (void)half;
-  throw std::invalid_argument("--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
+    (void)half;
+    throw std::invalid_argument("--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
 #endif
+  });
 }
 
 Tensor GPT::make_bytes(std::size_t bytes, const std::string& name) {
@@ -270,10 +266,13 @@ Tensor GPT::make_bytes(std::size_t bytes, const std::string& name) {
 }
 
 void GPT::embed_forward() {
-  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), C = static_cast<std::int64_t>(config_.dim);
-  residual_[0] = make({B, T, C}, MemoryCategory::activations, "x0");
-  kernels::embedding_forward(kernel_stream(device_), out(residual_[0]), tokens_->data_as<std::int32_t>(),
-                             in(params_[kWte].value), in(params_[kWpe].value), B_, T_, config_.dim);
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), C = static_cast<std::int64_t>(config_.dim);
+    residual_[0] = make({B, Tn, C}, MemoryCategory::activations, "x0");
+    kernels::embedding_forward<T>(kernel_stream(device_), as<T>(residual_[0]), tokens_->data_as<std::int32_t>(),
+                               as<T>(params_[kWte].value), as<T>(params_[kWpe].value), B_, T_, config_.dim);
+  });
 }
 
 void GPT::layer_forward(std::size_t l) { forward_layer(l, /*produce_output=*/true); }
@@ -281,70 +280,78 @@ void GPT::layer_forward(std::size_t l) { forward_layer(l, /*produce_output=*/tru
 void GPT::recompute_layer(std::size_t l, bool remake_output) { forward_layer(l, remake_output); }
 
 void GPT::forward_layer(std::size_t l, bool produce_output) {
-  const auto s = kernel_stream(device_);
-  const std::size_t N = B_ * T_, C = config_.dim;
-  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
-  const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
-  const Tensor& x = residual_[l];
-  LayerActivations& a = acts_[l];
-  a = LayerActivations{};
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const std::size_t N = B_ * T_, C = config_.dim;
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
+    const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
+    const Tensor& x = residual_[l];
+    LayerActivations& a = acts_[l];
+    a = LayerActivations{};
 
-  // attention branch
-  a.ln1 = make({B, T, Ci}, MemoryCategory::activations, h + "ln1");
-  a.ln1_mean = make_f32({B, T}, MemoryCategory::activations, h + "ln1.mean");
-  a.ln1_rstd = make_f32({B, T}, MemoryCategory::activations, h + "ln1.rstd");
-  kernels::layernorm_forward(s, out(a.ln1), f(a.ln1_mean), f(a.ln1_rstd), in(x), in(p(l, kLn1W)), in(p(l, kLn1B)), N, C);
-  a.qkv = make({B, T, 3 * Ci}, MemoryCategory::activations, h + "qkv");
-  linear_forward(a.qkv, a.ln1, p(l, kQkvW), &p(l, kQkvB), N, C, 3 * C);
-  attention_forward(a, h);
-  a.residual2 = make({B, T, Ci}, MemoryCategory::activations, h + "residual2");
-  {
-    Tensor proj = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.proj.out");
-    linear_forward(proj, a.atty, p(l, kAttProjW), &p(l, kAttProjB), N, C, C);
-    kernels::residual_forward(s, out(a.residual2), in(x), in(proj), N * C);
-  }
+    // attention branch
+    a.ln1 = make({B, Tn, Ci}, MemoryCategory::activations, h + "ln1");
+    a.ln1_mean = make_f32({B, Tn}, MemoryCategory::activations, h + "ln1.mean");
+    a.ln1_rstd = make_f32({B, Tn}, MemoryCategory::activations, h + "ln1.rstd");
+    kernels::layernorm_forward<T>(s, as<T>(a.ln1), f(a.ln1_mean), f(a.ln1_rstd), as<T>(x), as<T>(p(l, kLn1W)), as<T>(p(l, kLn1B)), N, C);
+    a.qkv = make({B, Tn, 3 * Ci}, MemoryCategory::activations, h + "qkv");
+    linear_forward(a.qkv, a.ln1, p(l, kQkvW), &p(l, kQkvB), N, C, 3 * C);
+    attention_forward(a, h);
+    a.residual2 = make({B, Tn, Ci}, MemoryCategory::activations, h + "residual2");
+    {
+      Tensor proj = make({B, Tn, Ci}, MemoryCategory::workspace, h + "attn.proj.out");
+      linear_forward(proj, a.atty, p(l, kAttProjW), &p(l, kAttProjB), N, C, C);
+      kernels::residual_forward<T>(s, as<T>(a.residual2), as<T>(x), as<T>(proj), N * C);
+    }
 
-  // MLP branch
-  a.ln2 = make({B, T, Ci}, MemoryCategory::activations, h + "ln2");
-  a.ln2_mean = make_f32({B, T}, MemoryCategory::activations, h + "ln2.mean");
-  a.ln2_rstd = make_f32({B, T}, MemoryCategory::activations, h + "ln2.rstd");
-  kernels::layernorm_forward(s, out(a.ln2), f(a.ln2_mean), f(a.ln2_rstd), in(a.residual2), in(p(l, kLn2W)),
-                             in(p(l, kLn2B)), N, C);
-  a.fch = make({B, T, 4 * Ci}, MemoryCategory::activations, h + "mlp.fc.out");
-  linear_forward(a.fch, a.ln2, p(l, kFcW), &p(l, kFcB), N, C, 4 * C);
-  a.fch_gelu = make({B, T, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
-  kernels::gelu_forward(s, out(a.fch_gelu), in(a.fch), N * 4 * C);
-  if (!produce_output) return;  // recomputing for backward: x_{l+1} is not needed again
-  residual_[l + 1] = make({B, T, Ci}, MemoryCategory::activations, indexed("x", l + 1));
-  {
-    Tensor proj = make({B, T, Ci}, MemoryCategory::workspace, h + "mlp.proj.out");
-    linear_forward(proj, a.fch_gelu, p(l, kFcProjW), &p(l, kFcProjB), N, 4 * C, C);
-    kernels::residual_forward(s, out(residual_[l + 1]), in(a.residual2), in(proj), N * C);
-  }
+    // MLP branch
+    a.ln2 = make({B, Tn, Ci}, MemoryCategory::activations, h + "ln2");
+    a.ln2_mean = make_f32({B, Tn}, MemoryCategory::activations, h + "ln2.mean");
+    a.ln2_rstd = make_f32({B, Tn}, MemoryCategory::activations, h + "ln2.rstd");
+    kernels::layernorm_forward<T>(s, as<T>(a.ln2), f(a.ln2_mean), f(a.ln2_rstd), as<T>(a.residual2), as<T>(p(l, kLn2W)),
+                               as<T>(p(l, kLn2B)), N, C);
+    a.fch = make({B, Tn, 4 * Ci}, MemoryCategory::activations, h + "mlp.fc.out");
+    linear_forward(a.fch, a.ln2, p(l, kFcW), &p(l, kFcB), N, C, 4 * C);
+    a.fch_gelu = make({B, Tn, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
+    kernels::gelu_forward<T>(s, as<T>(a.fch_gelu), as<T>(a.fch), N * 4 * C);
+    if (!produce_output) return;  // recomputing for backward: x_{l+1} is not needed again
+    residual_[l + 1] = make({B, Tn, Ci}, MemoryCategory::activations, indexed("x", l + 1));
+    {
+      Tensor proj = make({B, Tn, Ci}, MemoryCategory::workspace, h + "mlp.proj.out");
+      linear_forward(proj, a.fch_gelu, p(l, kFcProjW), &p(l, kFcProjB), N, 4 * C, C);
+      kernels::residual_forward<T>(s, as<T>(residual_[l + 1]), as<T>(a.residual2), as<T>(proj), N * C);
+    }
+  });
 }
 
 double GPT::head_forward() {
-  const auto s = kernel_stream(device_);
-  const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab;
-  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
-             Vi = static_cast<std::int64_t>(V);
-  const Tensor& x = residual_[config_.layers];
-  const std::size_t lnf = ParameterTable(config_).lnf_weight();
-  lnf_ = make({B, T, Ci}, MemoryCategory::activations, "lnf");
-  lnf_mean_ = make_f32({B, T}, MemoryCategory::activations, "lnf.mean");
-  lnf_rstd_ = make_f32({B, T}, MemoryCategory::activations, "lnf.rstd");
-  kernels::layernorm_forward(s, out(lnf_), f(lnf_mean_), f(lnf_rstd_), in(x), in(params_[lnf].value),
-                             in(params_[lnf + 1].value), N, C);
-  logits_ = make({B, T, Vi}, MemoryCategory::activations, "logits");
-  linear_forward(logits_, lnf_, params_[kWte].value, nullptr, N, C, V);
+  double loss = 0;
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab;
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
+               Vi = static_cast<std::int64_t>(V);
+    const Tensor& x = residual_[config_.layers];
+    const std::size_t lnf = ParameterTable(config_).lnf_weight();
+    lnf_ = make({B, Tn, Ci}, MemoryCategory::activations, "lnf");
+    lnf_mean_ = make_f32({B, Tn}, MemoryCategory::activations, "lnf.mean");
+    lnf_rstd_ = make_f32({B, Tn}, MemoryCategory::activations, "lnf.rstd");
+    kernels::layernorm_forward<T>(s, as<T>(lnf_), f(lnf_mean_), f(lnf_rstd_), as<T>(x), as<T>(params_[lnf].value),
+                               as<T>(params_[lnf + 1].value), N, C);
+    logits_ = make({B, Tn, Vi}, MemoryCategory::activations, "logits");
+    linear_forward(logits_, lnf_, params_[kWte].value, nullptr, N, C, V);
 
-  Tensor losses = make_f32({B, T}, MemoryCategory::workspace, "losses");
-  kernels::cross_entropy_forward(s, f(losses), in(logits_), targets_->data_as<std::int32_t>(), N, V);
-  std::vector<float> host(N);
-  copy_device_to_host(device_, host.data(), losses.data(), losses.nbytes());
-  double sum = 0;
-  for (float v : host) sum += v;
-  return sum / static_cast<double>(N);
+    Tensor losses = make_f32({B, Tn}, MemoryCategory::workspace, "losses");
+    kernels::cross_entropy_forward<T>(s, f(losses), as<T>(logits_), targets_->data_as<std::int32_t>(), N, V);
+    std::vector<float> host(N);
+    copy_device_to_host(device_, host.data(), losses.data(), losses.nbytes());
+    double sum = 0;
+    for (float v : host) sum += v;
+    loss = sum / static_cast<double>(N);
+  });
+  return loss;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,74 +359,78 @@ double GPT::head_forward() {
 // ---------------------------------------------------------------------------------------------
 
 void GPT::head_backward(float dloss) {
-  const auto s = kernel_stream(device_);
-  const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab;
-  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
-  const std::size_t lnf = ParameterTable(config_).lnf_weight();
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab;
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
+    const std::size_t lnf = ParameterTable(config_).lnf_weight();
 
-  // dlogits overwrites the logits (they are not needed any more): no second [B,T,V] tensor.
-  {
-    Update logits(device_, logits_);
-    kernels::cross_entropy_backward(s, logits, logits, targets_->data_as<std::int32_t>(), dloss, N, V);
-  }
-  Tensor dlnf = make({B, T, Ci}, MemoryCategory::workspace, "lnf.grad");
-  linear_backward(&dlnf, params_[kWte].grad, nullptr, logits_, lnf_, params_[kWte].value, N, C, V);
-  logits_.reset();
-  // The residual stream's gradient starts here and flows down through every layer.
-  dresidual_ = make({B, T, Ci}, MemoryCategory::workspace, "residual.grad");
-  zero_device_memory(device_, dresidual_.data(), dresidual_.nbytes());
-  kernels::layernorm_backward(s, inout(dresidual_), inout(params_[lnf].grad), inout(params_[lnf + 1].grad), in(dlnf),
-                              in(residual_[config_.layers]), in(params_[lnf].value), f(lnf_mean_), f(lnf_rstd_), N, C);
-  lnf_.reset();
-  lnf_mean_.reset();
-  lnf_rstd_.reset();
-  residual_[config_.layers].reset();
+    // dlogits overwrites the logits (they are not needed any more): no second [B,T,V] tensor.
+    kernels::cross_entropy_backward<T>(s, as<T>(logits_), as<T>(logits_), targets_->data_as<std::int32_t>(), dloss, N, V);
+    Tensor dlnf = make({B, Tn, Ci}, MemoryCategory::workspace, "lnf.grad");
+    linear_backward(&dlnf, params_[kWte].grad, nullptr, logits_, lnf_, params_[kWte].value, N, C, V);
+    logits_.reset();
+    // The residual stream's gradient starts here and flows down through every layer.
+    dresidual_ = make({B, Tn, Ci}, MemoryCategory::workspace, "residual.grad");
+    zero_device_memory(device_, dresidual_.data(), dresidual_.nbytes());
+    kernels::layernorm_backward<T>(s, as<T>(dresidual_), as<T>(params_[lnf].grad), as<T>(params_[lnf + 1].grad), as<T>(dlnf),
+                                as<T>(residual_[config_.layers]), as<T>(params_[lnf].value), f(lnf_mean_), f(lnf_rstd_), N, C);
+    lnf_.reset();
+    lnf_mean_.reset();
+    lnf_rstd_.reset();
+    residual_[config_.layers].reset();
+  });
 }
 
 void GPT::layer_backward(std::size_t l) {
-  if (!acts_[l].present())
-    throw std::logic_error("GPT::layer_backward(" + std::to_string(l) + "): the layer's activations are gone; "
-                           "a recompute strategy must call layer_forward first");
-  const auto s = kernel_stream(device_);
-  const std::size_t N = B_ * T_, C = config_.dim;
-  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
-  const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
-  LayerActivations& a = acts_[l];
-  Tensor& dres = dresidual_;  // d x_{l+1} on entry, d x_l on exit
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    if (!acts_[l].present())
+      throw std::logic_error("GPT::layer_backward(" + std::to_string(l) + "): the layer's activations are gone; "
+                             "a recompute strategy must call layer_forward first");
+    const auto s = kernel_stream(device_);
+    const std::size_t N = B_ * T_, C = config_.dim;
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
+    const std::string h = indexed("h", static_cast<std::size_t>(l), ".");
+    LayerActivations& a = acts_[l];
+    Tensor& dres = dresidual_;  // d x_{l+1} on entry, d x_l on exit
 
-  // MLP branch: x_{l+1} = residual2 + fc_proj(gelu(fc(ln2(residual2))))
-  {
-    Tensor dfch = make({B, T, 4 * Ci}, MemoryCategory::workspace, h + "mlp.gelu.out.grad");
-    linear_backward(&dfch, g(l, kFcProjW), &g(l, kFcProjB), dres, a.fch_gelu, p(l, kFcProjW), N, 4 * C, C);
+    // MLP branch: x_{l+1} = residual2 + fc_proj(gelu(fc(ln2(residual2))))
     {
-      Update d(device_, dfch);  // in place: d gelu.out -> d fc.out
-      kernels::gelu_backward(s, d, in(a.fch), d, N * 4 * C);
+      Tensor dfch = make({B, Tn, 4 * Ci}, MemoryCategory::workspace, h + "mlp.gelu.out.grad");
+      linear_backward(&dfch, g(l, kFcProjW), &g(l, kFcProjB), dres, a.fch_gelu, p(l, kFcProjW), N, 4 * C, C);
+      // in place: d gelu.out -> d fc.out
+      kernels::gelu_backward<T>(s, as<T>(dfch), as<T>(a.fch), as<T>(dfch), N * 4 * C);
+      Tensor dln2 = make({B, Tn, Ci}, MemoryCategory::workspace, h + "ln2.grad");
+      linear_backward(&dln2, g(l, kFcW), &g(l, kFcB), dfch, a.ln2, p(l, kFcW), N, C, 4 * C);
+      // d residual2 = d x_{l+1} (skip path) + ln2's backward (accumulated into the same buffer)
+      kernels::layernorm_backward<T>(s, as<T>(dres), as<T>(g(l, kLn2W)), as<T>(g(l, kLn2B)), as<T>(dln2), as<T>(a.residual2), as<T>(p(l, kLn2W)),
+                                  f(a.ln2_mean), f(a.ln2_rstd), N, C);
     }
-    Tensor dln2 = make({B, T, Ci}, MemoryCategory::workspace, h + "ln2.grad");
-    linear_backward(&dln2, g(l, kFcW), &g(l, kFcB), dfch, a.ln2, p(l, kFcW), N, C, 4 * C);
-    // d residual2 = d x_{l+1} (skip path) + ln2's backward (accumulated into the same buffer)
-    kernels::layernorm_backward(s, inout(dres), inout(g(l, kLn2W)), inout(g(l, kLn2B)), in(dln2), in(a.residual2), in(p(l, kLn2W)),
-                                f(a.ln2_mean), f(a.ln2_rstd), N, C);
-  }
-  // Attention branch: residual2 = x_l + attn_proj(attention(qkv(ln1(x_l))))
-  {
-    Tensor datty = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.out.grad");
-    linear_backward(&datty, g(l, kAttProjW), &g(l, kAttProjB), dres, a.atty, p(l, kAttProjW), N, C, C);
-    Tensor dqkv = make({B, T, 3 * Ci}, MemoryCategory::workspace, h + "qkv.grad");
-    attention_backward(dqkv, datty, a, h);
-    Tensor dln1 = make({B, T, Ci}, MemoryCategory::workspace, h + "ln1.grad");
-    linear_backward(&dln1, g(l, kQkvW), &g(l, kQkvB), dqkv, a.ln1, p(l, kQkvW), N, C, 3 * C);
-    kernels::layernorm_backward(s, inout(dres), inout(g(l, kLn1W)), inout(g(l, kLn1B)), in(dln1), in(residual_[l]), in(p(l, kLn1W)),
-                                f(a.ln1_mean), f(a.ln1_rstd), N, C);
-  }
-  a = LayerActivations{};  // this layer's saved tensors are no longer needed,
-  residual_[l].reset();    // nor its input (the embedding's backward needs only the tokens)
+    // Attention branch: residual2 = x_l + attn_proj(attention(qkv(ln1(x_l))))
+    {
+      Tensor datty = make({B, Tn, Ci}, MemoryCategory::workspace, h + "attn.out.grad");
+      linear_backward(&datty, g(l, kAttProjW), &g(l, kAttProjB), dres, a.atty, p(l, kAttProjW), N, C, C);
+      Tensor dqkv = make({B, Tn, 3 * Ci}, MemoryCategory::workspace, h + "qkv.grad");
+      attention_backward(dqkv, datty, a, h);
+      Tensor dln1 = make({B, Tn, Ci}, MemoryCategory::workspace, h + "ln1.grad");
+      linear_backward(&dln1, g(l, kQkvW), &g(l, kQkvB), dqkv, a.ln1, p(l, kQkvW), N, C, 3 * C);
+      kernels::layernorm_backward<T>(s, as<T>(dres), as<T>(g(l, kLn1W)), as<T>(g(l, kLn1B)), as<T>(dln1), as<T>(residual_[l]), as<T>(p(l, kLn1W)),
+                                  f(a.ln1_mean), f(a.ln1_rstd), N, C);
+    }
+    a = LayerActivations{};  // this layer's saved tensors are no longer needed,
+    residual_[l].reset();    // nor its input (the embedding's backward needs only the tokens)
+  });
 }
 
 void GPT::embed_backward() {
-  kernels::embedding_backward(kernel_stream(device_), inout(params_[kWte].grad), inout(params_[kWpe].grad), in(dresidual_),
-                              tokens_->data_as<std::int32_t>(), B_, T_, config_.dim);
-  dresidual_.reset();
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::embedding_backward<T>(kernel_stream(device_), as<T>(params_[kWte].grad), as<T>(params_[kWpe].grad), as<T>(dresidual_),
+                                tokens_->data_as<std::int32_t>(), B_, T_, config_.dim);
+    dresidual_.reset();
+  });
 }
 
 void GPT::end() {
@@ -441,21 +452,24 @@ void GPT::release_selective(std::size_t layer) {
 }
 
 void GPT::recompute_selective(std::size_t l) {
-  const auto s = kernel_stream(device_);
-  const std::size_t N = B_ * T_, C = config_.dim, NH = config_.heads;
-  const auto B = static_cast<std::int64_t>(B_), T = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
-             H = static_cast<std::int64_t>(NH);
-  const std::string h = indexed("h", l, ".");
-  LayerActivations& a = acts_[l];
-  if (options_.attention == AttentionKind::naive) {
-    a.att = make({B, H, T, T}, MemoryCategory::activations, h + "attn.probs");
-    // attention_forward also writes the scores and the output; both are already known: workspace.
-    Tensor preatt = make({B, H, T, T}, MemoryCategory::workspace, h + "attn.scores");
-    Tensor atty = make({B, T, Ci}, MemoryCategory::workspace, h + "attn.out.recomputed");
-    kernels::attention_forward(s, out(atty), out(preatt), out(a.att), in(a.qkv), B_, T_, C, NH);
-  }
-  a.fch_gelu = make({B, T, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
-  kernels::gelu_forward(s, out(a.fch_gelu), in(a.fch), N * 4 * C);
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const std::size_t N = B_ * T_, C = config_.dim, NH = config_.heads;
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
+               H = static_cast<std::int64_t>(NH);
+    const std::string h = indexed("h", l, ".");
+    LayerActivations& a = acts_[l];
+    if (options_.attention == AttentionKind::naive) {
+      a.att = make({B, H, Tn, Tn}, MemoryCategory::activations, h + "attn.probs");
+      // attention_forward also writes the scores and the output; both are already known: workspace.
+      Tensor preatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores");
+      Tensor atty = make({B, Tn, Ci}, MemoryCategory::workspace, h + "attn.out.recomputed");
+      kernels::attention_forward<T>(s, as<T>(atty), as<T>(preatt), as<T>(a.att), as<T>(a.qkv), B_, T_, C, NH);
+    }
+    a.fch_gelu = make({B, Tn, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
+    kernels::gelu_forward<T>(s, as<T>(a.fch_gelu), as<T>(a.fch), N * 4 * C);
+  });
 }
 
 double GPT::loss(const Tensor& tokens, const Tensor& targets) {
@@ -476,22 +490,32 @@ double GPT::loss(const Tensor& tokens, const Tensor& targets) {
 // ---------------------------------------------------------------------------------------------
 
 // Concatenates one member (value or grad) of every parameter into a host vector, widened to fp32.
-static std::vector<float> gather(Device& device, const std::vector<Parameter>& params, Tensor Parameter::*member,
-                                 std::size_t total) {
+static std::vector<float> gather(Device& device, DType dtype, const std::vector<Parameter>& params,
+                                 Tensor Parameter::*member, std::size_t total) {
   std::vector<float> out(total);
-  std::size_t offset = 0;
-  for (const Parameter& p : params) {
-    const Tensor& t = p.*member;
-    const Read fp32(device, t);
-    copy_device_to_host(device, out.data() + offset, fp32, static_cast<std::size_t>(t.numel()) * sizeof(float));
-    offset += static_cast<std::size_t>(t.numel());
-  }
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> stored;
+    std::size_t offset = 0;
+    for (const Parameter& p : params) {
+      const Tensor& t = p.*member;
+      const auto n = static_cast<std::size_t>(t.numel());
+      stored.resize(n);
+      copy_device_to_host(device, stored.data(), t.data(), n * sizeof(T));
+      for (std::size_t i = 0; i < n; ++i) out[offset + i] = kernels::load(stored[i]);  // exact
+      offset += n;
+    }
+  });
   return out;
 }
 
-std::vector<float> GPT::parameter_values() const { return gather(device_, params_, &Parameter::value, num_parameters()); }
+std::vector<float> GPT::parameter_values() const {
+  return gather(device_, dtype_, params_, &Parameter::value, num_parameters());
+}
 
-std::vector<float> GPT::gradient_values() const { return gather(device_, params_, &Parameter::grad, num_parameters()); }
+std::vector<float> GPT::gradient_values() const {
+  return gather(device_, dtype_, params_, &Parameter::grad, num_parameters());
+}
 
 void GPT::set_parameter_values(const std::vector<float>& values) {
   if (values.size() != num_parameters()) throw std::invalid_argument("set_parameter_values: wrong number of values");
@@ -499,13 +523,19 @@ void GPT::set_parameter_values(const std::vector<float>& values) {
 }
 
 void GPT::store_parameter_values(const float* values) {
-  std::size_t offset = 0;
-  for (Parameter& p : params_) {
-    const auto n = static_cast<std::size_t>(p.value.numel());
-    const Write fp32(device_, p.value);  // rounds to the storage type when it goes
-    copy_host_to_device(device_, fp32, values ? values + offset : nullptr, n * sizeof(float));  // nullptr: meta
-    offset += n;
-  }
+  if (values == nullptr) return;  // meta: no values
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> stored;
+    std::size_t offset = 0;
+    for (Parameter& p : params_) {
+      const auto n = static_cast<std::size_t>(p.value.numel());
+      stored.resize(n);
+      for (std::size_t i = 0; i < n; ++i) stored[i] = kernels::store<T>(values[offset + i]);  // rounded once (RNE)
+      copy_host_to_device(device_, p.value.data(), stored.data(), n * sizeof(T));
+      offset += n;
+    }
+  });
 }
 
 }  // namespace trainmem

@@ -7,7 +7,8 @@
 //   loss    = mean over the B*T positions of cross-entropy(logits, targets)
 //
 // --precision bf16|fp16 stores weights, weight gradients, activations and activation gradients
-// in 16 bits and computes in fp32 (common/model/precision.h, compute_views.h); the fp32 master
+// in 16 bits (common/model/precision.h); the kernels read and write 16 bits and compute in fp32
+// inside (kernels/dtype.h), so no fp32 copy of a 16-bit tensor is ever allocated. The fp32 master
 // weights belong to the optimizer.
 //
 // Every tensor lives in the device's caching allocator under a category: weights `parameters`,
@@ -24,7 +25,6 @@
 
 #include "common/device/device.h"
 #include "common/model/attention_kind.h"
-#include "common/model/compute_views.h"
 #include "common/model/gpt_config.h"
 #include "common/model/parameter_table.h"
 #include "common/model/precision.h"
@@ -113,8 +113,8 @@ class GPT {
   void set_parameter_values(const std::vector<float>& values);
 
  private:
-  // `values`: num_parameters() floats in parameter order, or nullptr on the meta device (the
-  // views that round them into the storage type are still made: they are allocations).
+  // `values`: num_parameters() floats in parameter order, rounded to the storage type (nullptr on
+  // the meta device: nothing to store).
   void store_parameter_values(const float* values);
   void forward_layer(std::size_t layer, bool produce_output);
   // Attention of one layer: atty from qkv, saving what its backward needs (att or lse).
@@ -126,10 +126,7 @@ class GPT {
   // A tensor in the model's storage type (f32 only where stated: layernorm statistics, losses).
   Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);
   Tensor make_f32(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);
-  Read in(const Tensor& t);    // fp32 views of a tensor (compute_views.h)
-  Write out(Tensor& t);
-  Update inout(Tensor& t);
-  // The linear layer (kernels/matmul.h): tensor cores in 16 bits on a GPU, fp32 views otherwise.
+  // The linear layer (kernels/matmul.h) in the storage type: tensor cores in 16 bits on a GPU.
   void linear_forward(Tensor& y, const Tensor& x, const Tensor& weight, const Tensor* bias, std::size_t N,
                       std::size_t C, std::size_t OC);
   void linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,

@@ -6,7 +6,7 @@
 //   fp16  the same in IEEE half, with dynamic loss scaling (suites/mixed_precision) because
 //         half's range (6e-5 .. 65504) lets small gradients underflow to zero
 //
-// Compute is always fp32 (on the CPU by widening the 16-bit operands, see compute_views.h; on a
+// Compute is always fp32 (inside each kernel, which reads and writes 16 bits: kernels/dtype.h; on a
 // GPU matmuls run on tensor cores with fp32 accumulation), rounded to nearest-even when stored.
 // Layernorm means and reciprocal std-devs, the per-position losses and attention log-sum-exps stay
 // fp32 in every precision (as in llm.c and PyTorch autocast): they are small and sensitive.

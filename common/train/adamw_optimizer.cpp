@@ -3,7 +3,8 @@
 #include <cmath>
 
 #include "common/device/device_ops.h"
-#include "common/model/compute_views.h"
+#include "common/model/storage_type.h"
+#include "kernels/adamw.h"
 #include "kernels/grad_norm.h"
 
 namespace trainmem {
@@ -23,21 +24,24 @@ double AdamWOptimizer::global_grad_norm() {
   Device& device = model_.device();
   double sum = 0;
   if (!device.cuda_pattern()) {
-    for (Parameter& p : model_.parameters()) {
-      const Read grad(device, p.grad);  // a view, made on meta too (it is an allocation)
-      if (device.computes()) sum += kernels::cpu::sum_of_squares(grad, static_cast<std::size_t>(p.grad.numel()));
-    }
+    if (!device.computes()) return 0;  // meta: a clean step
+    with_storage_type(model_.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      for (Parameter& p : model_.parameters())
+        sum += kernels::cpu::sum_of_squares<T>(p.grad.data_as<T>(), static_cast<std::size_t>(p.grad.numel()));
+    });
   } else {
     // One float on the device collects every tensor's sum of squares; read once.
     Tensor acc(device.allocator(), {1}, DType::f32, MemoryCategory::workspace, "grad_norm.accumulator");
     zero_device_memory(device, acc.data(), acc.nbytes());
-    for (Parameter& p : model_.parameters()) {
-      [[maybe_unused]] const Read grad(device, p.grad);  // a view, made on meta too (it is an allocation)
-      if (device.computes())
-        TRAINMEM_CUDA_KERNEL("sum_of_squares", kernels::cuda::sum_of_squares_accumulate(
-                                                   nullptr, acc.data_as<float>(), grad,
-                                                   static_cast<std::size_t>(p.grad.numel())));
-    }
+    if (device.computes())
+      with_storage_type(model_.dtype(), [&](auto tag) {
+        using T [[maybe_unused]] = decltype(tag);  // unused where CUDA is not compiled
+        for ([[maybe_unused]] Parameter& p : model_.parameters())  // unused where CUDA is not compiled
+          TRAINMEM_CUDA_KERNEL("sum_of_squares",
+                               kernels::cuda::sum_of_squares_accumulate<T>(nullptr, acc.data_as<float>(), p.grad.data_as<T>(),
+                                                                           static_cast<std::size_t>(p.grad.numel())));
+      });
     float host = 0;
     copy_device_to_host(device, &host, acc.data(), sizeof host);
     sum = host;
@@ -67,18 +71,17 @@ AdamWOptimizer::StepOutcome AdamWOptimizer::step(double loss_scale) {
   const float grad_scale = static_cast<float>(kernels::clip_scale(outcome.grad_norm, max_grad_norm_) / loss_scale);
   ++step_;
   const auto stream = kernel_stream(device);
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const auto n = static_cast<std::size_t>(params[i].value.numel());
-    if (master_.empty()) {
-      kernels::adamw_update(stream, params[i].value.data_as<float>(), params[i].grad.data_as<float>(),
-                            m_[i].data_as<float>(), v_[i].data_as<float>(), n, hyper_, step_, grad_scale);
-    } else {
-      // Update the fp32 master weights, then round them into the 16-bit weights the model computes with.
-      kernels::adamw_update(stream, master_[i].data_as<float>(), Read(device, params[i].grad), m_[i].data_as<float>(),
-                            v_[i].data_as<float>(), n, hyper_, step_, grad_scale);
-      narrow_from_f32(device, params[i].value, master_[i].data_as<float>());
+  with_storage_type(model_.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto n = static_cast<std::size_t>(params[i].value.numel());
+      // 16 bits: the fp32 master weights are updated and rounded once into the weights the model
+      // computes with (kernels/adamw.h); fp32 weights are their own master copy.
+      float* master = master_.empty() ? nullptr : master_[i].data_as<float>();
+      kernels::adamw_update<T>(stream, params[i].value.data_as<T>(), params[i].grad.data_as<T>(), m_[i].data_as<float>(),
+                               v_[i].data_as<float>(), n, hyper_, step_, grad_scale, master);
     }
-  }
+  });
   return outcome;
 }
 

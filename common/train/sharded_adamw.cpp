@@ -1,13 +1,14 @@
 #include "common/train/sharded_adamw.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <stdexcept>
 
 #include "common/allocator/allocator_config.h"
 #include "common/device/device.h"
 #include "common/device/device_ops.h"
-#include "common/model/compute_views.h"
+#include "common/model/storage_type.h"
 #include "kernels/convert.h"
 #include "kernels/grad_norm.h"
 
@@ -40,7 +41,7 @@ struct ShardedAdamW::Shard {
   Tensor master, m, v;  // device state; master only for a 16-bit model
   std::vector<float> host_master, host_m, host_v, host_grad;  // host state (offload)
 
-  // The caller's buffers seen as tensors, for the fp32 views (compute_views.h).
+  // The caller's buffers seen as tensors (for the device copies and conversions).
   Tensor grad_tensor() const { return Tensor::view(grad, {static_cast<std::int64_t>(count)}, dtype, MemoryCategory::gradients, name + ".grad"); }
   Tensor param_tensor() const { return Tensor::view(param, {static_cast<std::int64_t>(count)}, dtype, MemoryCategory::parameters, name); }
 };
@@ -64,6 +65,14 @@ void host_narrow(void* out, const float* in, std::size_t n, DType dtype) {
   else kernels::cpu::to_fp16(static_cast<std::uint16_t*>(out), in, n);
 }
 }  // namespace
+
+// A device tensor's values, widened to fp32 on the host (its raw bytes copied first).
+void ShardedAdamW::copy_to_host_widened(float* out, const Tensor& t) {
+  const auto n = static_cast<std::size_t>(t.numel());
+  std::vector<std::byte> stored(n * dtype_size(t.dtype()));
+  copy_device_to_host(device_, stored.data(), t.data(), stored.size());
+  host_widen(out, stored.data(), n, t.dtype());
+}
 
 void ShardedAdamW::add_shard(void* param, void* grad, std::size_t count, DType dtype, const std::string& name) {
   if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
@@ -95,8 +104,7 @@ void ShardedAdamW::add_shard(void* param, void* grad, std::size_t count, DType d
     if (offload_ == Offload::params) {
       host_widen(s.host_master.data(), param, count, dtype);  // the shard is already on the host
     } else {
-      const Read fp32(device_, s.param_tensor());
-      copy_device_to_host(device_, s.host_master.data(), fp32, count * sizeof(float));
+      copy_to_host_widened(s.host_master.data(), s.param_tensor());
     }
   }
   shards_.push_back(std::move(s));
@@ -106,21 +114,24 @@ void ShardedAdamW::add_shard(void* param, void* grad, std::size_t count, DType d
 double ShardedAdamW::local_sum_of_squares() {
   if (!device_.cuda_pattern()) {
     double sum = 0;
-    for (Shard& s : shards_) {
-      const Read grad(device_, s.grad_tensor());  // a view, made on meta too (it is an allocation)
-      if (device_.computes()) sum += kernels::cpu::sum_of_squares(grad, s.count);
-    }
+    if (!device_.computes()) return sum;  // meta: a clean step
+    for (Shard& s : shards_)
+      with_storage_type(s.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        sum += kernels::cpu::sum_of_squares<T>(static_cast<const T*>(s.grad), s.count);
+      });
     return sum;
   }
   // One float on the device collects every shard's sum of squares; read once (as AdamWOptimizer).
   Tensor acc(device_.allocator(), {1}, DType::f32, MemoryCategory::workspace, "grad_norm.accumulator");
   zero_device_memory(device_, acc.data(), acc.nbytes());
-  for (Shard& s : shards_) {
-    [[maybe_unused]] const Read grad(device_, s.grad_tensor());  // a view, made on meta too (it is an allocation)
-    if (device_.computes())
-      TRAINMEM_CUDA_KERNEL("sum_of_squares",
-                           kernels::cuda::sum_of_squares_accumulate(nullptr, acc.data_as<float>(), grad, s.count));
-  }
+  if (device_.computes())
+    for ([[maybe_unused]] Shard& s : shards_)  // unused where CUDA is not compiled
+      with_storage_type(s.dtype, [&](auto tag) {
+        using T [[maybe_unused]] = decltype(tag);  // unused where CUDA is not compiled
+        TRAINMEM_CUDA_KERNEL("sum_of_squares", kernels::cuda::sum_of_squares_accumulate<T>(
+                                                   nullptr, acc.data_as<float>(), static_cast<const T*>(s.grad), s.count));
+      });
   float host = 0;
   copy_device_to_host(device_, &host, acc.data(), sizeof host);
   return host;
@@ -142,34 +153,27 @@ ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
   ++step_;
   const auto stream = kernel_stream(device_);
   for (Shard& s : shards_) {
-    Tensor grad = s.grad_tensor();
     if (offload_ == Offload::none) {
-      if (s.dtype == DType::f32) {
-        // The fp32 weights are their own master copy: updated in place.
-        kernels::adamw_update(stream, static_cast<float*>(s.param), static_cast<const float*>(s.grad),
-                              s.m.data_as<float>(), s.v.data_as<float>(), s.count, hyper_, step_, grad_scale);
-      } else {
-        // Update the fp32 master weights, then round them into the 16-bit weights.
-        kernels::adamw_update(stream, s.master.data_as<float>(), Read(device_, grad), s.m.data_as<float>(),
-                              s.v.data_as<float>(), s.count, hyper_, step_, grad_scale);
-        Tensor param = s.param_tensor();
-        narrow_from_f32(device_, param, s.master.data_as<float>());
-      }
+      // fp32 weights are their own master copy, updated in place; 16-bit weights: the fp32 master
+      // weights are updated and rounded once into them (kernels/adamw.h).
+      with_storage_type(s.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        float* master = s.dtype == DType::f32 ? nullptr : s.master.data_as<float>();
+        kernels::adamw_update<T>(stream, static_cast<T*>(s.param), static_cast<const T*>(s.grad), s.m.data_as<float>(),
+                                 s.v.data_as<float>(), s.count, hyper_, step_, grad_scale, master);
+      });
       continue;
     }
-    // Offload: gradient (widened to fp32 on the device) to the host, Adam on the CPU, weights back.
-    {
-      const Read fp32(device_, grad);
-      copy_device_to_host(device_, s.host_grad.data(), fp32, s.count * sizeof(float));
-    }
+    // Offload: the gradient to the host (widened there), Adam on the CPU, weights back.
+    copy_to_host_widened(s.host_grad.data(), s.grad_tensor());
     kernels::cpu::adamw_update(s.host_master.data(), s.host_grad.data(), s.host_m.data(), s.host_v.data(), s.count,
                                hyper_, step_, grad_scale);
     if (offload_ == Offload::params) {
       host_narrow(s.param, s.host_master.data(), s.count, s.dtype);
     } else {
-      Tensor param = s.param_tensor();
-      const Write fp32(device_, param);  // rounds into the 16-bit weights when it goes
-      copy_host_to_device(device_, fp32, s.host_master.data(), s.count * sizeof(float));
+      std::vector<std::byte> stored(s.count * dtype_size(s.dtype));  // rounded on the host, then copied
+      host_narrow(stored.data(), s.host_master.data(), s.count, s.dtype);
+      copy_host_to_device(device_, s.param, stored.data(), stored.size());
     }
   }
   return outcome;

@@ -69,6 +69,7 @@ class ShardedAdamW : public Optimizer {
  private:
   struct Shard;
   double local_sum_of_squares();
+  void copy_to_host_widened(float* out, const Tensor& t);
 
   Device& device_;
   Communicator& comm_;

@@ -41,7 +41,7 @@ void add_pattern_flag(CLI::App& command, DeviceFlags& flags) {
   command
       .add_option("--pattern", flags.pattern,
                   "With --device meta: whose allocation pattern to follow, the CPU backend's (the default) or the "
-                  "CUDA backend's (its 16-bit matmuls and attention without fp32 copies, its workspaces)")
+                  "CUDA backend's (its flash attention workspace, its gradient-norm accumulator)")
       ->type_name("cpu|cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }

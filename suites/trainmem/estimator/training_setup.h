@@ -54,9 +54,9 @@ struct TrainingSetup {
   std::size_t prefetch = 2;         // lazy: device batch buffers in the ring
   std::size_t dataset_tokens = 0;   // eager: tokens uploaded to the device (0: the synthetic corpus's size)
 
-  // Which backend's allocation pattern (a meta run's --pattern): on the CPU every 16-bit operand of
-  // every op is widened to an fp32 scratch copy; on a GPU the matmuls and attention read 16-bit
-  // operands directly, and flash attention's backward takes a workspace (Device::cuda_pattern).
+  // Which backend's allocation pattern (a meta run's --pattern): the CUDA backend's adds flash
+  // attention's backward workspace and the gradient norm's device accumulator
+  // (Device::cuda_pattern).
   DeviceKind backend = DeviceKind::cpu;
   AllocatorConfig allocator;
 

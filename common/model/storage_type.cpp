@@ -1,4 +1,4 @@
-#include "common/model/compute_views.h"
+#include "common/model/storage_type.h"
 
 #include <cstdint>
 
@@ -6,12 +6,6 @@
 #include "kernels/convert.h"
 
 namespace trainmem {
-
-namespace {
-Tensor f32_scratch(Device& device, const Tensor& t) {
-  return Tensor(device.allocator(), t.shape(), DType::f32, MemoryCategory::workspace, t.name() + ".f32");
-}
-}  // namespace
 
 void widen_to_f32(Device& device, float* out, const Tensor& t) {
   const auto n = static_cast<std::size_t>(t.numel());
@@ -31,30 +25,6 @@ void narrow_from_f32(Device& device, Tensor& t, const float* in) {
     case DType::f16: return kernels::to_fp16(s, t.data_as<std::uint16_t>(), in, n);
     default: throw std::logic_error("narrow_from_f32: " + t.describe() + " is not a 16-bit float tensor");
   }
-}
-
-Read::Read(Device& device, const Tensor& t) {
-  if (t.dtype() == DType::f32) {
-    ptr_ = t.data_as<float>();
-    return;
-  }
-  scratch_ = f32_scratch(device, t);
-  widen_to_f32(device, scratch_.data_as<float>(), t);
-  ptr_ = scratch_.data_as<float>();
-}
-
-Write::Write(Device& device, Tensor& t, bool widen) : device_(device), target_(t) {
-  if (t.dtype() == DType::f32) {
-    ptr_ = t.data_as<float>();
-    return;
-  }
-  scratch_ = f32_scratch(device, t);
-  ptr_ = scratch_.data_as<float>();
-  if (widen) widen_to_f32(device, ptr_, t);
-}
-
-Write::~Write() noexcept(false) {
-  if (scratch_.data() != nullptr) narrow_from_f32(device_, target_, ptr_);
 }
 
 }  // namespace trainmem

@@ -31,6 +31,15 @@ struct DtypeNames {
   }
 };
 
+// n token ids in [0, vocab), seeded (embedding and cross-entropy tests).
+inline std::vector<std::int32_t> random_tokens(std::size_t n, std::uint64_t seed, std::int32_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int32_t> dist(0, vocab - 1);
+  std::vector<std::int32_t> v(n);
+  for (std::int32_t& x : v) x = dist(rng);
+  return v;
+}
+
 // The unit roundoff of a storage type: rounding to nearest changes a value by at most u relative,
 // u = 2^-p for p significant bits (fp32 24, bf16 8, fp16 11; double 53).
 template <typename T>

@@ -47,14 +47,6 @@ class KernelsDtypeCpu : public ::testing::Test {};
 using StorageTypes = ::testing::Types<float, bf16, fp16>;
 TYPED_TEST_SUITE(KernelsDtypeCpu, StorageTypes, DtypeNames);
 
-std::vector<std::int32_t> random_tokens(std::size_t n, std::uint64_t seed, std::int32_t vocab) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::int32_t> dist(0, vocab - 1);
-  std::vector<std::int32_t> v(n);
-  for (std::int32_t& x : v) x = dist(rng);
-  return v;
-}
-
 // ---------------------------------------------------------------------------------------- GELU, residual
 
 TYPED_TEST(KernelsDtypeCpu, GeluForwardAndBackward) {

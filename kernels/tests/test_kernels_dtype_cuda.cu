@@ -47,6 +47,7 @@ using gpu_test::DeviceBuffer;
 using gpu_test::finish;
 using gpu_test::TestStream;
 using gpu_test::Tolerance;
+using dtype_test::random_tokens;
 using dtype_test::random_values;
 using dtype_test::unit_roundoff;
 using dtype_test::widen;
@@ -68,14 +69,6 @@ template <typename T>
 ::testing::AssertionResult all_close(const std::string& what, const std::vector<T>& gpu, const std::vector<T>& cpu,
                                      Tolerance tol) {
   return gpu_test::all_close(what + " (" + dtype_name<T>() + ")", widen(gpu), widen(cpu), tol);
-}
-
-std::vector<std::int32_t> random_tokens(std::size_t n, std::uint64_t seed, std::int32_t vocab) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::int32_t> dist(0, vocab - 1);
-  std::vector<std::int32_t> v(n);
-  for (std::int32_t& x : v) x = dist(rng);
-  return v;
 }
 
 // ---------------------------------------------------------------------------------------- GELU, residual

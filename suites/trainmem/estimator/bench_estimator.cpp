@@ -130,9 +130,11 @@ void register_benchmarks() {
 }  // namespace
 }  // namespace trainmem::estimator
 
-// Always the meta device (an estimate computes nothing): no --device flag.
+// An estimate computes nothing: it always runs on the meta device. --device=auto|cpu|cuda is taken
+// as by every benchmark (the uniform flags of ci/suite) and recorded, not used.
 int main(int argc, char** argv) {
   using namespace trainmem;
+  const std::string requested_device = take_device_flag(argc, argv);
   const auto out = take_benchmark_out(argc, argv, "bench_estimator");
   if (!out) return 2;
   benchmark::Initialize(&argc, argv);
@@ -141,6 +143,7 @@ int main(int argc, char** argv) {
   options.choice = "meta";
   const auto device = Device::open(options);
   add_benchmark_context(device->info(), device->allocator().config());
+  benchmark::AddCustomContext("trainmem.requested_device", requested_device + " (the estimates run on meta)");
   estimator::register_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

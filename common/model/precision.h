@@ -11,6 +11,7 @@
 // Layernorm means and reciprocal std-devs, the per-position losses and attention log-sum-exps stay
 // fp32 in every precision (as in llm.c and PyTorch autocast): they are small and sensitive.
 #pragma once
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -34,6 +35,19 @@ inline std::string to_string(Precision p) {
     case Precision::bf16: return "bf16";
   }
   return "?";
+}
+
+// Bytes per parameter of each model state, with Adam and nothing partitioned (the ZeRO paper's
+// 2 + 2 + K with K = 12 in 16 bits):
+//   fp32    weights 4, gradients 4, Adam's m and v 8 (the fp32 weights are the master copy)
+//   16-bit  weights 2, gradients 2, fp32 master 4 + m 4 + v 4
+// The mixed-precision suite's formula and ZeRO's paper arithmetic both read it.
+struct BytesPerParameter {
+  std::size_t parameters, gradients, optimizer_state;
+  constexpr std::size_t total() const { return parameters + gradients + optimizer_state; }
+};
+constexpr BytesPerParameter bytes_per_parameter(Precision p) {
+  return p == Precision::fp32 ? BytesPerParameter{4, 4, 8} : BytesPerParameter{2, 2, 4 + 4 + 4};
 }
 
 // The element type of weights, weight gradients and activations.

@@ -22,15 +22,7 @@
 
 namespace trainmem {
 
-struct PrecisionBytesPerParameter {
-  std::size_t parameters, gradients, optimizer_state;
-  std::size_t total() const { return parameters + gradients + optimizer_state; }
-};
-
-inline PrecisionBytesPerParameter bytes_per_parameter(Precision p) {
-  if (p == Precision::fp32) return {4, 4, 8};
-  return {2, 2, 4 + 8};
-}
+// bytes_per_parameter(precision): common/model/precision.h.
 
 // Allocated bytes of the three weight-side categories for this model, with the allocator's
 // 512-byte rounding per tensor.
@@ -38,7 +30,7 @@ struct WeightSideBytes {
   std::size_t parameters = 0, gradients = 0, optimizer_state = 0;
 };
 inline WeightSideBytes category_bytes(GPT& model) {
-  const PrecisionBytesPerParameter b = bytes_per_parameter(model.options().precision);
+  const BytesPerParameter b = bytes_per_parameter(model.options().precision);
   WeightSideBytes out;
   for (const Parameter& p : model.parameters()) {
     const auto n = static_cast<std::size_t>(p.value.numel());

@@ -176,7 +176,7 @@ TEST(MixedPrecision, BytesPerCategoryEqualTheFormula) {
     TinyRun run = make_run(p, strategies);
     run.trainer->step();  // the optimizer state exists from the first step on
     const std::size_t psi = run.model->num_parameters();
-    const PrecisionBytesPerParameter b = bytes_per_parameter(p);
+    const BytesPerParameter b = bytes_per_parameter(p);
     EXPECT_EQ(b.total(), 16u) << "16 bytes per parameter either way with Adam";
 
     std::size_t requested_params = 0, requested_grads = 0;

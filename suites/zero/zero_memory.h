@@ -52,15 +52,8 @@ namespace trainmem::zero {
 // 1. The paper's formulas
 // ---------------------------------------------------------------------------------------------
 
-// Bytes per parameter of each model state when nothing is partitioned.
-struct BytesPerParameter {
-  double parameters, gradients, optimizer_state;
-};
-// fp32: weights 4, gradients 4, Adam m and v 8 (the fp32 weights are the master copy).
-// 16-bit (bf16/fp16): weights 2, gradients 2, fp32 master 4 + m 4 + v 4 = K = 12.
-constexpr BytesPerParameter bytes_per_parameter(Precision precision) {
-  return precision == Precision::fp32 ? BytesPerParameter{4, 4, 8} : BytesPerParameter{2, 2, 12};
-}
+// Bytes per parameter of each model state when nothing is partitioned: bytes_per_parameter()
+// (common/model/precision.h): fp32 4 + 4 + 8, 16-bit 2 + 2 + K with K = 12.
 
 // Per-rank model-state bytes. `host` is what offload moves to host memory.
 struct ModelStateBytes {
@@ -84,11 +77,12 @@ inline ModelStateBytes paper_model_states(double psi, int world_size, int stage,
                                           Offload offload = Offload::none) {
   check_stage(stage, world_size);
   const BytesPerParameter b = bytes_per_parameter(precision);
+  const auto times_psi = [psi](std::size_t bytes) { return static_cast<double>(bytes) * psi; };
   const double N = world_size;
   ModelStateBytes m;
-  m.parameters = stage >= 3 ? b.parameters * psi / N : b.parameters * psi;  // P_p from stage 3
-  m.gradients = stage >= 2 ? b.gradients * psi / N : b.gradients * psi;      // P_g from stage 2
-  m.optimizer_state = stage >= 1 ? b.optimizer_state * psi / N : b.optimizer_state * psi;  // P_os from stage 1
+  m.parameters = times_psi(b.parameters) / (stage >= 3 ? N : 1.0);            // P_p from stage 3
+  m.gradients = times_psi(b.gradients) / (stage >= 2 ? N : 1.0);              // P_g from stage 2
+  m.optimizer_state = times_psi(b.optimizer_state) / (stage >= 1 ? N : 1.0);  // P_os from stage 1
   if (offload != Offload::none) {
     m.host += 12.0 * psi / N;  // fp32 master + m + v of this rank's shard
     m.optimizer_state = 0;

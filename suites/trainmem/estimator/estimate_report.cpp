@@ -62,7 +62,7 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
   out += " backend's allocation pattern\n";
   if (s.attention == AttentionKind::cudnn)
     out += "  (cuDNN sizes its attention workspaces on the GPU at run time: not counted here)\n";
-  const PrecisionBytesPerParameter bpp = bytes_per_parameter(s.precision);
+  const BytesPerParameter bpp = bytes_per_parameter(s.precision);
   std::snprintf(line, sizeof line, "model states: %zu bytes per parameter (parameters %zu + gradients %zu + optimizer %zu)\n\n",
                 bpp.total(), bpp.parameters, bpp.gradients, bpp.optimizer_state);
   out += line;
@@ -141,7 +141,7 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
       "on a device without memory";
   j["config"] = setup_json(e.setup);
   j["num_parameters"] = e.num_parameters;
-  const PrecisionBytesPerParameter bpp = bytes_per_parameter(e.setup.precision);
+  const BytesPerParameter bpp = bytes_per_parameter(e.setup.precision);
   j["bytes_per_parameter"] = {{"parameters", bpp.parameters},
                               {"gradients", bpp.gradients},
                               {"optimizer_state", bpp.optimizer_state},

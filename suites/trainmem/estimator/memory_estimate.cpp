@@ -13,7 +13,7 @@ FormulaBytes formula_bytes(const TrainingSetup& s) {
   FormulaBytes f;
   // precision_memory.h: bytes per parameter per category, each tensor rounded to 512 bytes; the
   // optimizer's fp32 tensors (m, v and, in 16 bits, the master weights) are 4 bytes each.
-  const PrecisionBytesPerParameter b = bytes_per_parameter(s.precision);
+  const BytesPerParameter b = bytes_per_parameter(s.precision);
   const ParameterTable table(s.model);
   for (const ParameterInfo& p : table.all()) {
     const std::size_t n = p.numel();

@@ -38,9 +38,6 @@ struct UnitLayout {
   std::size_t padded_numel = 0;  // N * S: what a gathered unit holds
 };
 
-// From the model's parameter table (common/model/parameter_table.h).
-inline std::size_t layer_parameter_count(const GPTConfig& c) { return ParameterTable(c).layer_numel(); }
-inline std::size_t root_parameter_count(const GPTConfig& c) { return ParameterTable(c).root_numel(); }
 
 inline std::string unit_name(std::size_t first_layer, std::size_t layers) {
   std::string name = layers == 1 ? "layer" : "layers";
@@ -64,18 +61,19 @@ inline std::vector<UnitLayout> unit_layouts(const GPTConfig& config, std::size_t
     u.padded_numel = u.shard_numel * shards;          // N * S
     return u;
   };
+  const ParameterTable table(config);  // built once: a layer's count is every layer's
   std::vector<UnitLayout> units;
   UnitLayout root;
   root.name = "root";
   root.root = true;
-  root.numel = root_parameter_count(config);
+  root.numel = table.root_numel();
   units.push_back(sized(root));
   for (std::size_t first = 0; first < config.layers; first += layers_per_unit) {
     UnitLayout u;
     u.first_layer = first;
     u.layers = first + layers_per_unit <= config.layers ? layers_per_unit : config.layers - first;
     u.name = unit_name(first, u.layers);
-    u.numel = u.layers * layer_parameter_count(config);
+    u.numel = u.layers * table.layer_numel();
     units.push_back(sized(u));
   }
   return units;

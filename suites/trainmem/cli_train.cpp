@@ -66,29 +66,6 @@ std::string progress_line(const StepResult& r, long total, std::string technique
 // Whether the flags ask for a sharding strategy (then a world is made even without mpirun: size 1).
 bool sharding_asked(const TrainFlags& flags) { return flags.zero >= 0 || !flags.fsdp.empty(); }
 
-// The flags' sharding choices, checked before anything starts: a clear message for a bad mix.
-void check_sharding_flags(const TrainFlags& flags, const RecomputePolicy& recompute) {
-  const Offload offload = parse_offload(flags.offload);
-  if (offload != Offload::none && flags.zero < 1)
-    throw std::invalid_argument("--offload " + flags.offload +
-                                " needs --zero 1, 2 or 3 (offload moves a rank's shard of the optimizer state to the host)");
-  if (flags.zero >= 0) {
-    zero::ZeroOptions o;
-    o.stage = flags.zero;
-    o.offload = offload;
-    zero::validate(o);
-  }
-  if (!flags.fsdp.empty() && flags.zero >= 0)
-    throw std::invalid_argument("--fsdp and --zero both shard the model states over the ranks: give one of them (--fsdp " +
-                                flags.fsdp + " or --zero " + std::to_string(flags.zero) + ")");
-  if (flags.fsdp == "full" && recompute.kind == RecomputePolicy::Kind::sqrt)
-    throw std::invalid_argument("--recompute sqrt rebuilds a whole segment of layers in one layer's backward, but --fsdp full "
-                                "gathers one unit at a time: use --recompute full, selective or every:K, or --fsdp grad_op");
-  if (flags.zero == 3 && recompute.kind == RecomputePolicy::Kind::sqrt)
-    throw std::invalid_argument("--recompute sqrt rebuilds a whole segment of layers in one layer's backward, but --zero 3 "
-                                "gathers one layer at a time: use --recompute full, selective or every:K with --zero 3");
-}
-
 // The files the run will write (common/util/output_file.h): each path can be written.
 void check_output_flags(const TrainFlags& flags) {
   if (!flags.json.empty()) check_output_path(flags.json, "--json");
@@ -259,7 +236,9 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   if (flags.loss_scaler_flag_given && precision != Precision::fp16)
     throw std::invalid_argument("--loss-scale* options apply only to --precision fp16 (bf16 and fp32 need no loss scaling)");
   const std::size_t T = config.seq;
-  check_sharding_flags(flags, recompute);
+  // Every rule of the flags (estimator/training_setup.cpp), before any data or device; the
+  // device's own rules are checked again below, once it is open.
+  training_setup(flags, DeviceKind::cpu, 0);
   check_output_flags(flags);  // a path that cannot be written is found now, not after the run
   // Data first: a bad file is an input error, found before any memory is touched.
   // A token file under the lazy loader is memory-mapped, never read into the heap; everything else

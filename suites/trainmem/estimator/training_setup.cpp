@@ -5,6 +5,7 @@
 
 #include "common/data/token_file.h"
 #include "suites/zero/zero_memory.h"
+#include "suites/zero/zero_strategy.h"
 
 namespace trainmem::estimator {
 
@@ -51,14 +52,27 @@ void TrainingSetup::validate() const {
                                 " runs on a GPU in 16 bits: add --precision bf16 (or fp16)");
   if (attention == AttentionKind::cudnn && backend != DeviceKind::cuda)
     throw std::invalid_argument("--attention cudnn needs a CUDA device; on the CPU use --attention flash");
+  // The sharding flags: the one list of their rules (trainmem train checks them through here too).
   if (sharding.world_size < 1) throw std::invalid_argument("--world-size must be at least 1");
   if (sharding.fsdp && sharding.zero >= 0)
-    throw std::invalid_argument("--fsdp and --zero both shard the model states: give one of them");
-  if (sharding.zero_stage() >= 0) zero::check_stage(sharding.zero_stage(), static_cast<int>(sharding.world_size));
+    throw std::invalid_argument("--fsdp and --zero both shard the model states over the ranks: give one of them (--fsdp " +
+                                fsdp::to_string(sharding.fsdp_options.mode) + " or --zero " +
+                                std::to_string(sharding.zero) + ")");
   if (sharding.offload != Offload::none && sharding.zero < 1)
-    throw std::invalid_argument("--offload needs --zero 1, 2 or 3");
-  if (sharding.offload == Offload::params && sharding.zero != 3)
-    throw std::invalid_argument("--offload params needs --zero 3");
+    throw std::invalid_argument("--offload " + to_string(sharding.offload) +
+                                " needs --zero 1, 2 or 3 (offload moves a rank's shard of the optimizer state to the host)");
+  if (sharding.zero >= 0) {
+    zero::ZeroOptions o;  // the ZeRO suite's own rules (stage range, offload params with stage 3)
+    o.stage = sharding.zero;
+    o.offload = sharding.offload;
+    zero::validate(o);
+  }
+  if (sharding.fsdp && sharding.fsdp_options.mode == fsdp::ShardingMode::full && recompute.kind == RecomputePolicy::Kind::sqrt)
+    throw std::invalid_argument("--recompute sqrt rebuilds a whole segment of layers in one layer's backward, but --fsdp full "
+                                "gathers one unit at a time: use --recompute full, selective or every:K, or --fsdp grad_op");
+  if (sharding.zero == 3 && recompute.kind == RecomputePolicy::Kind::sqrt)
+    throw std::invalid_argument("--recompute sqrt rebuilds a whole segment of layers in one layer's backward, but --zero 3 "
+                                "gathers one layer at a time: use --recompute full, selective or every:K with --zero 3");
 }
 
 std::string TrainingSetup::describe() const {

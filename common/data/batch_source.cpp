@@ -31,10 +31,7 @@ void SequentialBatches::next(Tensor& tokens, Tensor& targets) {
     if (position_ + T_ + 1 > data_.size()) position_ = 0;  // wrap: the next window would run off the end
     if (row / B_ == rank_) {
       const std::size_t b = row % B_;
-      for (std::size_t t = 0; t < T_; ++t) {
-        host_tokens_[b * T_ + t] = data_[position_ + t];
-        host_targets_[b * T_ + t] = data_[position_ + t + 1];
-      }
+      slice_window(data_.data(), position_, T_, &host_tokens_[b * T_], &host_targets_[b * T_]);
     }
     position_ += T_;
   }

@@ -2,6 +2,7 @@
 // copies one [B, T] window of inputs and the window shifted by one (targets) to the device per
 // step; the lazy-loading suite adds other sources.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -16,6 +17,17 @@ class BatchSource {
   // Fills tokens and targets (int32 [B, T] on the device) with the next batch.
   virtual void next(Tensor& tokens, Tensor& targets) = 0;
 };
+
+// One training row from the dataset: the T tokens from `start` are the inputs, the same window
+// shifted by one the targets (each position predicts the next token). The loaders that assemble
+// rows on the host use it (SequentialBatches, suites/lazy_loading's LazyLoader).
+inline void slice_window(const std::uint16_t* data, std::size_t start, std::size_t T, std::int32_t* inputs,
+                         std::int32_t* targets) {
+  for (std::size_t t = 0; t < T; ++t) {
+    inputs[t] = data[start + t];
+    targets[t] = data[start + t + 1];
+  }
+}
 
 // Consecutive windows through the dataset, wrapping around at its end: batch k row b starts at
 // token (k * B + b) * T. Deterministic, so two runs see the same batches in the same order.

@@ -59,16 +59,7 @@ void LazyLoader::assemble(ShuffleOrder& order, std::uint64_t k, std::int32_t* to
   if (!device_.computes()) return;  // meta: the tokens have no values to read, the copies are skipped
   std::vector<std::size_t> starts(B_);
   order.row_starts(k, starts.data());
-  const std::uint16_t* data = host_.data();
-  for (std::size_t b = 0; b < B_; ++b) {
-    const std::uint16_t* w = data + starts[b];
-    std::int32_t* x = tokens + b * T_;
-    std::int32_t* y = targets + b * T_;
-    for (std::size_t t = 0; t < T_; ++t) {
-      x[t] = w[t];
-      y[t] = w[t + 1];
-    }
-  }
+  for (std::size_t b = 0; b < B_; ++b) slice_window(host_.data(), starts[b], T_, tokens + b * T_, targets + b * T_);
 }
 
 void LazyLoader::worker_loop() {

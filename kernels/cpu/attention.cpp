@@ -3,7 +3,9 @@
 // loaded into the compute type F (fp32, or double for double; kernels/dtype.h). A row's scores,
 // probabilities and gradients stay in F while the row is computed and are stored once; dqkv is
 // summed in F for one (batch, head) at a time (its slice of dqkv belongs to that head alone) and
-// stored once.
+// stored once. Each (batch, head)'s q, k and v are widened once into host scratch of 3*T*hs values
+// (exact, so the results are the same bits as loading them in the inner loops, which converted
+// each 16-bit value T times over: fp16 ran 3x slower).
 #include "kernels/attention.h"
 
 #include <cmath>
@@ -12,6 +14,22 @@
 
 namespace trainmem::kernels::cpu {
 
+namespace {
+// One (batch, head)'s q, k and v rows, widened to the compute type: row t of part p (0 q, 1 k,
+// 2 v) at heads[p][t * hs ...].
+template <typename T>
+void widen_head(std::vector<compute_t<T>> (&heads)[3], const T* qkv, std::size_t b, std::size_t h, std::size_t Tn,
+                std::size_t C, std::size_t hs) {
+  for (std::size_t part = 0; part < 3; ++part) {
+    heads[part].resize(Tn * hs);
+    for (std::size_t t = 0; t < Tn; ++t) {
+      const T* row = qkv + (b * Tn + t) * 3 * C + part * C + h * hs;
+      for (std::size_t i = 0; i < hs; ++i) heads[part][t * hs + i] = load(row[i]);
+    }
+  }
+}
+}  // namespace
+
 template <typename T>
 void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, std::size_t Tn, std::size_t C,
                        std::size_t NH) {
@@ -19,16 +37,18 @@ void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, s
   const std::size_t hs = C / NH;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
   std::vector<F> pre(Tn), a(Tn), o(hs);  // one row of scores and probabilities, one head of out
+  std::vector<F> heads[3];                // this head's q, k, v, widened
   for (std::size_t b = 0; b < B; ++b)
-    for (std::size_t h = 0; h < NH; ++h)
+    for (std::size_t h = 0; h < NH; ++h) {
+      widen_head(heads, qkv, b, h, Tn, C, hs);
       for (std::size_t t = 0; t < Tn; ++t) {
-        const T* q = qkv + (b * Tn + t) * 3 * C + h * hs;
+        const F* q = &heads[0][t * hs];
         // scores for keys u <= t, and their max (for a stable softmax)
         F maxval = -std::numeric_limits<F>::infinity();
         for (std::size_t u = 0; u <= t; ++u) {
-          const T* k = qkv + (b * Tn + u) * 3 * C + C + h * hs;
+          const F* k = &heads[1][u * hs];
           F dot = 0;
-          for (std::size_t i = 0; i < hs; ++i) dot += load(q[i]) * load(k[i]);
+          for (std::size_t i = 0; i < hs; ++i) dot += q[i] * k[i];
           pre[u] = dot * scale;
           if (pre[u] > maxval) maxval = pre[u];
         }
@@ -42,8 +62,8 @@ void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, s
         // out = att @ v
         for (std::size_t i = 0; i < hs; ++i) o[i] = 0;
         for (std::size_t u = 0; u <= t; ++u) {
-          const T* v = qkv + (b * Tn + u) * 3 * C + 2 * C + h * hs;
-          for (std::size_t i = 0; i < hs; ++i) o[i] += a[u] * load(v[i]);
+          const F* v = &heads[2][u * hs];
+          for (std::size_t i = 0; i < hs; ++i) o[i] += a[u] * v[i];
         }
         T* pre_row = preatt + ((b * NH + h) * Tn + t) * Tn;
         T* att_row = att + ((b * NH + h) * Tn + t) * Tn;
@@ -54,6 +74,7 @@ void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, s
         T* out_row = out + (b * Tn + t) * C + h * hs;
         for (std::size_t i = 0; i < hs; ++i) out_row[i] = store<T>(o[i]);
       }
+    }
 }
 
 template <typename T>
@@ -64,37 +85,41 @@ void attention_backward(T* dqkv, T* dpreatt, T* datt, const T* dout, const T* qk
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
   // This head's dq, dk, dv for every time step: acc[(t * 3 + part) * hs + i], part 0 = q, 1 = k, 2 = v.
   std::vector<F> acc(Tn * 3 * hs), da(Tn), dpre(Tn);
+  std::vector<F> heads[3], a(Tn), d(hs);  // this head's q, k, v; one row of att and of dout: widened
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t h = 0; h < NH; ++h) {
       std::fill(acc.begin(), acc.end(), F(0));
+      widen_head(heads, qkv, b, h, Tn, C, hs);
       for (std::size_t t = 0; t < Tn; ++t) {
-        const T* a = att + ((b * NH + h) * Tn + t) * Tn;
-        const T* d = dout + (b * Tn + t) * C + h * hs;
+        const T* att_row = att + ((b * NH + h) * Tn + t) * Tn;
+        const T* dout_row = dout + (b * Tn + t) * C + h * hs;
+        for (std::size_t u = 0; u <= t; ++u) a[u] = load(att_row[u]);
+        for (std::size_t i = 0; i < hs; ++i) d[i] = load(dout_row[i]);
         // out = att @ v:  datt[u] = dout . v[u];  dv[u] += att[u] * dout
         for (std::size_t u = 0; u < Tn; ++u) da[u] = dpre[u] = 0;
         for (std::size_t u = 0; u <= t; ++u) {
-          const T* v = qkv + (b * Tn + u) * 3 * C + 2 * C + h * hs;
+          const F* v = &heads[2][u * hs];
           F* dv = &acc[(u * 3 + 2) * hs];
           F dot = 0;
           for (std::size_t i = 0; i < hs; ++i) {
-            dot += load(d[i]) * load(v[i]);
-            dv[i] += load(a[u]) * load(d[i]);
+            dot += d[i] * v[i];
+            dv[i] += a[u] * d[i];
           }
           da[u] = dot;
         }
         // softmax backward: dpre[u] = att[u] * (datt[u] - sum_w att[w] datt[w])
         F weighted = 0;
-        for (std::size_t u = 0; u <= t; ++u) weighted += load(a[u]) * da[u];
-        for (std::size_t u = 0; u <= t; ++u) dpre[u] = load(a[u]) * (da[u] - weighted);
+        for (std::size_t u = 0; u <= t; ++u) weighted += a[u] * da[u];
+        for (std::size_t u = 0; u <= t; ++u) dpre[u] = a[u] * (da[u] - weighted);
         // preatt = q . k * scale:  dq += dpre[u] k[u] scale;  dk[u] += dpre[u] q scale
-        const T* q = qkv + (b * Tn + t) * 3 * C + h * hs;
+        const F* q = &heads[0][t * hs];
         F* dq = &acc[(t * 3 + 0) * hs];
         for (std::size_t u = 0; u <= t; ++u) {
-          const T* k = qkv + (b * Tn + u) * 3 * C + C + h * hs;
+          const F* k = &heads[1][u * hs];
           F* dk = &acc[(u * 3 + 1) * hs];
           for (std::size_t i = 0; i < hs; ++i) {
-            dq[i] += dpre[u] * load(k[i]) * scale;
-            dk[i] += dpre[u] * load(q[i]) * scale;
+            dq[i] += dpre[u] * k[i] * scale;
+            dk[i] += dpre[u] * q[i] * scale;
           }
         }
         T* da_row = datt + ((b * NH + h) * Tn + t) * Tn;

@@ -11,7 +11,8 @@
 // CPU: each row's scores, probabilities and gradients are kept in fp32 (double for double) while
 // the row is computed and rounded once when stored, and dqkv is summed in fp32 per (batch, head)
 // and rounded once: in 16 bits, bit for bit the fp32 kernel's result on the widened inputs,
-// rounded. CUDA: the GEMMs (cuBLAS, fp32 accumulation) write preatt, out, dqkv, datt in the
+// rounded. Private host scratch (outside the emulated device): one head's q, k, v widened
+// (3*T*hs values), a row of T, and the backward's per-head fp32 dqkv sums (3*T*hs). CUDA: the GEMMs (cuBLAS, fp32 accumulation) write preatt, out, dqkv, datt in the
 // storage type, and the softmax kernels read those rounded values back: in 16 bits that is one
 // more rounding per chained step than on the CPU (a few units in the last 16-bit place).
 #pragma once

@@ -48,19 +48,10 @@ float* f(Tensor& t) { return t.data_as<float>(); }  // fp32-only tensors (layern
 // (with_storage_type, common/model/storage_type.h) -- and names it to the kernels, which read and
 // write that type and compute in fp32 inside: no fp32 copy of a 16-bit tensor is ever made.
 
-// A tensor's elements as the storage type T.
-template <typename T>
-T* as(Tensor& t) {
-  return t.data_as<T>();
-}
-template <typename T>
-const T* as(const Tensor& t) {
-  return t.data_as<T>();
-}
-
 // The CPU flash reference (no dispatcher: on a GPU the CUDA kernels below run), skipped on meta.
 template <typename T>
-void cpu_flash_forward(const kernels::Stream& s, T* out, float* lse, const T* qkv, const kernels::AttentionShape& shape) {
+void cpu_flash_forward(const kernels::Stream& s, T* out, float* lse, const T* qkv,
+                       const kernels::AttentionShape& shape) {
   if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_forward<T>(out, lse, qkv, shape);
 }
 template <typename T>
@@ -138,8 +129,8 @@ void GPT::linear_forward(Tensor& y, const Tensor& x, const Tensor& weight, const
                          std::size_t C, std::size_t OC) {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    kernels::matmul_forward<T>(kernel_stream(device_), as<T>(y), as<T>(x), as<T>(weight), bias ? as<T>(*bias) : nullptr,
-                               N, C, OC);
+    kernels::matmul_forward<T>(kernel_stream(device_), y.data_as<T>(), x.data_as<T>(), weight.data_as<T>(),
+                               bias ? bias->data_as<T>() : nullptr, N, C, OC);
   });
 }
 
@@ -147,8 +138,9 @@ void GPT::linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Te
                           const Tensor& weight, std::size_t N, std::size_t C, std::size_t OC) {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    kernels::matmul_backward<T>(kernel_stream(device_), dinp ? as<T>(*dinp) : nullptr, as<T>(dweight),
-                                dbias ? as<T>(*dbias) : nullptr, as<T>(dout), as<T>(inp), as<T>(weight), N, C, OC);
+    kernels::matmul_backward<T>(kernel_stream(device_), dinp ? dinp->data_as<T>() : nullptr, dweight.data_as<T>(),
+                                dbias ? dbias->data_as<T>() : nullptr, dout.data_as<T>(), inp.data_as<T>(),
+                                weight.data_as<T>(), N, C, OC);
   });
 }
 
@@ -179,14 +171,15 @@ void GPT::attention_forward(LayerActivations& a, const std::string& h) {
       a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
       // The scores are needed only to compute the probabilities: workspace, freed at once.
       Tensor preatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores");
-      kernels::attention_forward<T>(s, as<T>(a.atty), as<T>(preatt), as<T>(a.att), as<T>(a.qkv), B_, T_, config_.dim, config_.heads);
+      kernels::attention_forward<T>(s, a.atty.data_as<T>(), preatt.data_as<T>(), a.att.data_as<T>(), a.qkv.data_as<T>(),
+                                    B_, T_, config_.dim, config_.heads);
       return;
     }
     a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
     a.lse = make_f32({B, H, Tn}, MemoryCategory::activations, h + "attn.lse");
     const kernels::AttentionShape shape = attention_shape();
     if (!device_.cuda_pattern()) {  // the CPU reference, in the storage type
-      cpu_flash_forward(s, as<T>(a.atty), f(a.lse), as<T>(a.qkv), shape);
+      cpu_flash_forward(s, a.atty.data_as<T>(), f(a.lse), a.qkv.data_as<T>(), shape);
       return;
     }
     const kernels::Half16 half = half16();
@@ -197,18 +190,20 @@ void GPT::attention_forward(LayerActivations& a, const std::string& h) {
     if (!device_.computes()) return;
     if (options_.attention == AttentionKind::flash) {
       TRAINMEM_CUDA_KERNEL("flash_attention_forward",
-                           kernels::cuda::flash_attention_forward(s.cuda_stream, kernels::cuda::flash_attention_versions(),
-                                                                  half, a.atty.data_as<std::uint16_t>(), f(a.lse),
-                                                                  a.qkv.data_as<std::uint16_t>(), shape));
+                           kernels::cuda::flash_attention_forward(
+                               s.cuda_stream, kernels::cuda::flash_attention_versions(), half,
+                               a.atty.data_as<std::uint16_t>(), f(a.lse), a.qkv.data_as<std::uint16_t>(), shape));
       return;
     }
 #if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-    Tensor workspace = make_bytes(kernels::cudnn::attention_forward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
+    Tensor workspace =
+        make_bytes(kernels::cudnn::attention_forward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
     kernels::cudnn::attention_forward(s.cuda_stream, half, a.atty.data_as<std::uint16_t>(), f(a.lse),
                                       a.qkv.data_as<std::uint16_t>(), workspace.data(), shape);
 #else
     (void)half;
-    throw std::invalid_argument("--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
+    throw std::invalid_argument(
+        "--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
 #endif
   });
 }
@@ -218,24 +213,27 @@ void GPT::attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
     const auto s = kernel_stream(device_);
-    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), H = static_cast<std::int64_t>(config_.heads);
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
+               H = static_cast<std::int64_t>(config_.heads);
     if (options_.attention == AttentionKind::naive) {
       Tensor dpreatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores.grad");
       Tensor datt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.probs.grad");
-      kernels::attention_backward<T>(s, as<T>(dqkv), as<T>(dpreatt), as<T>(datt), as<T>(datty), as<T>(a.qkv), as<T>(a.att), B_, T_,
-                                  config_.dim, config_.heads);
+      kernels::attention_backward<T>(s, dqkv.data_as<T>(), dpreatt.data_as<T>(), datt.data_as<T>(), datty.data_as<T>(),
+                                     a.qkv.data_as<T>(), a.att.data_as<T>(), B_, T_, config_.dim, config_.heads);
       return;
     }
     const kernels::AttentionShape shape = attention_shape();
     if (!device_.cuda_pattern()) {  // the CPU reference, in the storage type
-      cpu_flash_backward(s, as<T>(dqkv), as<T>(datty), as<T>(a.qkv), as<T>(a.atty), f(a.lse), shape);
+      cpu_flash_backward(s, dqkv.data_as<T>(), datty.data_as<T>(), a.qkv.data_as<T>(), a.atty.data_as<T>(), f(a.lse),
+                         shape);
       return;
     }
     const kernels::Half16 half = half16();
     if (options_.attention == AttentionKind::flash) {
       // The workspace the CUDA backward asks for (kernels/flash_attention_workspace.h), on meta too.
       const int version = kernels::kFlashAttentionNewestVersion;
-      Tensor workspace = make_bytes(kernels::flash_attention_backward_workspace_bytes(version, shape), h + "attn.flash.workspace");
+      Tensor workspace =
+          make_bytes(kernels::flash_attention_backward_workspace_bytes(version, shape), h + "attn.flash.workspace");
       if (!device_.computes()) return;
 #if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
       kernels::cuda::flash_attention_backward(s.cuda_stream, version, half, dqkv.data_as<std::uint16_t>(),
@@ -248,30 +246,33 @@ void GPT::attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations
     }
     if (!device_.computes()) return;  // meta: cuDNN's workspace is not known (attention_forward says why)
 #if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-    Tensor workspace = make_bytes(kernels::cudnn::attention_backward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
-    kernels::cudnn::attention_backward(s.cuda_stream, half, dqkv.data_as<std::uint16_t>(), datty.data_as<std::uint16_t>(),
-                                       a.qkv.data_as<std::uint16_t>(), a.atty.data_as<std::uint16_t>(), f(a.lse),
-                                       workspace.data(), shape);
+    Tensor workspace =
+        make_bytes(kernels::cudnn::attention_backward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
+    kernels::cudnn::attention_backward(s.cuda_stream, half, dqkv.data_as<std::uint16_t>(),
+                                       datty.data_as<std::uint16_t>(), a.qkv.data_as<std::uint16_t>(),
+                                       a.atty.data_as<std::uint16_t>(), f(a.lse), workspace.data(), shape);
 #else
     (void)half;
-    throw std::invalid_argument("--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
+    throw std::invalid_argument(
+        "--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
 #endif
   });
 }
 
 Tensor GPT::make_bytes(std::size_t bytes, const std::string& name) {
   // Scratch of a byte size, as 4-byte elements (the allocator sees the bytes, rounded up to 512 anyway).
-  return Tensor(device_.allocator(), {static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, MemoryCategory::workspace,
-                name);
+  return Tensor(device_.allocator(), {static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32,
+                MemoryCategory::workspace, name);
 }
 
 void GPT::embed_forward() {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), C = static_cast<std::int64_t>(config_.dim);
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
+               C = static_cast<std::int64_t>(config_.dim);
     residual_[0] = make({B, Tn, C}, MemoryCategory::activations, "x0");
-    kernels::embedding_forward<T>(kernel_stream(device_), as<T>(residual_[0]), tokens_->data_as<std::int32_t>(),
-                               as<T>(params_[kWte].value), as<T>(params_[kWpe].value), B_, T_, config_.dim);
+    kernels::embedding_forward<T>(kernel_stream(device_), residual_[0].data_as<T>(), tokens_->data_as<std::int32_t>(),
+                               params_[kWte].value.data_as<T>(), params_[kWpe].value.data_as<T>(), B_, T_, config_.dim);
   });
 }
 
@@ -294,7 +295,8 @@ void GPT::forward_layer(std::size_t l, bool produce_output) {
     a.ln1 = make({B, Tn, Ci}, MemoryCategory::activations, h + "ln1");
     a.ln1_mean = make_f32({B, Tn}, MemoryCategory::activations, h + "ln1.mean");
     a.ln1_rstd = make_f32({B, Tn}, MemoryCategory::activations, h + "ln1.rstd");
-    kernels::layernorm_forward<T>(s, as<T>(a.ln1), f(a.ln1_mean), f(a.ln1_rstd), as<T>(x), as<T>(p(l, kLn1W)), as<T>(p(l, kLn1B)), N, C);
+    kernels::layernorm_forward<T>(s, a.ln1.data_as<T>(), f(a.ln1_mean), f(a.ln1_rstd), x.data_as<T>(),
+                                  p(l, kLn1W).data_as<T>(), p(l, kLn1B).data_as<T>(), N, C);
     a.qkv = make({B, Tn, 3 * Ci}, MemoryCategory::activations, h + "qkv");
     linear_forward(a.qkv, a.ln1, p(l, kQkvW), &p(l, kQkvB), N, C, 3 * C);
     attention_forward(a, h);
@@ -302,25 +304,26 @@ void GPT::forward_layer(std::size_t l, bool produce_output) {
     {
       Tensor proj = make({B, Tn, Ci}, MemoryCategory::workspace, h + "attn.proj.out");
       linear_forward(proj, a.atty, p(l, kAttProjW), &p(l, kAttProjB), N, C, C);
-      kernels::residual_forward<T>(s, as<T>(a.residual2), as<T>(x), as<T>(proj), N * C);
+      kernels::residual_forward<T>(s, a.residual2.data_as<T>(), x.data_as<T>(), proj.data_as<T>(), N * C);
     }
 
     // MLP branch
     a.ln2 = make({B, Tn, Ci}, MemoryCategory::activations, h + "ln2");
     a.ln2_mean = make_f32({B, Tn}, MemoryCategory::activations, h + "ln2.mean");
     a.ln2_rstd = make_f32({B, Tn}, MemoryCategory::activations, h + "ln2.rstd");
-    kernels::layernorm_forward<T>(s, as<T>(a.ln2), f(a.ln2_mean), f(a.ln2_rstd), as<T>(a.residual2), as<T>(p(l, kLn2W)),
-                               as<T>(p(l, kLn2B)), N, C);
+    kernels::layernorm_forward<T>(s, a.ln2.data_as<T>(), f(a.ln2_mean), f(a.ln2_rstd), a.residual2.data_as<T>(),
+                                  p(l, kLn2W).data_as<T>(), p(l, kLn2B).data_as<T>(), N, C);
     a.fch = make({B, Tn, 4 * Ci}, MemoryCategory::activations, h + "mlp.fc.out");
     linear_forward(a.fch, a.ln2, p(l, kFcW), &p(l, kFcB), N, C, 4 * C);
     a.fch_gelu = make({B, Tn, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
-    kernels::gelu_forward<T>(s, as<T>(a.fch_gelu), as<T>(a.fch), N * 4 * C);
+    kernels::gelu_forward<T>(s, a.fch_gelu.data_as<T>(), a.fch.data_as<T>(), N * 4 * C);
     if (!produce_output) return;  // recomputing for backward: x_{l+1} is not needed again
     residual_[l + 1] = make({B, Tn, Ci}, MemoryCategory::activations, indexed("x", l + 1));
     {
       Tensor proj = make({B, Tn, Ci}, MemoryCategory::workspace, h + "mlp.proj.out");
       linear_forward(proj, a.fch_gelu, p(l, kFcProjW), &p(l, kFcProjB), N, 4 * C, C);
-      kernels::residual_forward<T>(s, as<T>(residual_[l + 1]), as<T>(a.residual2), as<T>(proj), N * C);
+      kernels::residual_forward<T>(s, residual_[l + 1].data_as<T>(), a.residual2.data_as<T>(), proj.data_as<T>(),
+                                   N * C);
     }
   });
 }
@@ -338,13 +341,13 @@ double GPT::head_forward() {
     lnf_ = make({B, Tn, Ci}, MemoryCategory::activations, "lnf");
     lnf_mean_ = make_f32({B, Tn}, MemoryCategory::activations, "lnf.mean");
     lnf_rstd_ = make_f32({B, Tn}, MemoryCategory::activations, "lnf.rstd");
-    kernels::layernorm_forward<T>(s, as<T>(lnf_), f(lnf_mean_), f(lnf_rstd_), as<T>(x), as<T>(params_[lnf].value),
-                               as<T>(params_[lnf + 1].value), N, C);
+    kernels::layernorm_forward<T>(s, lnf_.data_as<T>(), f(lnf_mean_), f(lnf_rstd_), x.data_as<T>(),
+                                  params_[lnf].value.data_as<T>(), params_[lnf + 1].value.data_as<T>(), N, C);
     logits_ = make({B, Tn, Vi}, MemoryCategory::activations, "logits");
     linear_forward(logits_, lnf_, params_[kWte].value, nullptr, N, C, V);
 
     Tensor losses = make_f32({B, Tn}, MemoryCategory::workspace, "losses");
-    kernels::cross_entropy_forward<T>(s, f(losses), as<T>(logits_), targets_->data_as<std::int32_t>(), N, V);
+    kernels::cross_entropy_forward<T>(s, f(losses), logits_.data_as<T>(), targets_->data_as<std::int32_t>(), N, V);
     std::vector<float> host(N);
     copy_device_to_host(device_, host.data(), losses.data(), losses.nbytes());
     double sum = 0;
@@ -367,15 +370,18 @@ void GPT::head_backward(float dloss) {
     const std::size_t lnf = ParameterTable(config_).lnf_weight();
 
     // dlogits overwrites the logits (they are not needed any more): no second [B,T,V] tensor.
-    kernels::cross_entropy_backward<T>(s, as<T>(logits_), as<T>(logits_), targets_->data_as<std::int32_t>(), dloss, N, V);
+    kernels::cross_entropy_backward<T>(s, logits_.data_as<T>(), logits_.data_as<T>(), targets_->data_as<std::int32_t>(),
+                                       dloss, N, V);
     Tensor dlnf = make({B, Tn, Ci}, MemoryCategory::workspace, "lnf.grad");
     linear_backward(&dlnf, params_[kWte].grad, nullptr, logits_, lnf_, params_[kWte].value, N, C, V);
     logits_.reset();
     // The residual stream's gradient starts here and flows down through every layer.
     dresidual_ = make({B, Tn, Ci}, MemoryCategory::workspace, "residual.grad");
     zero_device_memory(device_, dresidual_.data(), dresidual_.nbytes());
-    kernels::layernorm_backward<T>(s, as<T>(dresidual_), as<T>(params_[lnf].grad), as<T>(params_[lnf + 1].grad), as<T>(dlnf),
-                                as<T>(residual_[config_.layers]), as<T>(params_[lnf].value), f(lnf_mean_), f(lnf_rstd_), N, C);
+    kernels::layernorm_backward<T>(s, dresidual_.data_as<T>(), params_[lnf].grad.data_as<T>(),
+                                   params_[lnf + 1].grad.data_as<T>(), dlnf.data_as<T>(),
+                                   residual_[config_.layers].data_as<T>(), params_[lnf].value.data_as<T>(),
+                                   f(lnf_mean_), f(lnf_rstd_), N, C);
     lnf_.reset();
     lnf_mean_.reset();
     lnf_rstd_.reset();
@@ -401,12 +407,13 @@ void GPT::layer_backward(std::size_t l) {
       Tensor dfch = make({B, Tn, 4 * Ci}, MemoryCategory::workspace, h + "mlp.gelu.out.grad");
       linear_backward(&dfch, g(l, kFcProjW), &g(l, kFcProjB), dres, a.fch_gelu, p(l, kFcProjW), N, 4 * C, C);
       // in place: d gelu.out -> d fc.out
-      kernels::gelu_backward<T>(s, as<T>(dfch), as<T>(a.fch), as<T>(dfch), N * 4 * C);
+      kernels::gelu_backward<T>(s, dfch.data_as<T>(), a.fch.data_as<T>(), dfch.data_as<T>(), N * 4 * C);
       Tensor dln2 = make({B, Tn, Ci}, MemoryCategory::workspace, h + "ln2.grad");
       linear_backward(&dln2, g(l, kFcW), &g(l, kFcB), dfch, a.ln2, p(l, kFcW), N, C, 4 * C);
       // d residual2 = d x_{l+1} (skip path) + ln2's backward (accumulated into the same buffer)
-      kernels::layernorm_backward<T>(s, as<T>(dres), as<T>(g(l, kLn2W)), as<T>(g(l, kLn2B)), as<T>(dln2), as<T>(a.residual2), as<T>(p(l, kLn2W)),
-                                  f(a.ln2_mean), f(a.ln2_rstd), N, C);
+      kernels::layernorm_backward<T>(s, dres.data_as<T>(), g(l, kLn2W).data_as<T>(), g(l, kLn2B).data_as<T>(),
+                                     dln2.data_as<T>(), a.residual2.data_as<T>(), p(l, kLn2W).data_as<T>(),
+                                     f(a.ln2_mean), f(a.ln2_rstd), N, C);
     }
     // Attention branch: residual2 = x_l + attn_proj(attention(qkv(ln1(x_l))))
     {
@@ -416,8 +423,9 @@ void GPT::layer_backward(std::size_t l) {
       attention_backward(dqkv, datty, a, h);
       Tensor dln1 = make({B, Tn, Ci}, MemoryCategory::workspace, h + "ln1.grad");
       linear_backward(&dln1, g(l, kQkvW), &g(l, kQkvB), dqkv, a.ln1, p(l, kQkvW), N, C, 3 * C);
-      kernels::layernorm_backward<T>(s, as<T>(dres), as<T>(g(l, kLn1W)), as<T>(g(l, kLn1B)), as<T>(dln1), as<T>(residual_[l]), as<T>(p(l, kLn1W)),
-                                  f(a.ln1_mean), f(a.ln1_rstd), N, C);
+      kernels::layernorm_backward<T>(s, dres.data_as<T>(), g(l, kLn1W).data_as<T>(), g(l, kLn1B).data_as<T>(),
+                                     dln1.data_as<T>(), residual_[l].data_as<T>(), p(l, kLn1W).data_as<T>(),
+                                     f(a.ln1_mean), f(a.ln1_rstd), N, C);
     }
     a = LayerActivations{};  // this layer's saved tensors are no longer needed,
     residual_[l].reset();    // nor its input (the embedding's backward needs only the tokens)
@@ -427,8 +435,9 @@ void GPT::layer_backward(std::size_t l) {
 void GPT::embed_backward() {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    kernels::embedding_backward<T>(kernel_stream(device_), as<T>(params_[kWte].grad), as<T>(params_[kWpe].grad), as<T>(dresidual_),
-                                tokens_->data_as<std::int32_t>(), B_, T_, config_.dim);
+    kernels::embedding_backward<T>(kernel_stream(device_), params_[kWte].grad.data_as<T>(),
+                                   params_[kWpe].grad.data_as<T>(), dresidual_.data_as<T>(),
+                                   tokens_->data_as<std::int32_t>(), B_, T_, config_.dim);
     dresidual_.reset();
   });
 }
@@ -465,10 +474,11 @@ void GPT::recompute_selective(std::size_t l) {
       // attention_forward also writes the scores and the output; both are already known: workspace.
       Tensor preatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores");
       Tensor atty = make({B, Tn, Ci}, MemoryCategory::workspace, h + "attn.out.recomputed");
-      kernels::attention_forward<T>(s, as<T>(atty), as<T>(preatt), as<T>(a.att), as<T>(a.qkv), B_, T_, C, NH);
+      kernels::attention_forward<T>(s, atty.data_as<T>(), preatt.data_as<T>(), a.att.data_as<T>(), a.qkv.data_as<T>(),
+                                    B_, T_, C, NH);
     }
     a.fch_gelu = make({B, Tn, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
-    kernels::gelu_forward<T>(s, as<T>(a.fch_gelu), as<T>(a.fch), N * 4 * C);
+    kernels::gelu_forward<T>(s, a.fch_gelu.data_as<T>(), a.fch.data_as<T>(), N * 4 * C);
   });
 }
 

@@ -23,6 +23,9 @@
 
 namespace trainmem::kernels::dtype_test {
 
+// The storage types every CPU kernel takes, for TYPED_TEST_SUITE.
+using StorageTypes = ::testing::Types<float, bf16, fp16>;
+
 // GoogleTest names for the typed tests: KernelsDtypeCpu/bf16.GeluForward, ...
 struct DtypeNames {
   template <typename T>

@@ -22,7 +22,6 @@ using namespace dtype_test;
 
 template <typename T>
 class FlashAttentionDtypeCpu : public ::testing::Test {};
-using StorageTypes = ::testing::Types<float, bf16, fp16>;
 TYPED_TEST_SUITE(FlashAttentionDtypeCpu, StorageTypes, DtypeNames);
 
 constexpr std::size_t kBlockQ = 16, kBlockK = 8;  // 37 rows: 3 query tiles and 5 key tiles, the last ones short

@@ -44,7 +44,6 @@ using namespace dtype_test;
 
 template <typename T>
 class KernelsDtypeCpu : public ::testing::Test {};
-using StorageTypes = ::testing::Types<float, bf16, fp16>;
 TYPED_TEST_SUITE(KernelsDtypeCpu, StorageTypes, DtypeNames);
 
 // ---------------------------------------------------------------------------------------- GELU, residual

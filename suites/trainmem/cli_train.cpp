@@ -9,10 +9,10 @@
 
 #include <algorithm>
 #include <array>
-#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <vector>
 
 #include "common/allocator/memory_snapshot.h"
 #include "common/comm/communicator.h"
@@ -24,13 +24,10 @@
 #include "common/util/checked_math.h"
 #include "common/util/host_memory.h"
 #include "common/util/output_file.h"
-#include "suites/allocator/empty_cache_policy.h"
 #include "suites/checkpointing/recompute.h"
 #include "suites/fsdp/fsdp_memory.h"
 #include "suites/fsdp/fsdp_strategy.h"
-#include "suites/lazy_loading/eager_loader.h"
-#include "suites/lazy_loading/lazy_loader.h"
-#include "suites/mixed_precision/loss_scaler.h"
+#include "suites/lazy_loading/host_tokens.h"
 #include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/command_settings.h"
 #include "suites/trainmem/estimate_flags.h"
@@ -208,7 +205,8 @@ void add_rank_peaks(nlohmann::json& memory, const std::vector<RankPeaks>& ranks)
 //  - The host: the run's peak reserved, times the ranks on this machine, must fit the host memory
 //    available; else the budget is larger than what this machine can back.
 void check_run_fits(const estimator::TrainingSetup& setup, Device& device, int rank) {
-  const estimator::MetaRun on_budget = estimator::run_on_meta(setup, device.memory().free_bytes(), rank);
+  const estimator::MetaRun on_budget =
+      estimator::run_on_meta(setup, device.memory().free_bytes(), rank, estimator::PeakMoment::skip);
   if (on_budget.oom) {
     OomReport report = *on_budget.oom;
     report.device = device.memory().name();
@@ -236,9 +234,9 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   if (flags.loss_scaler_flag_given && precision != Precision::fp16)
     throw std::invalid_argument("--loss-scale* options apply only to --precision fp16 (bf16 and fp32 need no loss scaling)");
   const std::size_t T = config.seq;
-  // Every rule of the flags (estimator/training_setup.cpp), before any data or device; the
-  // device's own rules are checked again below, once it is open.
-  training_setup(flags, DeviceKind::cpu, 0);
+  // The run the flags describe, every rule of them checked (estimator/training_setup.cpp) before any
+  // data or device; what only the device and the data say is filled in and checked below.
+  estimator::TrainingSetup setup = training_setup(flags, DeviceKind::cpu, 0);
   check_output_flags(flags);  // a path that cannot be written is found now, not after the run
   // Data first: a bad file is an input error, found before any memory is touched.
   // A token file under the lazy loader is memory-mapped, never read into the heap; everything else
@@ -263,9 +261,10 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   const std::size_t ranks = world ? static_cast<std::size_t>(world->world_size()) : 1;
   const std::size_t rank = world ? static_cast<std::size_t>(world->rank()) : 0;
   const bool reporting_rank = rank == 0;
-  estimator::TrainingSetup setup = training_setup(flags, device->cuda_pattern() ? DeviceKind::cuda : DeviceKind::cpu,
-                                                  flags.loader == "eager" ? tokens.size() : 0);
+  setup.backend = device->cuda_pattern() ? DeviceKind::cuda : DeviceKind::cpu;
+  setup.dataset_tokens = flags.loader == "eager" ? tokens.size() : 0;
   setup.sharding.world_size = ranks;
+  setup.validate();
   const int stage = setup.sharding.zero_stage();
   if (world && reporting_rank)
     std::cerr << "world: " << ranks << " rank" << (ranks > 1 ? "s" : "") << " (" << world->backend() << "), "

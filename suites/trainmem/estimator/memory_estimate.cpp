@@ -58,7 +58,9 @@ ShardedFormulas sharded_formulas(const TrainingSetup& s) {
   return f;
 }
 
-bool fits_on(const TrainingSetup& setup, std::size_t capacity) { return !run_on_meta(setup, capacity).oom.has_value(); }
+bool fits_on(const TrainingSetup& setup, std::size_t capacity) {
+  return !run_on_meta(setup, capacity, 0, PeakMoment::skip).oom.has_value();
+}
 
 std::size_t largest_fitting_batch(TrainingSetup setup, std::size_t capacity, std::size_t limit, bool* capped) {
   if (capped) *capped = false;
@@ -72,8 +74,8 @@ std::size_t largest_fitting_batch(TrainingSetup setup, std::size_t capacity, std
   // A first guess from the straight line through the peaks at B=1 and B=2: memory grows linearly
   // with the micro-batch, apart from the allocator's rounding. Then gallop from the guess until the
   // answer is bracketed, and bisect: a handful of meta runs instead of one per bit of B.
-  const double peak1 = static_cast<double>(run_on_meta(with_batch(1)).peak_reserved);
-  const double peak2 = static_cast<double>(run_on_meta(with_batch(2)).peak_reserved);
+  const double peak1 = static_cast<double>(run_on_meta(with_batch(1), 0, 0, PeakMoment::skip).peak_reserved);
+  const double peak2 = static_cast<double>(run_on_meta(with_batch(2), 0, 0, PeakMoment::skip).peak_reserved);
   const double per_row = peak2 - peak1;
   const double rows = per_row > 0 ? (static_cast<double>(capacity) - peak1) / per_row : static_cast<double>(limit);
   const std::size_t guess =

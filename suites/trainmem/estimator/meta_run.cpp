@@ -5,7 +5,6 @@
 
 #include "common/comm/meta_communicator.h"
 #include "common/data/token_file.h"
-#include "common/util/checked_math.h"
 #include "suites/trainmem/estimator/training_run.h"
 
 namespace trainmem::estimator {
@@ -63,7 +62,7 @@ void find_peak_moment(const MemoryRecorder& recorder, MetaRun& r) {
 
 }  // namespace
 
-MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank) {
+MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank, PeakMoment peak_moment) {
   TrainingSetup s = setup;
   s.accum = std::min(s.accum, kMetaMicroBatches);
   s.validate();
@@ -73,7 +72,7 @@ MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank) 
   options.allocator = s.allocator;
   options.pattern = s.backend == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu;
   auto device = Device::open(options);
-  device->allocator().recorder().enable();
+  device->allocator().recorder().enable(peak_moment == PeakMoment::find);
   std::unique_ptr<Communicator> world;
   if (s.sharding.active()) world = std::make_unique<MetaCommunicator>(rank, static_cast<int>(s.sharding.world_size));
 
@@ -91,7 +90,7 @@ MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank) 
   r.stats = device->allocator().stats();
   r.peak_allocated = static_cast<std::size_t>(r.stats.allocated_bytes[0].peak);
   r.peak_reserved = static_cast<std::size_t>(r.stats.reserved_bytes[0].peak);
-  find_peak_moment(device->allocator().recorder(), r);
+  if (peak_moment == PeakMoment::find) find_peak_moment(device->allocator().recorder(), r);
   if (world) r.comm = world->stats();
   return r;
 }

@@ -56,8 +56,14 @@ struct MetaRun {
   }
 };
 
+// What a meta run finds besides the allocator's statistics and the OOM point.
+enum class PeakMoment { find, skip };
+
 // Runs the setup on the meta device of `capacity` bytes (0: unlimited, for the figures of a run
 // that may not fit), as rank `rank` of setup.sharding.world_size when the setup is sharded.
-MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity = 0, int rank = 0);
+// PeakMoment::find records every allocator event to fill peak_phase, peak_step, peak_tensor and
+// at_peak; the searches that only ask "does it fit" or "how large is the peak" skip it.
+MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity = 0, int rank = 0,
+                    PeakMoment peak_moment = PeakMoment::find);
 
 }  // namespace trainmem::estimator

@@ -61,8 +61,7 @@ std::vector<Remedy> remedies_that_fit(const TrainingSetup& failed, std::size_t c
   auto consider = [&](std::string flags, const TrainingSetup& s) {
     try {
       if (!fits_on(s, capacity)) return;
-      const MemoryEstimate e = estimate_memory(s);
-      out.push_back({std::move(flags), s, e.peak_reserved()});
+      out.push_back({std::move(flags), s, run_on_meta(s, 0, 0, PeakMoment::skip).peak_reserved});
     } catch (const std::invalid_argument&) {
       // a combination the model refuses (e.g. cuDNN attention on the CPU): not a remedy
     }
@@ -99,18 +98,18 @@ std::vector<Remedy> remedies_that_fit(const TrainingSetup& failed, std::size_t c
 std::vector<std::string> estimator_oom_advice(const TrainingSetup& failed, std::size_t capacity, const OomReport& report) {
   std::vector<std::string> advice;
   try {
-    const MemoryEstimate before = estimate_memory(failed);
+    const std::size_t before = run_on_meta(failed, 0, 0, PeakMoment::skip).peak_reserved;
     const std::vector<Remedy> fixes = remedies_that_fit(failed, capacity);
     if (!fixes.empty()) {
       const Remedy& best = fixes.front();
-      advice.push_back(best.flags + " would bring the peak reserved from " + fmt(before.peak_reserved()) + " to " +
+      advice.push_back(best.flags + " would bring the peak reserved from " + fmt(before) + " to " +
                        fmt(best.peak_reserved) + " (usable " + fmt(capacity) + "; the cheapest technique that fits, " +
                        "by trainmem estimate)");
       if (fixes.size() > 1)
         advice.push_back("also fits: " + fixes[1].flags + " (peak reserved " + fmt(fixes[1].peak_reserved) + ")");
     } else {
       advice.push_back("no single-device technique makes this fit " + fmt(capacity) + " (predicted peak reserved " +
-                       fmt(before.peak_reserved()) + "): shard the model states across devices (ZeRO/FSDP) or use a " +
+                       fmt(before) + "): shard the model states across devices (ZeRO/FSDP) or use a " +
                        "larger device; 'trainmem estimate' shows the figures");
     }
   } catch (const std::exception& e) {

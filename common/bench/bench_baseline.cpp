@@ -23,10 +23,11 @@ std::string g_device = "auto";
 
 void BM_TrainStep(benchmark::State& state, const std::string& preset, std::size_t batch) {
   const GPTConfig config = gpt_preset(preset);
-  TrainRun run = make_train_run(g_device, config, batch);
-  run.trainer->step();  // warm-up: optimizer state, cuBLAS handles, the allocator's cache
+  static const Techniques none{};  // the baseline: no technique
+  TrainRun run = make_train_run(g_device, baseline_setup(config, batch), none);
+  run.step();  // warm-up: optimizer state, cuBLAS handles, the allocator's cache
   run.device->allocator().reset_peak_stats();
-  for (auto _ : state) benchmark::DoNotOptimize(run.trainer->step().loss);
+  for (auto _ : state) benchmark::DoNotOptimize(run.step().loss);
 
   const double tokens = static_cast<double>(batch * config.seq);
   const double flops_per_token = 6.0 * static_cast<double>(config.num_parameters()) +

@@ -8,6 +8,7 @@
 
 #include "common/results/benchmark_context.h"
 #include "common/train/train_run.h"
+#include "suites/accumulation/accumulation_technique.h"
 
 namespace trainmem {
 namespace {
@@ -15,10 +16,11 @@ namespace {
 void BM_Accumulate(benchmark::State& state, const std::string& device, const GPTConfig& config) {
   const auto micro = static_cast<std::size_t>(state.range(0));
   const auto K = static_cast<std::size_t>(state.range(1));
-  TrainRun run = make_train_run(device, config, micro, K);
-  run.trainer->step();
+  static const Techniques accumulation{&accumulation_technique()};
+  TrainRun run = make_train_run(device, baseline_setup(config, micro, K), accumulation);
+  run.step();
   run.device->allocator().reset_peak_stats();
-  for (auto _ : state) benchmark::DoNotOptimize(run.trainer->step().loss);
+  for (auto _ : state) benchmark::DoNotOptimize(run.step().loss);
   set_memory_counters(state, run.stats());
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(micro * K * config.seq),
                                                       benchmark::Counter::kIsIterationInvariantRate);

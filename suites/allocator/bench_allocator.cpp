@@ -31,7 +31,8 @@
 
 #include "common/results/benchmark_context.h"
 #include "common/train/adamw_optimizer.h"
-#include "suites/allocator/allocator_train_run.h"
+#include "common/train/train_run.h"
+#include "suites/allocator/empty_cache_technique.h"
 #include "suites/allocator/empty_cache_policy.h"
 
 namespace trainmem::allocator {
@@ -134,15 +135,18 @@ void BM_LayerPattern(benchmark::State& state, std::string config) {
 
 void BM_TrainEmptyCache(benchmark::State& state, std::string config, std::string policy_text, GPTConfig model,
                         std::size_t batch) {
-  EmptyCacheStrategy strategy(EmptyCachePolicy::parse(policy_text));
-  TrainRun run = make_allocator_train_run(options_for(config), model, batch, {&strategy}, 8);
-  run.trainer->step();  // warm-up: the optimizer state, the first segments
-  run.trainer->step();
+  static const Techniques empty_cache{&empty_cache_technique()};
+  const EmptyCachePolicy policy = EmptyCachePolicy::parse(policy_text);
+  TrainingSetup setup = baseline_setup(model, batch);
+  setup.option<EmptyCachePolicy>() = policy;
+  TrainRun run = make_train_run(options_for(config), setup, empty_cache);
+  run.step();  // warm-up: the optimizer state, the first segments
+  run.step();
   run.device->allocator().reset_peak_stats();
   const MemoryStats before = run.stats();
   const std::int64_t faults_before = minor_page_faults();
   std::int64_t reserved_at_step_end = 0;
-  for (auto _ : state) reserved_at_step_end = run.trainer->step().reserved_bytes;
+  for (auto _ : state) reserved_at_step_end = run.step().reserved_bytes;
   const MemoryStats after = run.stats();
   state.counters["host_page_faults_per_step"] = per_iteration(minor_page_faults() - faults_before);
   set_memory_counters(state, after);
@@ -152,7 +156,7 @@ void BM_TrainEmptyCache(benchmark::State& state, std::string config, std::string
   state.counters["tokens_per_s"] =
       benchmark::Counter(static_cast<double>(batch * model.seq), benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(model.name + " B=" + std::to_string(batch) + " " + segments_name(config) +
-                 " empty-cache=" + strategy.policy().to_string());
+                 " empty-cache=" + policy.to_string());
 }
 
 // --- 4. does reserved memory that keeps growing mean a leak?

@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "suites/allocator/allocator_train_run.h"
+#include "common/data/token_file.h"
+#include "common/train/trainer.h"
 #include "suites/allocator/empty_cache_policy.h"
 
 namespace trainmem::allocator {
@@ -56,8 +58,36 @@ std::size_t count_of(const MemoryRecorder& recorder, TraceAction action, long st
   return sizes_of(recorder, action, step).size();
 }
 
+// The strategy alone on a trainer: the tiny model, B rows, a corpus long enough for `steps` steps.
+struct StrategyRun {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<GPT> model;
+  std::unique_ptr<SequentialBatches> data;
+  std::unique_ptr<Trainer> trainer;
+};
+StrategyRun make_allocator_train_run(const DeviceOptions& options, const GPTConfig& config, std::size_t batch,
+                                     std::vector<Strategy*> strategies, std::size_t steps) {
+  StrategyRun run;
+  run.device = Device::open(options);
+  run.model = std::make_unique<GPT>(*run.device, config, 1);
+  run.data = std::make_unique<SequentialBatches>(*run.device, synthetic_corpus(batch * config.seq * steps + 1, 1), batch,
+                                                 config.seq);
+  TrainerOptions topt;
+  topt.batch = batch;
+  topt.seq = config.seq;
+  run.trainer = std::make_unique<Trainer>(*run.model, *run.data, topt, std::move(strategies));
+  return run;
+}
+
+DeviceOptions cpu_device_options(const std::string& allocator_config) {
+  DeviceOptions options;
+  options.choice = "cpu";
+  options.allocator = AllocatorConfig::parse(allocator_config);
+  return options;
+}
+
 struct Recorded {
-  TrainRun run;
+  StrategyRun run;
   std::vector<std::int64_t> reserved_at_step_end;
 };
 
@@ -153,8 +183,8 @@ TEST(EmptyCacheStrategy, WithExpandableSegmentsPagesAreUnmappedAndMappedAgain) {
 TEST(EmptyCacheStrategy, DoesNotChangeTheTraining) {
   // empty_cache only moves memory between the cache and the device: the losses are identical.
   EmptyCacheStrategy never(EmptyCachePolicy::parse("never")), every_step(EmptyCachePolicy::parse("every-step"));
-  TrainRun a = make_allocator_train_run(cpu_device_options(""), gpt_preset("tiny"), 4, {&never}, 3);
-  TrainRun b = make_allocator_train_run(cpu_device_options("expandable_segments:True"), gpt_preset("tiny"), 4,
+  StrategyRun a = make_allocator_train_run(cpu_device_options(""), gpt_preset("tiny"), 4, {&never}, 3);
+  StrategyRun b = make_allocator_train_run(cpu_device_options("expandable_segments:True"), gpt_preset("tiny"), 4,
                                         {&every_step}, 3);
   for (int s = 0; s < 3; ++s) EXPECT_EQ(a.trainer->step().loss, b.trainer->step().loss) << "step " << s + 1;
 }

@@ -10,6 +10,7 @@
 
 #include "common/results/benchmark_context.h"
 #include "common/train/train_run.h"
+#include "suites/checkpointing/checkpointing_technique.h"
 #include "suites/checkpointing/recompute.h"
 
 namespace trainmem {
@@ -18,11 +19,13 @@ namespace {
 void BM_Recompute(benchmark::State& state, const std::string& device, GPTConfig config, std::size_t batch,
                   const std::string& policy_text) {
   const RecomputePolicy policy = RecomputePolicy::parse(policy_text);
-  RecomputeStrategy strategy(policy);
-  TrainRun run = make_train_run(device, config, batch, 1, {&strategy});
-  run.trainer->step();  // warm-up (optimizer state)
+  static const Techniques checkpointing{&checkpointing_technique()};
+  TrainingSetup setup = baseline_setup(config, batch);
+  setup.option<RecomputePolicy>() = policy;
+  TrainRun run = make_train_run(device, setup, checkpointing);
+  run.step();  // warm-up (optimizer state)
   run.device->allocator().reset_peak_stats();
-  for (auto _ : state) benchmark::DoNotOptimize(run.trainer->step().loss);
+  for (auto _ : state) benchmark::DoNotOptimize(run.step().loss);
   const MemoryStats s = run.stats();
   set_memory_counters(state, s);
   state.counters["predicted_activations_peak_bytes"] =

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "common/data/batch_source.h"
-#include "suites/lazy_loading/host_tokens.h"
+#include "common/data/host_tokens.h"
 #include "suites/lazy_loading/shuffle_order.h"
 #include "suites/lazy_loading/transfer.h"
 

@@ -11,7 +11,7 @@
 
 #include "common/results/benchmark_context.h"
 #include "common/train/train_run.h"
-#include "suites/mixed_precision/loss_scaler.h"
+#include "suites/mixed_precision/mixed_precision_technique.h"
 #include "suites/mixed_precision/precision_memory.h"
 
 namespace trainmem {
@@ -19,21 +19,24 @@ namespace {
 
 void BM_Precision(benchmark::State& state, const std::string& device, const GPTConfig& config, std::size_t batch,
                   Precision precision) {
-  DynamicLossScaler scaler;
-  std::vector<Strategy*> strategies;
-  if (precision == Precision::fp16) strategies.push_back(&scaler);
-  ModelOptions mo;
-  mo.precision = precision;
-  TrainRun run = make_train_run(device, config, batch, 1, strategies, 8, mo);
-  run.trainer->step();  // warm-up (optimizer state)
+  static const Techniques mixed_precision{&mixed_precision_technique()};  // fp16: the loss scaler
+  TrainingSetup setup = baseline_setup(config, batch);
+  setup.precision = precision;
+  TrainRun run = make_train_run(device, setup, mixed_precision);
+  run.step();  // warm-up (optimizer state)
   run.device->allocator().reset_peak_stats();
-  for (auto _ : state) benchmark::DoNotOptimize(run.trainer->step().loss);
+  double loss_scale = 1;
+  for (auto _ : state) {
+    const StepResult r = run.step();
+    benchmark::DoNotOptimize(r.loss);
+    loss_scale = r.loss_scale;
+  }
   set_memory_counters(state, run.stats());
-  const WeightSideBytes w = category_bytes(*run.model);
+  const WeightSideBytes w = category_bytes(run.model());
   state.counters["predicted_parameters_bytes"] = bytes_counter(static_cast<double>(w.parameters));
   state.counters["predicted_gradients_bytes"] = bytes_counter(static_cast<double>(w.gradients));
   state.counters["predicted_optimizer_state_bytes"] = bytes_counter(static_cast<double>(w.optimizer_state));
-  state.counters["loss_scale"] = precision == Precision::fp16 ? scaler.loss_scale() : 1.0;
+  state.counters["loss_scale"] = loss_scale;
   state.counters["tokens_per_s"] =
       benchmark::Counter(static_cast<double>(batch * config.seq), benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(config.name + " B=" + std::to_string(batch) + " " + to_string(precision));

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/cli/flag_ranges.h"
 #include "common/device/device.h"
 
 namespace trainmem::cli {
@@ -43,23 +44,6 @@ struct DeviceFlags {
   std::size_t device_memory_or(std::size_t fallback) const;
   AllocatorConfig allocator() const;
 };
-
-// A CLI11 check from a parse function that throws std::invalid_argument (sizes, allocator
-// configs, recompute policies): "" when `parse(text)` accepts the text, else its message, which
-// CLI11 turns into the one-line error "--flag: message".
-template <typename Parse>
-CLI::Validator parses_with(Parse parse) {
-  return CLI::Validator(
-      [parse](std::string& text) {
-        try {
-          parse(text);
-          return std::string();
-        } catch (const std::invalid_argument& e) {
-          return std::string(e.what());
-        }
-      },
-      "");
-}
 
 // --pattern cpu|cuda: whose allocation pattern a meta run follows (train --device meta, estimate).
 void add_pattern_flag(CLI::App& command, DeviceFlags& flags);

@@ -16,44 +16,34 @@
 #include "suites/trainmem/estimator/estimate_report.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
-#include "suites/trainmem/flag_ranges.h"
+#include "common/cli/flag_ranges.h"
+#include "suites/lazy_loading/lazy_loading_technique.h"
+#include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
 
 namespace trainmem::cli {
 
-estimator::TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::size_t dataset_tokens) {
-  estimator::TrainingSetup s;
+TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::size_t dataset_tokens,
+                             std::size_t world_size) {
+  TrainingSetup s = flags.setup;  // every technique's options, as its flags set them
   s.model = model_config(flags);
   s.batch = flags.batch;
-  s.accum = flags.accum;
-  s.recompute = RecomputePolicy::parse(flags.recompute);
-  s.precision = parse_precision(flags.precision);
-  s.attention = parse_attention(flags.attention);
-  s.loader = estimator::parse_loader(flags.loader);
-  s.prefetch = flags.prefetch;
   s.dataset_tokens = dataset_tokens;
   s.backend = backend;
   s.allocator = flags.device.allocator();
-  s.sharding.zero = flags.zero;
-  s.sharding.offload = parse_offload(flags.offload);
-  if (!flags.fsdp.empty()) {
-    s.sharding.fsdp = true;
-    s.sharding.fsdp_options = {fsdp::parse_sharding_mode(flags.fsdp), fsdp::parse_layers_per_unit(flags.fsdp_unit),
-                               fsdp::parse_on_off(flags.fsdp_prefetch, "--fsdp-prefetch")};
-  }
-  s.empty_cache = allocator::EmptyCachePolicy::parse(flags.empty_cache);
+  s.world_size = world_size;
   s.seed = flags.seed;
   s.adam.lr = flags.lr;
   s.adam.weight_decay = flags.weight_decay;
   s.max_grad_norm = flags.grad_clip;
-  s.loss_scaler = flags.loss_scaler;
-  s.pinned = flags.pinned;
-  s.validate();
+  registered_techniques().complete(s);
+  registered_techniques().validate(s);
   return s;
 }
 
 std::size_t dataset_tokens(const TrainFlags& flags) {
-  if (flags.data == "synthetic" || flags.loader != "eager") return 0;  // only an eager loader puts it on the device
+  if (flags.data == "synthetic" || flags.setup.option<lazy_loading::LoaderChoice>().loader != lazy_loading::Loader::eager)
+    return 0;  // only an eager loader puts it on the device
   const GPTConfig config = model_config(flags);
   return load_dataset(flags.data, tokens_for_batches(1, flags.batch, config.seq), config.vocab, flags.seed).size();
 }
@@ -111,9 +101,7 @@ estimator::EstimateTarget target_for(const EstimateFlags& f, DeviceKind backend)
 int run_estimate(const EstimateFlags& f) {
   const DeviceKind backend = backend_for(f);
   const estimator::EstimateTarget target = target_for(f, backend);
-  estimator::TrainingSetup setup = training_setup(f.train, backend, dataset_tokens(f.train));
-  setup.sharding.world_size = f.world_size;
-  setup.validate();
+  const TrainingSetup setup = training_setup(f.train, backend, dataset_tokens(f.train), f.world_size);
   const estimator::MemoryEstimate e = estimator::estimate_memory(setup, target.usable_bytes);
   if (f.json) std::cout << estimator::estimate_json(e, target).dump(2) << '\n';
   else std::cout << estimator::estimate_table(e, target);
@@ -130,7 +118,6 @@ void add_estimate_command(CLI::App& app, Command& run) {
   add_model_flags(*cmd, flags->train);
   add_technique_flags(*cmd, flags->train);
   add_data_flags(*cmd, flags->train);
-  add_sharding_flags(*cmd, flags->train);
   cmd->add_option("--world-size", flags->world_size,
                   "Ranks of data parallelism to estimate for (trainmem train takes them from mpirun -np N); "
                   "with --zero or --fsdp, the figures are per rank")

@@ -25,7 +25,8 @@
 #include "suites/trainmem/estimate_flags.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/estimator/trial_run.h"
-#include "suites/trainmem/flag_ranges.h"
+#include "common/cli/flag_ranges.h"
+#include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
 
 namespace trainmem::cli {
@@ -54,7 +55,10 @@ int run_max_batch(const MaxBatchFlags& f) {
   // A dataset file is read once; synthetic data is made per trial, sized to its batch.
   std::vector<std::uint16_t> file_tokens;
   if (f.train.data != "synthetic") file_tokens = load_dataset(f.train.data, config.seq + 1, config.vocab, f.train.seed);
-  const estimator::TrainingSetup setup = training_setup(f.train, backend, file_tokens.size());
+  const TrainingSetup setup = training_setup(f.train, backend, file_tokens.size());
+  if (const Technique* sharding = registered_techniques().sharding(setup))
+    throw std::invalid_argument("max-batch tries runs on one device, without ranks: drop " + sharding->describe(setup) +
+                                " (trainmem estimate --world-size N gives a sharded run's largest micro-batch)");
 
   // The estimator's answer, on the capacity the allocator has.
   bool capped = false;
@@ -69,7 +73,7 @@ int run_max_batch(const MaxBatchFlags& f) {
   auto fits = [&](std::size_t b) {
     if (auto it = tried.find(b); it != tried.end()) return it->second;
     if (!file_tokens.empty() && file_tokens.size() < b * config.seq + 1) return tried[b] = false;  // not a memory limit, but the data's
-    estimator::TrainingSetup s = setup;
+    TrainingSetup s = setup;
     s.batch = b;
     const estimator::TrialResult r = estimator::run_trial(s, trial_options);
     const bool ok = !r.oom.has_value();
@@ -125,7 +129,7 @@ int run_max_batch(const MaxBatchFlags& f) {
     nlohmann::json j = {{"command", "max-batch"},
                         {"device", device_name},
                         {"capacity_bytes", capacity},
-                        {"config", {{"model", config.to_json()}, {"setup", setup.describe()}}},
+                        {"config", {{"model", config.to_json()}, {"setup", describe_setup(setup)}}},
                         {"steps_per_trial", trial_options.steps},
                         {"limit", f.limit},
                         {"max_batch", lo},

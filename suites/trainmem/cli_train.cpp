@@ -24,19 +24,16 @@
 #include "common/util/checked_math.h"
 #include "common/util/host_memory.h"
 #include "common/util/output_file.h"
-#include "suites/checkpointing/recompute.h"
-#include "suites/fsdp/fsdp_memory.h"
-#include "suites/fsdp/fsdp_strategy.h"
-#include "suites/lazy_loading/host_tokens.h"
+#include "common/data/host_tokens.h"
+#include "common/train/training_run.h"
+#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/command_settings.h"
 #include "suites/trainmem/estimate_flags.h"
 #include "suites/trainmem/estimator/meta_run.h"
 #include "suites/trainmem/estimator/oom_advice.h"
-#include "suites/trainmem/estimator/training_run.h"
+#include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
-#include "suites/zero/zero_memory.h"
-#include "suites/zero/zero_strategy.h"
 
 namespace trainmem::cli {
 
@@ -58,11 +55,6 @@ std::string progress_line(const StepResult& r, long total, std::string technique
   return line;
 }
 
-// --- sharding: the world of ranks, made in one place for every sharding strategy (--zero, --fsdp)
-
-// Whether the flags ask for a sharding strategy (then a world is made even without mpirun: size 1).
-bool sharding_asked(const TrainFlags& flags) { return flags.zero >= 0 || !flags.fsdp.empty(); }
-
 // The files the run will write (common/util/output_file.h): each path can be written.
 void check_output_flags(const TrainFlags& flags) {
   if (!flags.json.empty()) check_output_path(flags.json, "--json");
@@ -70,81 +62,11 @@ void check_output_flags(const TrainFlags& flags) {
   if (!flags.memory_snapshot.empty()) check_output_path(flags.memory_snapshot, "--memory-snapshot");
 }
 
-// A communicator when launched by mpirun or when sharding is asked; none for a plain run.
-std::unique_ptr<Communicator> make_world(const TrainFlags& flags, Device& device) {
-  if (!sharding_asked(flags) && !launched_by_mpirun()) return nullptr;
+// A communicator when launched by mpirun or when a technique shards (then a world of one rank);
+// none for a plain run.
+std::unique_ptr<Communicator> make_world(const TrainingSetup& setup, Device& device) {
+  if (!registered_techniques().sharding(setup) && !launched_by_mpirun()) return nullptr;
   return make_communicator(device);
-}
-
-// What a ZeRO run adds to --json: the per-rank memory of the model states (measured, this
-// implementation's exact formula and the paper's), the communication per step, the world.
-nlohmann::json zero_json(const zero::ZeroStrategy& strategy, const GPT& model, const Communicator& world,
-                         const MemoryStats& stats, std::size_t accum, long steps) {
-  const int N = world.world_size();
-  const zero::ZeroOptions& o = strategy.options();
-  const Precision precision = model.options().precision;
-  const zero::ZeroExactBytes x = zero::exact_model_states(zero::zero_units(model.config()), N, o.stage, precision, o.offload, accum);
-  const zero::ModelStateBytes paper =
-      zero::paper_model_states(static_cast<double>(model.num_parameters()), N, o.stage, precision, o.offload);
-  auto current = [&](MemoryCategory c) { return stats.by_category[index_of(c)].current; };
-  nlohmann::json comm_by_category = nlohmann::json::object();
-  for (MemoryCategory c : kAllMemoryCategories) {
-    const CommCounts& k = world.stats().by_category[index_of(c)];
-    if (k.calls > 0) comm_by_category[std::string(to_string(c))] = {{"volume_bytes", k.volume_bytes}, {"calls", k.calls}};
-  }
-  const double per_step = 1.0 / static_cast<double>(steps);
-  return {{"stage", o.stage},
-          {"offload", to_string(o.offload)},
-          {"per_rank_bytes",
-           {{"parameters", current(MemoryCategory::parameters)},
-            {"gradients", current(MemoryCategory::gradients)},
-            {"optimizer_state", current(MemoryCategory::optimizer_state)},
-            {"communication_peak", stats.by_category[index_of(MemoryCategory::communication)].peak},
-            {"host", strategy.host_bytes()}}},
-          {"predicted_per_rank_bytes",
-           {{"parameters", x.parameters},
-            {"gradients", x.gradients},
-            {"optimizer_state", x.optimizer_state},
-            {"communication_peak", x.communication_peak},
-            {"host", x.host}}},
-          {"paper_per_rank_bytes",
-           {{"parameters", paper.parameters},
-            {"gradients", paper.gradients},
-            {"optimizer_state", paper.optimizer_state},
-            {"host", paper.host}}},
-          {"comm_per_step",
-           {{"volume_bytes", static_cast<double>(world.stats().total.volume_bytes) * per_step},
-            {"sent_bytes", static_cast<double>(world.stats().total.sent_bytes) * per_step},
-            {"seconds", world.stats().total.seconds * per_step},
-            {"predicted_volume_bytes", x.volume_gradients + x.volume_parameters}}},
-          {"comm_by_category", comm_by_category}};
-}
-
-// What an FSDP run adds to --json: the per-rank peaks of the model states, measured (since the
-// model was sharded) and predicted by suites/fsdp/fsdp_memory.h, the units gathered at the peak,
-// and the communication per step.
-nlohmann::json fsdp_json(const fsdp::FsdpStrategy& strategy, const GPT& model, const Communicator& world,
-                         const MemoryStats& stats, std::size_t accum, long steps) {
-  const auto N = static_cast<std::size_t>(world.world_size());
-  const Precision precision = model.options().precision;
-  const fsdp::FsdpMemory x = fsdp::fsdp_memory(model.config(), N, strategy.options(), precision);
-  auto peak = [&](MemoryCategory c) { return stats.by_category[index_of(c)].peak; };
-  const bool sharded = strategy.options().mode != fsdp::ShardingMode::none;
-  return {{"peaks_since", "sharding"},
-          {"per_rank_peak_bytes",
-           {{"parameters", peak(MemoryCategory::parameters)},
-            {"gradients", peak(MemoryCategory::gradients)},
-            {"optimizer_state", peak(MemoryCategory::optimizer_state)}}},
-          {"predicted_per_rank_peak_bytes",
-           {{"parameters", x.parameters_peak_bytes},
-            {"gradients", x.gradients_peak_bytes},
-            {"optimizer_state", x.optimizer_state_peak_bytes}}},
-          {"layer_units_gathered_at_peak", sharded ? strategy.peak_gathered_layer_units() : x.layer_units_gathered_at_peak},
-          {"predicted_layer_units_gathered_at_peak", x.layer_units_gathered_at_peak},
-          {"comm_per_step",
-           {{"volume_bytes", static_cast<double>(world.stats().total.volume_bytes) / static_cast<double>(steps)},
-            {"seconds", world.stats().total.seconds / static_cast<double>(steps)},
-            {"predicted_volume_bytes", fsdp::fsdp_comm_volume_per_step(model.config(), N, strategy.options(), precision, accum)}}}};
 }
 
 // --- the memory of every rank (mpirun): the peaks, gathered to rank 0 for --json
@@ -204,7 +126,7 @@ void add_rank_peaks(nlohmann::json& memory, const std::vector<RankPeaks>& ranks)
 //    allocation: the same report, now.
 //  - The host: the run's peak reserved, times the ranks on this machine, must fit the host memory
 //    available; else the budget is larger than what this machine can back.
-void check_run_fits(const estimator::TrainingSetup& setup, Device& device, int rank) {
+void check_run_fits(const TrainingSetup& setup, Device& device, int rank) {
   const estimator::MetaRun on_budget =
       estimator::run_on_meta(setup, device.memory().free_bytes(), rank, estimator::PeakMoment::skip);
   if (on_budget.oom) {
@@ -229,24 +151,21 @@ void check_run_fits(const estimator::TrainingSetup& setup, Device& device, int r
 int run_train(const TrainFlags& flags, const Settings& settings) {
   require_same_settings_on_every_rank(settings);  // under mpirun: before any collective, data or device
   const GPTConfig config = model_config(flags);
-  const RecomputePolicy recompute = RecomputePolicy::parse(flags.recompute);
-  const Precision precision = parse_precision(flags.precision);
-  if (flags.loss_scaler_flag_given && precision != Precision::fp16)
-    throw std::invalid_argument("--loss-scale* options apply only to --precision fp16 (bf16 and fp32 need no loss scaling)");
   const std::size_t T = config.seq;
-  // The run the flags describe, every rule of them checked (estimator/training_setup.cpp) before any
-  // data or device; what only the device and the data say is filled in and checked below.
-  estimator::TrainingSetup setup = training_setup(flags, DeviceKind::cpu, 0);
+  // The run the flags describe, every rule of them checked (the registrations, techniques.h) before
+  // any data or device; what only the device and the data say is filled in and checked below.
+  TrainingSetup setup = training_setup(flags, DeviceKind::cpu, 0, launched_world_size());
   check_output_flags(flags);  // a path that cannot be written is found now, not after the run
   // Data first: a bad file is an input error, found before any memory is touched.
   // A token file under the lazy loader is memory-mapped, never read into the heap; everything else
   // is loaded (and checked) into host memory here.
-  const bool map_token_file =
-      flags.loader == "lazy" && flags.data.size() > 4 && flags.data.compare(flags.data.size() - 4, 4, ".tok") == 0;
+  const lazy_loading::Loader loader = setup.option<lazy_loading::LoaderChoice>().loader;
+  const bool map_token_file = loader == lazy_loading::Loader::lazy && flags.data.size() > 4 &&
+                              flags.data.compare(flags.data.size() - 4, 4, ".tok") == 0;
   std::vector<std::uint16_t> tokens;
-  lazy_loading::HostTokens mapped_tokens;
+  HostTokens mapped_tokens;
   if (map_token_file) {
-    mapped_tokens = lazy_loading::HostTokens::map_file(flags.data);
+    mapped_tokens = HostTokens::map_file(flags.data);
     mapped_tokens.check_vocab(config.vocab, "--data " + flags.data);
   } else {
     // Under mpirun every rank loads the corpus of the global batch (N*B rows), as one process would.
@@ -257,32 +176,34 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   // N*B rows. Only rank 0 prints.
   const DeviceOptions options = flags.device.to_options();
   auto device = Device::open(options, launched_by_mpirun() ? nullptr : &std::cerr);
-  std::unique_ptr<Communicator> world = make_world(flags, *device);
+  std::unique_ptr<Communicator> world = make_world(setup, *device);
   const std::size_t ranks = world ? static_cast<std::size_t>(world->world_size()) : 1;
   const std::size_t rank = world ? static_cast<std::size_t>(world->rank()) : 0;
   const bool reporting_rank = rank == 0;
   setup.backend = device->cuda_pattern() ? DeviceKind::cuda : DeviceKind::cpu;
-  setup.dataset_tokens = flags.loader == "eager" ? tokens.size() : 0;
-  setup.sharding.world_size = ranks;
-  setup.validate();
-  const int stage = setup.sharding.zero_stage();
-  if (world && reporting_rank)
+  setup.dataset_tokens = loader == lazy_loading::Loader::eager ? tokens.size() : 0;
+  setup.world_size = ranks;
+  registered_techniques().complete(setup);
+  registered_techniques().validate(setup);
+  if (world && reporting_rank) {
+    // The sharding technique's scheme, as its formula names it: "ZeRO-2 (P_os+g) over 2 ranks"
+    const std::optional<ShardedFormulas> sharded = registered_techniques().formulas(setup).sharded;
     std::cerr << "world: " << ranks << " rank" << (ranks > 1 ? "s" : "") << " (" << world->backend() << "), "
-              << (stage >= 0 ? zero::stage_name(stage) : !flags.fsdp.empty() ? "fsdp " + flags.fsdp : std::string("no sharding"))
-              << ", offload " << flags.offload
-              << ", global batch " << ranks * flags.batch << " = " << ranks << " x " << flags.batch << " rows\n";
+              << (sharded ? sharded->scheme : std::string("no sharding")) << ", global batch " << ranks * flags.batch
+              << " = " << ranks << " x " << flags.batch << " rows\n";
+  }
   device->allocator().recorder().enable(!flags.record_memory.empty() || !flags.memory_snapshot.empty());
   // Out of memory, the report names the cheapest technique that would make this run fit (the estimator).
   device->allocator().set_oom_advisor(estimator::make_oom_advisor(setup));
   if (device->kind() == DeviceKind::cpu) check_run_fits(setup, *device, static_cast<int>(rank));
   if (reporting_rank)
     std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
-            << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab << "), batch "
-            << flags.batch << " x " << flags.accum << " accumulation steps, " << flags.steps << " steps\n";
+              << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab << "), batch "
+              << flags.batch << " x " << setup.accum << " accumulation steps, " << flags.steps << " steps\n";
 
   // Model, data loader, strategies and trainer, built as every command builds them.
-  estimator::TrainingRun run(setup, *device, world.get(),
-                             map_token_file ? std::move(mapped_tokens) : lazy_loading::HostTokens(std::move(tokens)));
+  TrainingRun run(setup, registered_techniques(), *device, world.get(),
+                  map_token_file ? std::move(mapped_tokens) : HostTokens(std::move(tokens)));
   const std::string techniques = run.techniques();
 
   // (mpirun forwards output through a pseudo-terminal: one line per step there, not a redrawn one)
@@ -301,8 +222,8 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
                      {"reserved_bytes", r.reserved_bytes}});
     // On a terminal, one line redrawn in place; in a log, one line per step.
     if (reporting_rank)
-      std::cout << (terminal ? "\r" : "") << progress_line(r, flags.steps, techniques) << (terminal && i + 1 < flags.steps ? "" : "\n")
-              << std::flush;
+      std::cout << (terminal ? "\r" : "") << progress_line(r, flags.steps, techniques)
+                << (terminal && i + 1 < flags.steps ? "" : "\n") << std::flush;
   }
 
   // Every rank's peaks, gathered before rank 0 writes the files (every rank takes part).
@@ -324,37 +245,15 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
                         {"device", flags.device.device},
                         {"device_memory_bytes", device->info().device_memory_bytes},
                         {"allocator_config", options.allocator.to_string()},
-                        {"precision", to_string(precision)},
-                        {"attention", flags.attention},
-                        {"loader", flags.loader},
-                        {"prefetch", flags.prefetch},
-                        {"pinned", flags.pinned},
-                        {"accum", flags.accum},
-                        {"recompute", recompute.to_string()},
-                        {"empty_cache", setup.empty_cache.to_string()},
-                        {"tokens_per_step", ranks * flags.batch * T * flags.accum}};
-    if (precision == Precision::fp16)
-      result["config"]["loss_scaler"] = {{"init_scale", flags.loss_scaler.init_scale},
-                                         {"growth_factor", flags.loss_scaler.growth_factor},
-                                         {"backoff_factor", flags.loss_scaler.backoff_factor},
-                                         {"growth_interval", flags.loss_scaler.growth_interval},
-                                         {"skipped_steps", run.loss_scaler().skipped_steps()}};
-    result["config"]["world_size"] = ranks;
-    result["config"]["zero"] = stage;  // -1: no sharding
-    result["config"]["offload"] = flags.offload;
+                        {"world_size", ranks},
+                        {"tokens_per_step", ranks * flags.batch * T * setup.accum}};
     if (world)
       result["world"] = {{"world_size", ranks},
                          {"ranks", ranks},
                          {"backend", world->backend()},
                          {"reporting_rank", rank},
                          {"global_batch", ranks * flags.batch}};
-    result["config"]["fsdp"] = nullptr;  // null: no FSDP
-    if (run.fsdp()) {
-      result["config"]["fsdp"] = {{"mode", flags.fsdp}, {"unit", flags.fsdp_unit}, {"prefetch", flags.fsdp_prefetch == "on"}};
-      result["fsdp"] = fsdp_json(*run.fsdp(), run.model(), *world, device->allocator().stats(), flags.accum, flags.steps);
-    }
-    if (run.zero())
-      result["zero"] = zero_json(*run.zero(), run.model(), *world, device->allocator().stats(), flags.accum, flags.steps);
+    run.add_json(result, device->allocator().stats(), flags.steps);  // each technique's config and sections
     result["steps"] = std::move(steps);
     result["memory"] = memory_json(device->allocator());
     if (ranks_peaks.size() > 1) add_rank_peaks(result["memory"], ranks_peaks);
@@ -376,8 +275,6 @@ void add_train_command(CLI::App& app, Command& run) {
   add_technique_flags(*train, *flags);
   add_data_flags(*train, *flags);
   add_run_flags(*train, *flags);
-  add_sharding_flags(*train, *flags);
-  add_allocator_flags(*train, *flags);
   train->callback([flags, train, &run] {
     // What the ranks of mpirun compare first: every flag but the output paths, which may differ.
     Settings settings = command_settings(*train, {"--json", "--record-memory", "--memory-snapshot"});

@@ -2,12 +2,8 @@
 
 #include <limits>
 
-#include "common/model/attention_kind.h"
-#include "common/model/precision.h"
-#include "suites/allocator/empty_cache_policy.h"
-#include "suites/checkpointing/recompute.h"
-#include "suites/fsdp/fsdp_options.h"
-#include "suites/trainmem/flag_ranges.h"
+#include "common/cli/flag_ranges.h"
+#include "suites/trainmem/techniques.h"
 
 namespace trainmem::cli {
 
@@ -37,48 +33,9 @@ void add_model_flags(CLI::App& command, TrainFlags& flags) {
   command.add_option("--batch", flags.batch, "Micro-batch size B")->capture_default_str()->check(whole_number(1, L::max_batch));
 }
 
-void add_technique_flags(CLI::App& command, TrainFlags& flags) {
-  command.add_option("--accum", flags.accum, "Gradient accumulation: micro-batches per optimizer step")
-      ->capture_default_str()
-      ->check(whole_number(1, FlagLimits::max_accum));
-  command.add_option("--recompute", flags.recompute, "Activation recompute: none, full, selective, sqrt or every:K")
-      ->capture_default_str()
-      ->check(parses_with(RecomputePolicy::parse));  // checked while parsing: a one-line error
-  command.add_option("--precision", flags.precision,
-                     "fp32, or bf16/fp16: 16-bit weights, gradients and activations with fp32 master weights")
-      ->capture_default_str()
-      ->check(parses_with(parse_precision));
-  command.add_option("--attention", flags.attention,
-                     "naive (saves B*H*T^2 probabilities), flash (saves O and a log-sum-exp per row), "
-                     "cudnn (GPU, bf16/fp16)")
-      ->capture_default_str()
-      ->check(parses_with(parse_attention));
-  // Dynamic loss scaling (fp16 only), PyTorch GradScaler's defaults.
-  auto given = [&flags](auto) { flags.loss_scaler_flag_given = true; };
-  command.add_option("--loss-scale", flags.loss_scaler.init_scale, "fp16: initial loss scale")
-      ->capture_default_str()
-      ->check(real_number(FlagLimits::min_loss_scale, Bound::inclusive, FlagLimits::max_loss_scale, Bound::inclusive))
-      ->each(given);
-  command.add_option("--loss-scale-interval", flags.loss_scaler.growth_interval,
-                     "fp16: clean steps in a row before the scale grows")
-      ->capture_default_str()->check(whole_number(1, FlagLimits::max_loss_scale_interval))->each(given);
-  command.add_option("--loss-scale-growth", flags.loss_scaler.growth_factor, "fp16: factor on growth (> 1)")
-      ->capture_default_str()->check(real_number(1, Bound::exclusive, 1e6, Bound::inclusive))->each(given);
-  command.add_option("--loss-scale-backoff", flags.loss_scaler.backoff_factor,
-                     "fp16: factor after an inf/NaN step (between 0 and 1)")
-      ->capture_default_str()->check(real_number(0, Bound::exclusive, 1, Bound::exclusive))->each(given);
-}
+void add_technique_flags(CLI::App& command, TrainFlags& flags) { registered_techniques().add_flags(command, flags.setup); }
 
 void add_data_flags(CLI::App& command, TrainFlags& flags) {
-  command.add_option("--loader", flags.loader,
-                     "Where the dataset lives: sequential (host, in order), eager (all of it on the device) or "
-                     "lazy (host, shuffled batches prefetched by a background thread)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sequential", "eager", "lazy"}));
-  command.add_option("--prefetch", flags.prefetch, "lazy: device batch buffers filled ahead (0: synchronous)")
-      ->capture_default_str()
-      ->check(whole_number(0, FlagLimits::max_prefetch));
-  command.add_option("--pinned", flags.pinned, "lazy: pinned host staging memory (GPU only)")->capture_default_str();
   command.add_option("--data", flags.data, "synthetic, a .tok token file, or any file (tokenized byte by byte)")
       ->capture_default_str();
 }
@@ -104,49 +61,6 @@ void add_run_flags(CLI::App& command, TrainFlags& flags) {
   command.add_option("--memory-snapshot", flags.memory_snapshot,
                      "Write the recorded trace and the final segments in PyTorch's snapshot structure (JSON) here; "
                      "the report tool turns it into the pickle pytorch.org/memory_viz opens");
-}
-
-void add_allocator_flags(CLI::App& command, TrainFlags& flags) {
-  command.add_option("--empty-cache", flags.empty_cache,
-                     "Call the allocator's empty_cache() after optimizer steps: never, every-step or every:N "
-                     "(gives cached segments, or with expandable segments free pages, back to the device)")
-      ->capture_default_str()
-      ->check(parses_with(allocator::EmptyCachePolicy::parse));
-}
-
-void add_sharding_flags(CLI::App& command, TrainFlags& flags) {
-  command.add_option("--zero", flags.zero,
-                     "ZeRO stage over the ranks of mpirun: 0 data parallel (gradients all-reduced), 1 shards the "
-                     "optimizer state, 2 also the gradients, 3 also the parameters (default under mpirun: 0)")
-      ->check(whole_number(0, 3));
-  command.add_option("--offload", flags.offload,
-                     "ZeRO-Offload: none, optimizer (optimizer state and Adam on the host; --zero 1-3) or params "
-                     "(also the parameter shards; --zero 3)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "optimizer", "params"}));
-  // FSDP (suites/fsdp): the values are checked by the suite's own parsers, so the message is theirs.
-  const auto fsdp_check = [](auto parse) {
-    return [parse](const std::string& text) {
-      try {
-        parse(text);
-        return std::string();
-      } catch (const std::invalid_argument& e) {
-        return std::string(e.what());
-      }
-    };
-  };
-  command.add_option("--fsdp", flags.fsdp,
-                     "Fully sharded data parallel over the ranks of mpirun: full (FULL_SHARD), grad_op "
-                     "(SHARD_GRAD_OP) or none (NO_SHARD: plain data parallel); not with --zero")
-      ->check(fsdp_check([](const std::string& t) { fsdp::parse_sharding_mode(t); }));
-  command.add_option("--fsdp-unit", flags.fsdp_unit, "FSDP unit: layer, or K-layers (K consecutive layers, e.g. 2-layers)")
-      ->capture_default_str()
-      ->check(fsdp_check([](const std::string& t) { fsdp::parse_layers_per_unit(t); }));
-  command.add_option("--fsdp-prefetch", flags.fsdp_prefetch,
-                     "FSDP: gather the next unit while the current one computes: on or off (the lazy loader's "
-                     "--prefetch N is another flag)")
-      ->check(fsdp_check([](const std::string& t) { fsdp::parse_on_off(t, "--fsdp-prefetch"); }))
-      ->capture_default_str();
 }
 
 }  // namespace trainmem::cli

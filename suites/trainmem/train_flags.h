@@ -2,8 +2,8 @@
 // run: `trainmem estimate` and `trainmem max-batch` take exactly the same model and technique
 // flags, so an estimate is always an estimate of a run you can start.
 //
-// Each group of flags has its own add_*_flags function; a technique adds its fields to TrainFlags
-// (in its own block) and its options to its own function in train_flags.cpp.
+// Each group of flags has its own add_*_flags function; a technique's flags are its registration's
+// (common/train/technique.h), added by add_technique_flags.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "common/model/gpt_config.h"
-#include "suites/mixed_precision/loss_scaler.h"
+#include "common/train/training_setup.h"
 #include "suites/trainmem/cli_common.h"
 
 namespace trainmem::cli {
@@ -29,14 +29,10 @@ struct FlagLimits {
   static constexpr std::uint64_t min_vocab = 2;
   static constexpr std::uint64_t max_vocab = 65536;        // tokens are uint16 (common/data/token_file.h)
   static constexpr std::uint64_t max_batch = 1 << 20;
-  static constexpr std::uint64_t max_accum = 1 << 20;
-  static constexpr std::uint64_t max_prefetch = 64;        // device batch buffers of the lazy loader
   static constexpr std::uint64_t max_steps = 1000000000;
-  static constexpr std::uint64_t max_loss_scale_interval = 1000000000;
   static constexpr std::uint64_t max_world_size = 1 << 20;  // estimate --world-size
-  static constexpr double min_loss_scale = 0x1p-24;       // 2^-24: both the scale and 1/scale stay normal floats
-  static constexpr double max_loss_scale = 0x1p64;
 };
+// (A technique's flags have their ranges in its registration, suites/<name>/*_technique.cpp.)
 
 struct TrainFlags {
   DeviceFlags device;
@@ -46,31 +42,12 @@ struct TrainFlags {
   std::optional<std::size_t> layers, heads, dim, seq, vocab;
   std::size_t batch = 4;
 
-  // --- single-device techniques (add_technique_flags)
-  std::size_t accum = 1;
-  std::string recompute = "none";
-  std::string precision = "fp32";
-  std::string attention = "naive";
-  LossScalerOptions loss_scaler;
-  bool loss_scaler_flag_given = false;
+  // --- every technique's flags (add_technique_flags: the registrations, suites/trainmem/techniques.h),
+  // stored in their options; setup.model and setup.batch are filled from the flags above
+  TrainingSetup setup;
 
   // --- data (add_data_flags)
-  std::string loader = "sequential";  // sequential | eager | lazy
-  std::size_t prefetch = 2;
-  bool pinned = true;
   std::string data = "synthetic";
-
-  // --- sharding (add_sharding_flags): data parallelism over the ranks of `mpirun -np N`
-  int zero = -1;                 // --zero 0|1|2|3; -1: not given (0 under mpirun, none alone)
-  std::string offload = "none";  // --offload none|optimizer|params (needs --zero >= 1; params: 3)
-  std::string fsdp;                   // --fsdp full|grad_op|none (suites/fsdp); empty: not given
-  std::string fsdp_unit = "layer";    // --fsdp-unit layer|K-layers
-  std::string fsdp_prefetch = "off";  // --fsdp-prefetch on|off (not --prefetch: that is the lazy loader's)
-
-  // --- the allocator (add_allocator_flags; train only; suites/allocator)
-  // --empty-cache never|every-step|every:N: call the allocator's empty_cache() after every N-th
-  // optimizer step (torch.cuda.empty_cache() as the guides advise); never: the default.
-  std::string empty_cache = "never";
 
   // --- the run (add_run_flags; train only)
   long steps = 50;
@@ -87,10 +64,8 @@ struct TrainFlags {
 GPTConfig model_config(const TrainFlags& flags);
 
 void add_model_flags(CLI::App& command, TrainFlags& flags);      // --model, --layers ... --batch
-void add_technique_flags(CLI::App& command, TrainFlags& flags);  // --accum, --recompute, --precision, ...
-void add_data_flags(CLI::App& command, TrainFlags& flags);       // --loader, --prefetch, --pinned, --data
+void add_technique_flags(CLI::App& command, TrainFlags& flags);  // every registered technique's flags
+void add_data_flags(CLI::App& command, TrainFlags& flags);       // --data
 void add_run_flags(CLI::App& command, TrainFlags& flags);        // --steps, --lr, ..., --json, --record-memory
-void add_sharding_flags(CLI::App& command, TrainFlags& flags);   // --zero, --offload, --fsdp, --fsdp-unit, --fsdp-prefetch
-void add_allocator_flags(CLI::App& command, TrainFlags& flags);  // --empty-cache
 
 }  // namespace trainmem::cli

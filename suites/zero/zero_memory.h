@@ -44,6 +44,7 @@
 #include "common/model/parameter_table.h"
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
+#include "common/train/formula_bytes.h"
 #include "common/train/sharded_adamw.h"  // Offload
 
 namespace trainmem::zero {
@@ -55,12 +56,8 @@ namespace trainmem::zero {
 // Bytes per parameter of each model state when nothing is partitioned: bytes_per_parameter()
 // (common/model/precision.h): fp32 4 + 4 + 8, 16-bit 2 + 2 + K with K = 12.
 
-// Per-rank model-state bytes. `host` is what offload moves to host memory.
-struct ModelStateBytes {
-  double parameters = 0, gradients = 0, optimizer_state = 0;  // device memory
-  double host = 0;                                            // host memory (offload)
-  double device_total() const { return parameters + gradients + optimizer_state; }
-};
+// Per-rank model-state bytes (common/train/formula_bytes.h). `host` is what offload moves to host memory.
+using trainmem::ModelStateBytes;
 
 inline void check_stage(int stage, int world_size) {
   if (stage < 0 || stage > 3) throw std::invalid_argument("--zero must be 0, 1, 2 or 3");

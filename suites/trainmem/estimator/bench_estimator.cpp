@@ -17,7 +17,11 @@
 
 #include "common/results/benchmark_context.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
+#include "suites/checkpointing/recompute.h"
+#include "suites/fsdp/fsdp_technique.h"
+#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
+#include "suites/zero/zero_technique.h"
 
 namespace trainmem::estimator {
 namespace {
@@ -97,10 +101,10 @@ void BM_Estimate(benchmark::State& state, const GPTConfig& config) {
 
 void BM_MetaRunSharded(benchmark::State& state, bool fsdp) {
   TrainingSetup s = bf16_flash(zero_paper_7_5b());
-  s.recompute = RecomputePolicy::parse("full");
-  s.sharding.world_size = static_cast<std::size_t>(state.range(0));
-  if (fsdp) s.sharding.fsdp = true;
-  else s.sharding.zero = 3;
+  s.option<RecomputePolicy>() = RecomputePolicy::parse("full");
+  s.world_size = static_cast<std::size_t>(state.range(0));
+  if (fsdp) s.option<fsdp::FsdpChoice>().enabled = true;
+  else s.option<zero::ZeroChoice>().stage = 3;
   MetaRun r;
   for (auto _ : state) {
     r = run_on_meta(s);

@@ -4,7 +4,9 @@
 #include <optional>
 
 #include "common/util/byte_size.h"
-#include "suites/mixed_precision/precision_memory.h"
+#include "common/model/precision.h"
+#include "suites/lazy_loading/lazy_loading_technique.h"
+#include "suites/trainmem/techniques.h"
 
 namespace trainmem::estimator {
 
@@ -25,19 +27,17 @@ std::optional<std::size_t> formula_for(const FormulaBytes& f, MemoryCategory c) 
 std::string fmt(std::size_t bytes) { return format_bytes(static_cast<std::uint64_t>(bytes)); }
 
 nlohmann::json setup_json(const TrainingSetup& s) {
-  return {{"model", s.model.to_json()},
-          {"batch", s.batch},
-          {"seq", s.seq()},
-          {"accum", s.accum},
-          {"tokens_per_step", s.batch * s.seq() * s.accum},
-          {"recompute", s.recompute.to_string()},
-          {"precision", to_string(s.precision)},
-          {"attention", to_string(s.attention)},
-          {"loader", to_string(s.loader)},
-          {"prefetch", s.prefetch},
-          {"eager_dataset_tokens", s.loader == Loader::eager ? s.eager_tokens() : 0},
-          {"backend", to_string(s.backend)},  // whose allocation pattern the meta run followed
-          {"allocator_config", s.allocator.to_string()}};
+  nlohmann::json j = {{"model", s.model.to_json()},
+                      {"batch", s.batch},
+                      {"seq", s.seq()},
+                      {"tokens_per_step", s.batch * s.seq() * s.accum},
+                      {"eager_dataset_tokens", s.option<lazy_loading::LoaderChoice>().loader == lazy_loading::Loader::eager
+                                                   ? s.dataset_size()
+                                                   : 0},
+                      {"backend", to_string(s.backend)},  // whose allocation pattern the meta run followed
+                      {"allocator_config", s.allocator.to_string()}};
+  for (const Technique* t : registered_techniques()) t->add_config_json(s, j);  // as `trainmem train --json` has them
+  return j;
 }
 
 }  // namespace
@@ -55,7 +55,7 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
   std::snprintf(line, sizeof line, "model %s: %zu parameters (L=%zu H=%zu C=%zu T=%zu V=%zu)\n", s.model.name.c_str(),
                 e.num_parameters, s.model.layers, s.model.heads, s.model.dim, s.model.seq, s.model.vocab);
   out += line;
-  std::snprintf(line, sizeof line, "setup: %s, allocator %s\n", s.describe().c_str(), s.allocator.to_string().c_str());
+  std::snprintf(line, sizeof line, "setup: %s, allocator %s\n", describe_setup(s).c_str(), s.allocator.to_string().c_str());
   out += line;
   out += "measured: the run on the meta device, with the ";
   out += s.backend == DeviceKind::cuda ? "CUDA" : "CPU";
@@ -86,8 +86,8 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
                 e.run.peak_step, e.run.peak_tensor.c_str());
   out += line;
 
-  if (e.sharded) {
-    const ShardedFormulas& f = *e.sharded;
+  if (e.formulas.sharded) {
+    const ShardedFormulas& f = *e.formulas.sharded;
     out += "\nthe figures above are one rank's: " + f.scheme + "; its model states:\n";
     std::snprintf(line, sizeof line, "%-16s %14s %14s %14s\n", "", "measured", "exact formula", "ZeRO paper");
     out += line;
@@ -115,7 +115,7 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
     out += "\n";
     if (e.fits) {
       out += "fits: yes (peak reserved " + fmt(e.peak_reserved()) + " of " + fmt(target.usable_bytes) +
-             (e.sharded ? " per rank)\n" : ")\n");
+             (e.formulas.sharded ? " per rank)\n" : ")\n");
     } else {
       out += "fits: NO";
       if (e.on_device && e.on_device->oom)
@@ -158,15 +158,12 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
   }
   j["by_category"] = by_category;
   j["memory_stats"] = e.run.stats.to_json();
-  if (e.sharded) {
-    const ShardedFormulas& f = *e.sharded;
+  if (e.formulas.sharded) {
+    const ShardedFormulas& f = *e.formulas.sharded;
     j["sharding"] = {
         {"scheme", f.scheme},
-        {"world_size", e.setup.sharding.world_size},
+        {"world_size", e.setup.world_size},
         {"figures", "per rank"},
-        {"zero", e.setup.sharding.fsdp ? -1 : e.setup.sharding.zero_stage()},
-        {"fsdp", e.setup.sharding.fsdp ? nlohmann::json(fsdp::to_string(e.setup.sharding.fsdp_options.mode)) : nlohmann::json()},
-        {"offload", to_string(e.setup.sharding.offload)},
         {"formula_per_rank_bytes",
          {{"parameters", f.parameters},
           {"gradients", f.gradients},

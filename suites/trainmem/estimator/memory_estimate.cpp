@@ -2,59 +2,19 @@
 
 #include <algorithm>
 
-#include "common/model/parameter_table.h"
-#include "suites/checkpointing/recompute.h"
-#include "suites/fsdp/fsdp_memory.h"
-#include "suites/mixed_precision/precision_memory.h"
+#include "suites/trainmem/techniques.h"
+#include "suites/zero/zero_memory.h"
+#include "suites/zero/zero_technique.h"
 
 namespace trainmem::estimator {
 
 FormulaBytes formula_bytes(const TrainingSetup& s) {
-  FormulaBytes f;
-  // precision_memory.h: bytes per parameter per category, each tensor rounded to 512 bytes; the
-  // optimizer's fp32 tensors (m, v and, in 16 bits, the master weights) are 4 bytes each.
-  const BytesPerParameter b = bytes_per_parameter(s.precision);
-  const ParameterTable table(s.model);
-  for (const ParameterInfo& p : table.all()) {
-    const std::size_t n = p.numel();
-    f.parameters += round_size(n * b.parameters);
-    f.gradients += round_size(n * b.gradients);
-    f.optimizer_state += (b.optimizer_state / 4) * round_size(n * 4);
-  }
-  f.activations = predicted_activation_peak(s.model, s.batch, s.seq(), s.recompute, storage_dtype(s.precision), s.attention);
-  // The trainer's int32 tokens and targets; eager: the whole dataset as int32; lazy: `prefetch`
-  // slots of tokens + targets (suites/lazy_loading/lazy_loader.h).
-  const std::size_t batch = round_size(4 * s.batch * s.seq());
-  f.data = 2 * batch;
-  if (s.loader == Loader::eager) f.data += round_size(4 * s.eager_tokens());
-  if (s.loader == Loader::lazy) f.data += s.prefetch * 2 * batch;
-  return f;
-}
-
-ShardedFormulas sharded_formulas(const TrainingSetup& s) {
-  const Sharding& sh = s.sharding;
-  ShardedFormulas f;
-  f.scheme = sh.describe();
-  const int N = static_cast<int>(sh.world_size);
-  if (sh.fsdp) {
-    const fsdp::FsdpMemory m = fsdp::fsdp_memory(s.model, sh.world_size, sh.fsdp_options, s.precision);
-    f.parameters = m.parameters_peak_bytes;  // gathered units count as parameters in the FSDP suite
-    f.gradients = m.gradients_peak_bytes;
-    f.optimizer_state = m.optimizer_state_peak_bytes;
-    f.paper_stage = sh.fsdp_options.mode == fsdp::ShardingMode::full ? 3
-                    : sh.fsdp_options.mode == fsdp::ShardingMode::grad_op ? 2 : 0;
-  } else {
-    const zero::ZeroExactBytes x = zero::exact_model_states(zero::zero_units(s.model), N, sh.zero_stage(), s.precision,
-                                                            sh.offload, s.accum);
-    f.parameters = x.parameters;
-    f.gradients = x.gradients;
-    f.optimizer_state = x.optimizer_state;
-    f.communication = x.communication_peak;
-    f.host = x.host;
-    f.paper_stage = sh.zero_stage();
-  }
-  f.paper = zero::paper_model_states(static_cast<double>(s.model.num_parameters()), N, f.paper_stage, s.precision,
-                                     sh.fsdp ? Offload::none : sh.offload);
+  FormulaBytes f = registered_techniques().formulas(s);
+  // The ZeRO paper's figures of the stage the sharding matches (FSDP full = 3, grad_op = 2), exact
+  // in Ψ: the column the report sets beside this implementation's.
+  if (f.sharded)
+    f.sharded->paper = zero::paper_model_states(static_cast<double>(s.model.num_parameters()), static_cast<int>(s.world_size),
+                                                f.sharded->paper_stage, s.precision, s.option<zero::ZeroChoice>().offload);
   return f;
 }
 
@@ -117,7 +77,6 @@ MemoryEstimate estimate_memory(const TrainingSetup& setup, std::size_t capacity)
   e.num_parameters = setup.model.num_parameters();
   e.run = run_on_meta(setup);
   e.formulas = formula_bytes(setup);
-  if (setup.sharding.active()) e.sharded = sharded_formulas(setup);
   e.capacity = capacity;
   if (capacity == 0) return e;
   // Within capacity on an unlimited device means it fits; beyond, the allocator may still make it

@@ -5,14 +5,14 @@
 // allocator keeps its books exactly as on a real device. Next to them, the suites' closed-form
 // formulas, the ones that teach where the bytes go (and that the suites' own tests verify):
 //   parameters, gradients, optimizer_state  bytes_per_parameter() per tensor, 512-rounded
-//                                           (suites/mixed_precision/precision_memory.h)
+//                                           (suites/mixed_precision's registration)
 //   activations                             predicted_activation_peak()
-//                                           (suites/checkpointing/recompute.h)
+//                                           (suites/checkpointing's registration)
 //   data                                    the trainer's batch + the loader's buffers
-//                                           (suites/lazy_loading: eager holds the dataset,
-//                                           lazy `prefetch` rings of one batch)
-//   sharded model states, per rank          suites/zero/zero_memory.h, suites/fsdp/fsdp_memory.h,
-//                                           and the ZeRO paper's Figure 1 arithmetic
+//                                           (suites/lazy_loading's registration: eager holds
+//                                           the dataset, lazy `prefetch` rings of one batch)
+//   sharded model states, per rank          suites/zero's and suites/fsdp's registrations, and
+//                                           the ZeRO paper's Figure 1 arithmetic
 // The estimator's tests check the formulas against the meta run and the meta run against real
 // training.
 #pragma once
@@ -22,41 +22,22 @@
 #include <string>
 
 #include "common/allocator/memory_category.h"
-#include "suites/zero/zero_memory.h"
+#include "common/train/formula_bytes.h"
+#include "common/train/training_setup.h"
 #include "suites/trainmem/estimator/meta_run.h"
-#include "suites/trainmem/estimator/training_setup.h"
 
 namespace trainmem::estimator {
 
-// The suites' closed-form figures for one configuration (bytes, 512-rounded per tensor as the
-// allocator rounds them).
-struct FormulaBytes {
-  std::size_t parameters = 0, gradients = 0, optimizer_state = 0;  // after the first step
-  std::size_t activations = 0;                                     // peak within a step
-  std::size_t data = 0;                                            // constant from the start
-  std::size_t model_states() const { return parameters + gradients + optimizer_state; }
-};
+// The suites' closed-form figures for one configuration: each registered technique's formula
+// (Technique::add_formulas), and beside sharded figures the ZeRO paper's per-rank model states.
 FormulaBytes formula_bytes(const TrainingSetup& setup);
-
-// Data parallelism over N ranks: the sharding suites' formulas for one rank's model states.
-struct ShardedFormulas {
-  std::string scheme;            // "ZeRO-3 (P_os+g+p) over 64 ranks"
-  // This implementation's exact figures (ZeRO: held after a step; FSDP: peaks), per rank.
-  std::size_t parameters = 0, gradients = 0, optimizer_state = 0, communication = 0;
-  std::size_t host = 0;          // offloaded to host memory
-  int paper_stage = 0;           // the ZeRO stage whose paper formula applies (FSDP full = 3, grad_op = 2)
-  zero::ModelStateBytes paper;   // the ZeRO paper's per-rank model states (Ψ exact, no rounding)
-  std::size_t model_states() const { return parameters + gradients + optimizer_state; }
-};
-ShardedFormulas sharded_formulas(const TrainingSetup& setup);
 
 struct MemoryEstimate {
   TrainingSetup setup;
   std::size_t num_parameters = 0;
   // On an unlimited meta device: the run's figures whether or not it fits. Sharded: one rank's.
   MetaRun run;
-  FormulaBytes formulas;
-  std::optional<ShardedFormulas> sharded;  // when setup.sharding is active
+  FormulaBytes formulas;  // formulas.sharded: when a technique shards the model states
 
   std::size_t peak_allocated() const { return run.peak_allocated; }
   std::size_t peak_reserved() const { return run.peak_reserved; }

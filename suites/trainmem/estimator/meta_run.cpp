@@ -5,7 +5,9 @@
 
 #include "common/comm/meta_communicator.h"
 #include "common/data/token_file.h"
-#include "suites/trainmem/estimator/training_run.h"
+#include "common/train/training_run.h"
+#include "suites/lazy_loading/lazy_loading_technique.h"
+#include "suites/trainmem/techniques.h"
 
 namespace trainmem::estimator {
 
@@ -18,14 +20,15 @@ constexpr std::size_t kUnlimited = std::size_t{1} << 62;
 // eager loader puts all of it on the device, so its size matters (the synthetic corpus's or the
 // file's); the lazy loader needs one global batch. The sequential reader takes a vector: one
 // rank's batch (it wraps around).
-lazy_loading::HostTokens meta_tokens(const TrainingSetup& s) {
-  const std::size_t B = s.batch, T = s.seq(), N = s.sharding.world_size;
-  switch (s.loader) {
-    case Loader::eager: return lazy_loading::HostTokens::without_values(s.eager_tokens());
-    case Loader::lazy: return lazy_loading::HostTokens::without_values(tokens_for_batches(N, B, T));
+HostTokens meta_tokens(const TrainingSetup& s) {
+  using lazy_loading::Loader;
+  const std::size_t B = s.batch, T = s.seq(), N = s.world_size;
+  switch (s.option<lazy_loading::LoaderChoice>().loader) {
+    case Loader::eager: return HostTokens::without_values(s.dataset_size());
+    case Loader::lazy: return HostTokens::without_values(tokens_for_batches(N, B, T));
     case Loader::sequential: break;
   }
-  return lazy_loading::HostTokens(std::vector<std::uint16_t>(tokens_for_batches(1, B, T)));
+  return HostTokens(std::vector<std::uint16_t>(tokens_for_batches(1, B, T)));
 }
 
 std::string phase_name(std::string_view recorder_phase) {
@@ -63,9 +66,11 @@ void find_peak_moment(const MemoryRecorder& recorder, MetaRun& r) {
 }  // namespace
 
 MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank, PeakMoment peak_moment) {
+  const Techniques& techniques = registered_techniques();
   TrainingSetup s = setup;
   s.accum = std::min(s.accum, kMetaMicroBatches);
-  s.validate();
+  techniques.complete(s);
+  techniques.validate(s);
   DeviceOptions options;
   options.choice = "meta";
   options.device_memory = capacity ? capacity : kUnlimited;
@@ -74,11 +79,11 @@ MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank, 
   auto device = Device::open(options);
   device->allocator().recorder().enable(peak_moment == PeakMoment::find);
   std::unique_ptr<Communicator> world;
-  if (s.sharding.active()) world = std::make_unique<MetaCommunicator>(rank, static_cast<int>(s.sharding.world_size));
+  if (techniques.sharding(s)) world = std::make_unique<MetaCommunicator>(rank, static_cast<int>(s.world_size));
 
   MetaRun r;
   try {
-    TrainingRun run(s, *device, world.get(), meta_tokens(s));
+    TrainingRun run(s, techniques, *device, world.get(), meta_tokens(s));
     for (int i = 0; i < kMetaSteps; ++i) run.step();
     const MemoryStats held = device->allocator().stats();
     for (std::size_t c = 0; c < kNumMemoryCategories; ++c)

@@ -26,7 +26,7 @@
 #include "common/allocator/memory_stats.h"
 #include "common/allocator/out_of_memory.h"
 #include "common/comm/communicator.h"
-#include "suites/trainmem/estimator/training_setup.h"
+#include "common/train/training_setup.h"
 
 namespace trainmem::estimator {
 

@@ -1,96 +1,61 @@
 #include "suites/trainmem/estimator/oom_advice.h"
 
-#include <functional>
+#include <algorithm>
 
 #include "common/util/byte_size.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
+#include "suites/trainmem/techniques.h"
 
 namespace trainmem::estimator {
 
 namespace {
 
-struct Candidate {
-  std::string flags;
-  std::function<bool(TrainingSetup&)> apply;  // false: does not apply to this setup
-};
-
-bool set_recompute(TrainingSetup& s, const char* policy) {
-  const RecomputePolicy p = RecomputePolicy::parse(policy);
-  if (s.recompute.kind == p.kind || s.recompute.kind == RecomputePolicy::Kind::full) return false;
-  s.recompute = p;
-  return true;
-}
-bool set_bf16(TrainingSetup& s) {
-  if (s.precision != Precision::fp32) return false;
-  s.precision = Precision::bf16;
-  return true;
-}
-bool set_flash(TrainingSetup& s) {
-  if (s.attention != AttentionKind::naive) return false;
-  s.attention = AttentionKind::flash;
-  return s.backend != DeviceKind::cuda || s.precision != Precision::fp32;  // GPU flash runs in 16 bits
-}
-
-// The cheapest first (see oom_advice.h).
-std::vector<Candidate> candidates() {
-  return {
-      {"--loader lazy",
-       [](TrainingSetup& s) {
-         if (s.loader != Loader::eager) return false;
-         s.loader = Loader::lazy;
-         return true;
-       }},
-      {"--attention flash", set_flash},
-      {"--precision bf16", set_bf16},
-      {"--precision bf16 --attention flash", [](TrainingSetup& s) { return set_bf16(s) && set_flash(s); }},
-      {"--recompute selective", [](TrainingSetup& s) { return set_recompute(s, "selective"); }},
-      {"--precision bf16 --attention flash --recompute selective",
-       [](TrainingSetup& s) { return set_bf16(s) && set_flash(s) && set_recompute(s, "selective"); }},
-      {"--recompute full", [](TrainingSetup& s) { return set_recompute(s, "full"); }},
-      {"--precision bf16 --attention flash --recompute full",
-       [](TrainingSetup& s) { return set_bf16(s) && set_flash(s) && set_recompute(s, "full"); }},
-  };
-}
-
 std::string fmt(std::size_t bytes) { return format_bytes(static_cast<std::uint64_t>(bytes)); }
+
+// Every registered technique's remedies, the cheapest first (the order of registration among equals).
+std::vector<std::pair<const Technique*, Remedy>> all_remedies(const TrainingSetup& failed) {
+  std::vector<std::pair<const Technique*, Remedy>> all;
+  for (const Technique* t : registered_techniques())
+    for (Remedy& r : t->remedies(failed)) all.emplace_back(t, std::move(r));
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.second.cost < b.second.cost; });
+  return all;
+}
 
 }  // namespace
 
-std::vector<Remedy> remedies_that_fit(const TrainingSetup& failed, std::size_t capacity) {
-  std::vector<Remedy> out;
-  auto consider = [&](std::string flags, const TrainingSetup& s) {
-    try {
-      if (!fits_on(s, capacity)) return;
-      out.push_back({std::move(flags), s, run_on_meta(s, 0, 0, PeakMoment::skip).peak_reserved});
-    } catch (const std::invalid_argument&) {
-      // a combination the model refuses (e.g. cuDNN attention on the CPU): not a remedy
+std::vector<FittingRemedy> remedies_that_fit(const TrainingSetup& failed, std::size_t capacity) {
+  std::vector<FittingRemedy> out;
+  // The first variant that fits; false when none does.
+  auto consider = [&](const std::vector<Remedy::Variant>& variants) {
+    for (const Remedy::Variant& v : variants) {
+      try {
+        if (!fits_on(v.setup, capacity)) continue;
+        out.push_back({v.flags, v.setup, run_on_meta(v.setup, 0, 0, PeakMoment::skip).peak_reserved});
+        return;
+      } catch (const std::invalid_argument&) {
+        // a combination the model refuses (e.g. cuDNN attention on the CPU): not a remedy
+      }
     }
   };
-  const std::vector<Candidate> list = candidates();
-  // The single techniques cheaper than smaller micro-batches (lazy, flash, bf16, selective)...
-  std::size_t i = 0;
-  for (; i < list.size() && list[i].flags != "--recompute full"; ++i) {
-    TrainingSetup s = failed;
-    if (list[i].apply(s)) consider(list[i].flags, s);
-  }
-  // ... then the same tokens per step in smaller micro-batches: the largest b < B dividing B.
-  for (std::size_t b = failed.batch / 2; b >= 1; --b) {
-    if (failed.batch % b != 0) continue;
-    TrainingSetup s = failed;
-    s.batch = b;
-    s.accum = failed.accum * (failed.batch / b);
-    if (!fits_on(s, capacity)) continue;
-    std::string flags = "--batch ";
-    flags += std::to_string(b);
-    flags += " --accum ";
-    flags += std::to_string(s.accum);
-    consider(flags, s);
-    break;
-  }
-  // ... then full recompute and the combinations with it.
-  for (; i < list.size(); ++i) {
-    TrainingSetup s = failed;
-    if (list[i].apply(s)) consider(list[i].flags, s);
+  const auto all = all_remedies(failed);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto& [technique, remedy] = all[i];
+    const std::vector<Remedy::Variant> alone = remedy.variants(failed);
+    consider(alone);
+    if (alone.empty() || !remedy.combines) continue;
+    // With the cheaper remedies of the other techniques: this one first (a cheaper one may apply
+    // only after it, as GPU flash attention after bf16), then the cheaper ones, the dearest first.
+    Remedy::Variant combined = alone.front();
+    std::size_t joined = 0;
+    for (std::size_t j = i; j-- > 0;) {
+      const auto& [other, cheaper] = all[j];
+      if (other == technique || !cheaper.combines) continue;
+      const std::vector<Remedy::Variant> with = cheaper.variants(combined.setup);
+      if (with.empty()) continue;
+      combined = {with.front().flags + " " + combined.flags, with.front().setup};
+      ++joined;
+    }
+    if (joined > 0) consider({combined});
   }
   return out;
 }
@@ -99,9 +64,9 @@ std::vector<std::string> estimator_oom_advice(const TrainingSetup& failed, std::
   std::vector<std::string> advice;
   try {
     const std::size_t before = run_on_meta(failed, 0, 0, PeakMoment::skip).peak_reserved;
-    const std::vector<Remedy> fixes = remedies_that_fit(failed, capacity);
+    const std::vector<FittingRemedy> fixes = remedies_that_fit(failed, capacity);
     if (!fixes.empty()) {
-      const Remedy& best = fixes.front();
+      const FittingRemedy& best = fixes.front();
       advice.push_back(best.flags + " would bring the peak reserved from " + fmt(before) + " to " +
                        fmt(best.peak_reserved) + " (usable " + fmt(capacity) + "; the cheapest technique that fits, " +
                        "by trainmem estimate)");

@@ -3,15 +3,16 @@
 //
 //   --recompute selective would bring the peak reserved from 31.00 MiB to 21.00 MiB (capacity 24.00 MiB)
 //
-// Candidates, cheapest first (by what they cost in time; each is simulated on the same capacity,
-// and the first that fits is named):
+// The candidates are the registered techniques' remedies (Technique::remedies; RemedyCost ranks
+// them), cheapest first, each simulated on the same capacity; the first that fits is named:
 //   1. --loader lazy           (eager only) the dataset leaves the device; copies overlap compute
 //   2. --attention flash       no B*H*T^2 matrices, and faster (on a GPU in 16 bits: with bf16)
 //   3. --precision bf16        half the activation bytes; faster on tensor cores
 //   4. --recompute selective   rebuild attention probabilities and GELU outputs: a few % more time
 //   5. --batch b --accum K'    the same tokens per step in smaller micro-batches (b divides B)
 //   6. --recompute full        one more forward per step: about a third more time
-//   7. combinations of the above (bf16 + flash + selective, ... + full)
+// Each remedy is tried alone, then with the cheaper remedies of the other techniques (bf16 +
+// flash, bf16 + flash + selective, ... + full), where it combines.
 // Sharding (ZeRO/FSDP) needs more devices and is left to the generic advice.
 #pragma once
 #include <cstddef>
@@ -19,18 +20,18 @@
 #include <vector>
 
 #include "common/allocator/caching_allocator.h"
-#include "suites/trainmem/estimator/training_setup.h"
+#include "common/train/training_setup.h"
 
 namespace trainmem::estimator {
 
-struct Remedy {
+struct FittingRemedy {
   std::string flags;           // what to add to the command line, e.g. "--recompute selective"
   TrainingSetup setup;         // the configuration with it
   std::size_t peak_reserved;   // its predicted peak reserved
 };
 
 // The remedies that fit `capacity`, cheapest first (empty when none does).
-std::vector<Remedy> remedies_that_fit(const TrainingSetup& failed, std::size_t capacity);
+std::vector<FittingRemedy> remedies_that_fit(const TrainingSetup& failed, std::size_t capacity);
 
 // Advice lines for an OOM of `failed` on a device of `capacity` usable bytes: the cheapest remedy
 // that fits with the figures ("... would bring the peak from X to Y"), then the generic advice.

@@ -5,12 +5,13 @@
 #include <memory>
 
 #include "common/data/token_file.h"
-#include "suites/trainmem/estimator/training_run.h"
+#include "common/train/training_run.h"
+#include "suites/lazy_loading/lazy_loading_technique.h"
+#include "suites/trainmem/techniques.h"
 
 namespace trainmem::estimator {
 
 TrialResult run_trial(const TrainingSetup& s, const TrialOptions& options) {
-  s.validate();
   const std::size_t T = s.seq();
   // The synthetic corpus: an eager loader puts all of it on the device, so it is made exactly as
   // `trainmem train` makes it (load_dataset); for the other loaders its size changes no device
@@ -18,7 +19,7 @@ TrialResult run_trial(const TrainingSetup& s, const TrialOptions& options) {
   const std::size_t needed = s.batch * T * s.accum * static_cast<std::size_t>(options.steps) + 1;
   std::vector<std::uint16_t> tokens =
       options.tokens ? *options.tokens
-      : s.loader == Loader::eager ? load_dataset("synthetic", s.batch * T + 1, s.model.vocab, s.seed)
+      : s.option<lazy_loading::LoaderChoice>().loader == lazy_loading::Loader::eager ? load_dataset("synthetic", s.batch * T + 1, s.model.vocab, s.seed)
                                   : synthetic_corpus(std::max(needed, 4 * (s.batch * T + 1)), s.seed);
   if (tokens.size() < s.batch * T + 1)
     throw DataError("the dataset has " + std::to_string(tokens.size()) + " tokens; one batch of " +
@@ -32,7 +33,7 @@ TrialResult run_trial(const TrainingSetup& s, const TrialOptions& options) {
   TrialResult r;
   r.device = device->info().label();
   try {
-    TrainingRun run(s, *device, nullptr, lazy_loading::HostTokens(std::move(tokens)));
+    TrainingRun run(s, registered_techniques(), *device, nullptr, HostTokens(std::move(tokens)));
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < options.steps; ++i) run.step();
     r.ms_per_step =

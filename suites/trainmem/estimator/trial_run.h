@@ -10,7 +10,7 @@
 
 #include "common/allocator/memory_stats.h"
 #include "common/allocator/out_of_memory.h"
-#include "suites/trainmem/estimator/training_setup.h"
+#include "common/train/training_setup.h"
 
 namespace trainmem::estimator {
 

@@ -17,9 +17,14 @@
 #include <vector>
 
 #include "common/util/byte_size.h"
+#include "suites/checkpointing/recompute.h"
+#include "suites/fsdp/fsdp_technique.h"
+#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/estimator/oom_advice.h"
 #include "suites/trainmem/estimator/trial_run.h"
+#include "suites/trainmem/techniques.h"
+#include "suites/zero/zero_technique.h"
 
 namespace trainmem::estimator {
 namespace {
@@ -55,38 +60,38 @@ std::vector<Case> accuracy_matrix() {
     if (all) add(tiny + " accum 4", with(t, [](TrainingSetup& s) { s.accum = 4; }));
     for (const char* policy : {"full", "selective", "every:2", "sqrt"})
       if (all || std::string(policy) == "full" || std::string(policy) == "selective")
-        add(tiny + " recompute " + policy, with(t, [&](TrainingSetup& s) { s.recompute = RecomputePolicy::parse(policy); }));
+        add(tiny + " recompute " + policy, with(t, [&](TrainingSetup& s) { s.option<RecomputePolicy>() = RecomputePolicy::parse(policy); }));
     add(tiny + " bf16", with(t, [](TrainingSetup& s) { s.precision = Precision::bf16; }));
     if (all) add(tiny + " fp16", with(t, [](TrainingSetup& s) { s.precision = Precision::fp16; }));
     add(tiny + " flash", with(t, [](TrainingSetup& s) { s.attention = AttentionKind::flash; }));
-    if (all) add(tiny + " eager", with(t, [](TrainingSetup& s) { s.loader = Loader::eager; }));
-    if (all) add(tiny + " lazy", with(t, [](TrainingSetup& s) { s.loader = Loader::lazy; }));
+    if (all) add(tiny + " eager", with(t, [](TrainingSetup& s) { s.option<lazy_loading::LoaderChoice>().loader = lazy_loading::Loader::eager; }));
+    if (all) add(tiny + " lazy", with(t, [](TrainingSetup& s) { s.option<lazy_loading::LoaderChoice>().loader = lazy_loading::Loader::lazy; }));
   }
   add("tiny B=16 bf16 selective accum 2", with(base("tiny", 16), [](TrainingSetup& s) {
         s.precision = Precision::bf16;
-        s.recompute = RecomputePolicy::parse("selective");
+        s.option<RecomputePolicy>() = RecomputePolicy::parse("selective");
         s.accum = 2;
       }));
   add("tiny B=16 bf16 flash full lazy", with(base("tiny", 16), [](TrainingSetup& s) {
         s.precision = Precision::bf16;
         s.attention = AttentionKind::flash;
-        s.recompute = RecomputePolicy::parse("full");
-        s.loader = Loader::lazy;
+        s.option<RecomputePolicy>() = RecomputePolicy::parse("full");
+        s.option<lazy_loading::LoaderChoice>().loader = lazy_loading::Loader::lazy;
       }));
   add("tiny B=20 fp16 sqrt eager", with(base("tiny", 20), [](TrainingSetup& s) {
         s.precision = Precision::fp16;
-        s.recompute = RecomputePolicy::parse("sqrt");
-        s.loader = Loader::eager;
+        s.option<RecomputePolicy>() = RecomputePolicy::parse("sqrt");
+        s.option<lazy_loading::LoaderChoice>().loader = lazy_loading::Loader::eager;
       }));
   add("small B=4", base("small", 4));
   add("small B=8 bf16 selective", with(base("small", 8), [](TrainingSetup& s) {
         s.precision = Precision::bf16;
-        s.recompute = RecomputePolicy::parse("selective");
+        s.option<RecomputePolicy>() = RecomputePolicy::parse("selective");
       }));
   add("small B=8 flash full lazy", with(base("small", 8), [](TrainingSetup& s) {
         s.attention = AttentionKind::flash;
-        s.recompute = RecomputePolicy::parse("full");
-        s.loader = Loader::lazy;
+        s.option<RecomputePolicy>() = RecomputePolicy::parse("full");
+        s.option<lazy_loading::LoaderChoice>().loader = lazy_loading::Loader::lazy;
       }));
   return cases;
 }
@@ -182,17 +187,17 @@ TEST(Estimator, ReproducesTheZeroPaperFigures) {
   s.batch = 1;
   s.precision = Precision::bf16;
   s.attention = AttentionKind::flash;
-  s.recompute = RecomputePolicy::parse("full");
+  s.option<RecomputePolicy>() = RecomputePolicy::parse("full");
   s.backend = DeviceKind::cuda;
-  s.sharding.world_size = 64;
+  s.world_size = 64;
   EXPECT_EQ(s.model.num_parameters(), 7500009472u);
   const double paper_gb[] = {120.0, 31.4, 16.6, 1.9};
   for (int stage = 0; stage <= 3; ++stage) {
     SCOPED_TRACE(stage);
-    s.sharding.zero = stage;
+    s.option<zero::ZeroChoice>().stage = stage;
     const MemoryEstimate e = estimate_memory(s);
-    ASSERT_TRUE(e.sharded.has_value());
-    const double paper = e.sharded->paper.device_total() / 1e9, exact = static_cast<double>(e.sharded->model_states()) / 1e9;
+    ASSERT_TRUE(e.formulas.sharded.has_value());
+    const double paper = e.formulas.sharded->paper.device_total() / 1e9, exact = static_cast<double>(e.formulas.sharded->model_states()) / 1e9;
     // Measured on meta: what rank 0 holds at the end of the second step, by category.
     auto held = [&](MemoryCategory c) { return static_cast<double>(e.run.after_steps[index_of(c)]); };
     const double measured =
@@ -219,9 +224,9 @@ TEST(Estimator, LargestFittingBatchIsTheRealOne) {
   };
   TrainingSetup bf16 = base("tiny", 1);
   bf16.precision = Precision::bf16;
-  bf16.recompute = RecomputePolicy::parse("selective");
+  bf16.option<RecomputePolicy>() = RecomputePolicy::parse("selective");
   for (const Budget& b : {Budget{base("tiny", 1), 24 * MiB}, Budget{bf16, 12 * MiB}}) {
-    SCOPED_TRACE(b.setup.describe());
+    SCOPED_TRACE(describe_setup(b.setup));
     const std::size_t predicted = largest_fitting_batch(b.setup, b.capacity, 256);
     ASSERT_GT(predicted, 1u);
     TrialOptions options;
@@ -247,7 +252,7 @@ TEST(Estimator, OomAdviceNamesATechniqueThatReallyFits) {
   ASSERT_FALSE(advice.empty());
   std::printf("advice: %s\n", advice.front().c_str());
   EXPECT_NE(advice.front().find("would bring the peak reserved from"), std::string::npos) << advice.front();
-  const std::vector<Remedy> fixes = remedies_that_fit(failed, capacity);
+  const std::vector<FittingRemedy> fixes = remedies_that_fit(failed, capacity);
   ASSERT_FALSE(fixes.empty());
   EXPECT_EQ(advice.front().rfind(fixes.front().flags, 0), 0u);
   EXPECT_LT(fixes.front().peak_reserved, capacity);

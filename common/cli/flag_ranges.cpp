@@ -1,4 +1,4 @@
-#include "suites/trainmem/flag_ranges.h"
+#include "common/cli/flag_ranges.h"
 
 #include <charconv>
 #include <cmath>

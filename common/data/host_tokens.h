@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace trainmem::lazy_loading {
+namespace trainmem {
 
 class HostTokens {
  public:
@@ -45,4 +45,4 @@ class HostTokens {
   std::size_t size_ = 0;
 };
 
-}  // namespace trainmem::lazy_loading
+}  // namespace trainmem

@@ -1,4 +1,4 @@
-#include "suites/lazy_loading/host_tokens.h"
+#include "common/data/host_tokens.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 
 #include "common/data/token_file.h"
 
-namespace trainmem::lazy_loading {
+namespace trainmem {
 
 HostTokens::HostTokens(std::vector<std::uint16_t> tokens)
     : owned_(std::move(tokens)), data_(owned_.data()), size_(owned_.size()) {}
@@ -87,4 +87,4 @@ void HostTokens::check_vocab(std::size_t vocab, const std::string& what) const {
                     std::to_string(vocab) + " (use --vocab " + std::to_string(max_token + 1) + " or more)");
 }
 
-}  // namespace trainmem::lazy_loading
+}  // namespace trainmem

@@ -1,0 +1,57 @@
+#include "common/train/technique.h"
+
+#include <stdexcept>
+
+namespace trainmem {
+
+void Techniques::add_flags(CLI::App& command, TrainingSetup& setup) const {
+  for (const Technique* t : list_) t->add_flags(command, setup);
+}
+
+void Techniques::complete(TrainingSetup& setup) const {
+  for (const Technique* t : list_) t->complete(setup, *this);
+}
+
+void Techniques::validate(const TrainingSetup& setup) const {
+  setup.validate();
+  const Technique* sharding_technique = nullptr;
+  for (const Technique* t : list_) {
+    t->validate(setup, *this);
+    if (!t->shards(setup)) continue;
+    if (sharding_technique)  // one way of spreading the model states over the ranks at a time
+      throw std::invalid_argument(sharding_technique->describe(setup) + " and " + t->describe(setup) +
+                                  " both shard the model states over the ranks: give one of them");
+    sharding_technique = t;
+  }
+}
+
+const Technique* Techniques::sharding(const TrainingSetup& setup) const {
+  for (const Technique* t : list_)
+    if (t->shards(setup)) return t;
+  return nullptr;
+}
+
+bool Techniques::gathers_one_layer_at_a_time(const TrainingSetup& setup) const {
+  for (const Technique* t : list_)
+    if (t->gathers_one_layer_at_a_time(setup)) return true;
+  return false;
+}
+
+std::string Techniques::describe(const TrainingSetup& setup) const {
+  std::string words;
+  for (const Technique* t : list_) {
+    const std::string w = t->describe(setup);
+    if (w.empty()) continue;
+    if (!words.empty()) words += ' ';
+    words += w;
+  }
+  return words;
+}
+
+FormulaBytes Techniques::formulas(const TrainingSetup& setup) const {
+  FormulaBytes f;
+  for (const Technique* t : list_) t->add_formulas(setup, f);
+  return f;
+}
+
+}  // namespace trainmem

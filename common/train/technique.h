@@ -1,0 +1,153 @@
+// A technique's registration: the one object through which a suite joins the driver.
+//
+// Each suite (suites/<name>/) defines one Technique in its own folder, holding everything the
+// driver needs of it:
+//
+//   add_flags      its command-line flags, stored in its options (TrainingSetup::option<T>())
+//   validate       the rules of its options, alone and with the rest of the setup
+//   join           what it adds to a run: a strategy (trainer hooks, strategy.h), maybe an
+//                  optimizer (sharding), maybe the data loader
+//   describe       its words in the progress line and in messages: "recompute=selective"
+//   add_config_json / add_result_json   its part of `trainmem train --json`
+//   remedies       its ways out of an out-of-memory, for the OOM advice
+//   add_formulas   its closed-form memory (formula_bytes.h), for the estimate and the report
+//
+// The driver lists the registrations once (suites/trainmem/techniques.cpp) and every command --
+// train, estimate, max-batch -- and every benchmark builds its run from the same list with
+// TrainingRun (training_run.h). Adding a technique is its folder plus one line in that list.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/allocator/memory_stats.h"
+#include "common/data/batch_source.h"
+#include "common/train/formula_bytes.h"
+#include "common/train/strategy.h"
+#include "common/train/training_setup.h"
+
+namespace trainmem {
+
+class Communicator;
+class Device;
+class GPT;
+class HostTokens;
+class Optimizer;
+
+// What a run is made of when a technique joins it.
+struct RunParts {
+  const TrainingSetup& setup;
+  Device& device;
+  GPT& model;
+  Communicator* world;  // nullptr: a single process
+};
+
+// What a technique adds to one run (Technique::join).
+struct TechniqueInRun {
+  std::unique_ptr<Strategy> strategy;  // its hooks (nullptr: none)
+  Optimizer* optimizer = nullptr;      // instead of the trainer's AdamW (owned by the strategy)
+  // The factor of the strategy's loss_scale() that is this rank's share of the global mean (1/N
+  // for data parallelism), not a loss scale: the run divides it out of the scale it reports.
+  double loss_share = 1.0;
+};
+
+// What `trainmem train --json` knows at the end of a run, for a technique's result section.
+struct RunFacts {
+  const TrainingSetup& setup;
+  const GPT& model;
+  const Communicator* world;
+  const MemoryStats& stats;  // the allocator's, at the end
+  long steps;
+};
+
+// One way out of an out-of-memory that a technique offers. The OOM advice (oom_advice.cpp) tries
+// the remedies of every technique, the cheapest first, alone and then with the cheaper remedies
+// of the other techniques, and names the first that fits.
+struct Remedy {
+  int cost;  // time it costs, in rank order (RemedyCost): the cheapest is tried first
+  bool combines = true;  // may be tried together with cheaper remedies of other techniques
+  // The setups to try, in order, each with the flags that make it (none: it does not apply).
+  struct Variant {
+    std::string flags;  // "--recompute selective"
+    TrainingSetup setup;
+  };
+  std::function<std::vector<Variant>(const TrainingSetup&)> variants;
+};
+// The ranks of the remedies' costs, cheapest first.
+enum RemedyCost : int {
+  kCostDataOffDevice = 1,  // the dataset leaves the device: copies overlap compute
+  kCostFasterKernel = 2,   // a kernel that is also faster (flash attention)
+  kCostFewerBits = 3,      // 16-bit storage: faster on tensor cores
+  kCostSmallRecompute = 4, // rebuild a few cheap tensors: a few % more time
+  kCostSmallerBatch = 5,   // the same tokens in smaller micro-batches: less parallelism
+  kCostFullRecompute = 6,  // one more forward per step: about a third more time
+};
+
+class Techniques;
+
+class Technique {
+ public:
+  virtual ~Technique() = default;
+  virtual std::string name() const = 0;  // its suite's folder: "checkpointing"
+
+  // Where its strategy goes in the trainer's list (strategies are called in this order at every
+  // hook): a strategy that gathers parameters must run before one that recomputes a layer.
+  enum class HookOrder { gathers_parameters, recomputes, scales_loss, after_the_step };
+  virtual HookOrder hook_order() const { return HookOrder::recomputes; }
+
+  virtual void add_flags(CLI::App& command, TrainingSetup& setup) const = 0;
+  // Fills in what its options leave to the rest of the setup, once the world size is known (ZeRO:
+  // plain data parallelism under mpirun when no other technique shards).
+  virtual void complete(TrainingSetup&, const Techniques& /*all*/) const {}
+  // Throws std::invalid_argument naming the flag to change. `all`: to ask how it combines.
+  virtual void validate(const TrainingSetup&, const Techniques& /*all*/) const {}
+  // Whether it spreads the model over the ranks (then the run needs a communicator, and the
+  // first one that does is the run's data parallelism).
+  virtual bool shards(const TrainingSetup&) const { return false; }
+  // Whether a layer's parameters exist only while it computes (then a recompute that rebuilds
+  // other layers than the one in backward cannot compose with it).
+  virtual bool gathers_one_layer_at_a_time(const TrainingSetup&) const { return false; }
+
+  // The data loader, when this technique provides it (nullptr: the driver's SequentialBatches).
+  virtual std::unique_ptr<BatchSource> make_loader(const TrainingSetup&, Device&, HostTokens&, std::size_t /*rank*/,
+                                                   std::size_t /*ranks*/) const {
+    return nullptr;
+  }
+  // What it adds to a run; nothing when the setup does not use it.
+  virtual TechniqueInRun join(RunParts&) const { return {}; }
+
+  virtual std::string describe(const TrainingSetup&) const { return {}; }  // "" when not used
+  virtual void add_config_json(const TrainingSetup&, nlohmann::json& /*config*/) const {}
+  virtual void add_result_json(const RunFacts&, const Strategy* /*its strategy or nullptr*/, nlohmann::json& /*result*/) const {}
+  virtual std::vector<Remedy> remedies(const TrainingSetup&) const { return {}; }
+  virtual void add_formulas(const TrainingSetup&, FormulaBytes&) const {}
+};
+
+// The registered techniques, in the order the progress line names them.
+class Techniques {
+ public:
+  Techniques(std::initializer_list<const Technique*> list) : list_(list) {}
+  auto begin() const { return list_.begin(); }
+  auto end() const { return list_.end(); }
+
+  void add_flags(CLI::App& command, TrainingSetup& setup) const;
+  void complete(TrainingSetup& setup) const;         // every technique's complete(), in order
+  void validate(const TrainingSetup& setup) const;   // the core's rules, then every technique's
+  // The technique that shards the model over the ranks (nullptr: none; a communicator is needed
+  // when there is one).
+  const Technique* sharding(const TrainingSetup& setup) const;
+  bool gathers_one_layer_at_a_time(const TrainingSetup& setup) const;
+  // Every technique's words: "bf16 accum=4 recompute=selective attention=flash ...".
+  std::string describe(const TrainingSetup& setup) const;
+  FormulaBytes formulas(const TrainingSetup& setup) const;
+
+ private:
+  std::vector<const Technique*> list_;
+};
+
+}  // namespace trainmem

@@ -1,0 +1,48 @@
+#include "suites/accumulation/accumulation_technique.h"
+
+#include "common/cli/flag_ranges.h"
+
+namespace trainmem {
+
+namespace {
+
+constexpr std::uint64_t kMaxAccum = 1 << 20;
+
+class AccumulationTechnique : public Technique {
+ public:
+  std::string name() const override { return "accumulation"; }
+
+  void add_flags(CLI::App& command, TrainingSetup& setup) const override {
+    command.add_option("--accum", setup.accum, "Gradient accumulation: micro-batches per optimizer step")
+        ->capture_default_str()
+        ->check(cli::whole_number(1, kMaxAccum));
+  }
+
+  std::string describe(const TrainingSetup& setup) const override { return "accum=" + std::to_string(setup.accum); }
+  void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override { config["accum"] = setup.accum; }
+
+  // The same tokens per step in smaller micro-batches: b < B dividing B, the largest first.
+  std::vector<Remedy> remedies(const TrainingSetup&) const override {
+    return {{kCostSmallerBatch, false, [](const TrainingSetup& failed) {
+               std::vector<Remedy::Variant> variants;
+               for (std::size_t b = failed.batch / 2; b >= 1; --b) {
+                 if (failed.batch % b != 0) continue;
+                 Remedy::Variant v{"", failed};
+                 v.setup.batch = b;
+                 v.setup.accum = failed.accum * (failed.batch / b);
+                 v.flags = "--batch " + std::to_string(b) + " --accum " + std::to_string(v.setup.accum);
+                 variants.push_back(std::move(v));
+               }
+               return variants;
+             }}};
+  }
+};
+
+}  // namespace
+
+const Technique& accumulation_technique() {
+  static const AccumulationTechnique technique;
+  return technique;
+}
+
+}  // namespace trainmem

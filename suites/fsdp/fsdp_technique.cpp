@@ -1,0 +1,150 @@
+#include "suites/fsdp/fsdp_technique.h"
+
+#include "common/cli/flag_ranges.h"
+#include "common/comm/communicator.h"
+#include "common/device/device.h"
+#include "common/model/gpt.h"
+#include "suites/fsdp/fsdp_memory.h"
+#include "suites/fsdp/fsdp_strategy.h"
+
+namespace trainmem::fsdp {
+
+namespace {
+
+// What an FSDP run adds to --json: the per-rank peaks of the model states, measured (since the
+// model was sharded) and predicted by fsdp_memory.h, the units gathered at the peak, and the
+// communication per step.
+nlohmann::json fsdp_json(const FsdpStrategy& strategy, const RunFacts& run) {
+  const Communicator& world = *run.world;
+  const auto N = static_cast<std::size_t>(world.world_size());
+  const FsdpMemory x = fsdp_memory(run.setup.model, N, strategy.options(), run.setup.precision);
+  auto peak = [&](MemoryCategory c) { return run.stats.by_category[index_of(c)].peak; };
+  const bool sharded = strategy.options().mode != ShardingMode::none;
+  const double steps = static_cast<double>(run.steps);
+  return {{"peaks_since", "sharding"},
+          {"per_rank_peak_bytes",
+           {{"parameters", peak(MemoryCategory::parameters)},
+            {"gradients", peak(MemoryCategory::gradients)},
+            {"optimizer_state", peak(MemoryCategory::optimizer_state)}}},
+          {"predicted_per_rank_peak_bytes",
+           {{"parameters", x.parameters_peak_bytes},
+            {"gradients", x.gradients_peak_bytes},
+            {"optimizer_state", x.optimizer_state_peak_bytes}}},
+          {"layer_units_gathered_at_peak", sharded ? strategy.peak_gathered_layer_units() : x.layer_units_gathered_at_peak},
+          {"predicted_layer_units_gathered_at_peak", x.layer_units_gathered_at_peak},
+          {"comm_per_step",
+           {{"volume_bytes", static_cast<double>(world.stats().total.volume_bytes) / steps},
+            {"seconds", world.stats().total.seconds / steps},
+            {"predicted_volume_bytes",
+             fsdp_comm_volume_per_step(run.setup.model, N, strategy.options(), run.setup.precision, run.setup.accum)}}}};
+}
+
+// A CLI11 check from one of fsdp_options.h's parsers, so the message is the suite's own.
+template <typename Parse>
+CLI::Validator checked_by(Parse parse) {
+  return cli::parses_with([parse](const std::string& text) { parse(text); });
+}
+
+class FsdpTechnique : public Technique {
+ public:
+  std::string name() const override { return "fsdp"; }
+  HookOrder hook_order() const override { return HookOrder::gathers_parameters; }
+
+  void add_flags(CLI::App& command, TrainingSetup& setup) const override {
+    FsdpChoice& choice = setup.option<FsdpChoice>();
+    command
+        .add_option_function<std::string>(
+            "--fsdp",
+            [&choice](const std::string& text) {
+              choice.enabled = true;
+              choice.options.mode = parse_sharding_mode(text);
+            },
+            "Fully sharded data parallel over the ranks of mpirun: full (FULL_SHARD), grad_op "
+            "(SHARD_GRAD_OP) or none (NO_SHARD: plain data parallel); not with --zero")
+        ->check(checked_by(parse_sharding_mode));
+    command
+        .add_option_function<std::string>(
+            "--fsdp-unit", [&choice](const std::string& text) { choice.options.layers_per_unit = parse_layers_per_unit(text); },
+            "FSDP unit: layer, or K-layers (K consecutive layers, e.g. 2-layers)")
+        ->default_str("layer")
+        ->check(checked_by(parse_layers_per_unit));
+    command
+        .add_option_function<std::string>(
+            "--fsdp-prefetch",
+            [&choice](const std::string& text) { choice.options.prefetch = parse_on_off(text, "--fsdp-prefetch"); },
+            "FSDP: gather the next unit while the current one computes: on or off (the lazy loader's "
+            "--prefetch N is another flag)")
+        ->default_str("off")
+        ->check(checked_by([](const std::string& t) { return parse_on_off(t, "--fsdp-prefetch"); }));
+  }
+
+  void validate(const TrainingSetup& setup, const Techniques& all) const override {
+    const Technique* sharding = all.sharding(setup);
+    if (shards(setup) && sharding != this)
+      throw std::invalid_argument("--fsdp " + to_string(setup.option<FsdpChoice>().options.mode) + " and " +
+                                  sharding->describe(setup) +
+                                  " both shard the model states over the ranks: give one of them");
+  }
+  bool shards(const TrainingSetup& setup) const override { return setup.option<FsdpChoice>().enabled; }
+  bool gathers_one_layer_at_a_time(const TrainingSetup& setup) const override {
+    const FsdpChoice& choice = setup.option<FsdpChoice>();
+    return choice.enabled && choice.options.mode == ShardingMode::full;
+  }
+
+  TechniqueInRun join(RunParts& run) const override {
+    if (!shards(run.setup)) return {};
+    auto strategy = std::make_unique<FsdpStrategy>(run.model, *run.world, run.setup.option<FsdpChoice>().options,
+                                                   run.setup.adam, run.setup.max_grad_norm);
+    // The whole model existed once, before it was sharded (as in PyTorch without meta-device
+    // initialization); the peaks from here on are those of training.
+    run.device.allocator().reset_peak_stats();
+    TechniqueInRun joined;
+    joined.optimizer = &strategy->optimizer();
+    joined.loss_share = strategy->loss_scale();
+    joined.strategy = std::move(strategy);
+    return joined;
+  }
+
+  std::string describe(const TrainingSetup& setup) const override {
+    const FsdpChoice& choice = setup.option<FsdpChoice>();
+    if (!choice.enabled) return {};
+    return "fsdp=" + to_string(choice.options.mode) + " unit=" + unit_to_string(choice.options.layers_per_unit) +
+           " prefetch=" + (choice.options.prefetch ? "on" : "off");
+  }
+  void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override {
+    const FsdpChoice& choice = setup.option<FsdpChoice>();
+    config["fsdp"] = nullptr;  // null: no FSDP
+    if (choice.enabled)
+      config["fsdp"] = {{"mode", to_string(choice.options.mode)},
+                        {"unit", unit_to_string(choice.options.layers_per_unit)},
+                        {"prefetch", choice.options.prefetch}};
+  }
+  void add_result_json(const RunFacts& run, const Strategy* strategy, nlohmann::json& result) const override {
+    if (const auto* fsdp = dynamic_cast<const FsdpStrategy*>(strategy)) result["fsdp"] = fsdp_json(*fsdp, run);
+  }
+
+  void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
+    const FsdpChoice& choice = s.option<FsdpChoice>();
+    if (!choice.enabled) return;
+    const FsdpMemory m = fsdp_memory(s.model, s.world_size, choice.options, s.precision);
+    ShardedFormulas sharded;
+    sharded.scheme = "FSDP " + to_string(choice.options.mode) + " over " + std::to_string(s.world_size) +
+                     (s.world_size == 1 ? " rank" : " ranks");
+    sharded.parameters = m.parameters_peak_bytes;
+    sharded.gradients = m.gradients_peak_bytes;
+    sharded.optimizer_state = m.optimizer_state_peak_bytes;
+    // FULL_SHARD shards as ZeRO-3, SHARD_GRAD_OP as ZeRO-2: the ZeRO paper's formula of that stage
+    // applies (the estimator puts it beside these figures)
+    sharded.paper_stage = choice.options.mode == ShardingMode::full ? 3 : choice.options.mode == ShardingMode::grad_op ? 2 : 0;
+    f.sharded = sharded;
+  }
+};
+
+}  // namespace
+
+const Technique& fsdp_technique() {
+  static const FsdpTechnique technique;
+  return technique;
+}
+
+}  // namespace trainmem::fsdp

@@ -1,0 +1,110 @@
+#include "suites/lazy_loading/lazy_loading_technique.h"
+
+#include <stdexcept>
+
+#include "common/allocator/allocator_config.h"
+#include "common/cli/flag_ranges.h"
+#include "suites/lazy_loading/eager_loader.h"
+#include "suites/lazy_loading/lazy_loader.h"
+
+namespace trainmem::lazy_loading {
+
+Loader parse_loader(const std::string& text) {
+  if (text == "sequential") return Loader::sequential;
+  if (text == "eager") return Loader::eager;
+  if (text == "lazy") return Loader::lazy;
+  throw std::invalid_argument("--loader must be sequential, eager or lazy, not '" + text + "'");
+}
+
+std::string to_string(Loader loader) {
+  switch (loader) {
+    case Loader::sequential: return "sequential";
+    case Loader::eager: return "eager";
+    case Loader::lazy: return "lazy";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr std::uint64_t kMaxPrefetch = 64;  // device batch buffers of the lazy loader
+
+class LazyLoadingTechnique : public Technique {
+ public:
+  std::string name() const override { return "lazy_loading"; }
+
+  void add_flags(CLI::App& command, TrainingSetup& setup) const override {
+    LoaderChoice& choice = setup.option<LoaderChoice>();
+    command
+        .add_option_function<std::string>(
+            "--loader", [&choice](const std::string& text) { choice.loader = parse_loader(text); },
+            "Where the dataset lives: sequential (host, in order), eager (all of it on the device) or "
+            "lazy (host, shuffled batches prefetched by a background thread)")
+        ->default_str("sequential")
+        ->check(CLI::IsMember({"sequential", "eager", "lazy"}));
+    command.add_option("--prefetch", choice.prefetch, "lazy: device batch buffers filled ahead (0: synchronous)")
+        ->capture_default_str()
+        ->check(cli::whole_number(0, kMaxPrefetch));
+    command.add_option("--pinned", choice.pinned, "lazy: pinned host staging memory (GPU only)")->capture_default_str();
+  }
+
+  std::unique_ptr<BatchSource> make_loader(const TrainingSetup& s, Device& device, HostTokens& tokens, std::size_t rank,
+                                           std::size_t ranks) const override {
+    const LoaderChoice& choice = s.option<LoaderChoice>();
+    const std::size_t B = s.batch, T = s.seq();
+    switch (choice.loader) {
+      case Loader::sequential: return nullptr;
+      case Loader::eager:  // all of it on the device
+        return std::make_unique<EagerLoader>(device, std::move(tokens), B, T, EagerLoaderOptions{s.seed, true, rank, ranks});
+      case Loader::lazy: {  // on the host; batches prefetched by a background thread
+        LazyLoaderOptions o;
+        o.prefetch = choice.prefetch;
+        o.pinned = choice.pinned;
+        o.seed = s.seed;
+        o.rank = rank;
+        o.world = ranks;
+        return std::make_unique<LazyLoader>(device, std::move(tokens), B, T, o);
+      }
+    }
+    throw std::logic_error("make_loader: unknown loader");
+  }
+
+  std::string describe(const TrainingSetup& s) const override {
+    const Loader loader = s.option<LoaderChoice>().loader;
+    return loader == Loader::sequential ? std::string() : "loader=" + to_string(loader);
+  }
+  void add_config_json(const TrainingSetup& s, nlohmann::json& config) const override {
+    const LoaderChoice& choice = s.option<LoaderChoice>();
+    config["loader"] = to_string(choice.loader);
+    config["prefetch"] = choice.prefetch;
+    config["pinned"] = choice.pinned;
+  }
+
+  std::vector<Remedy> remedies(const TrainingSetup&) const override {
+    return {{kCostDataOffDevice, true, [](const TrainingSetup& failed) {
+               if (failed.option<LoaderChoice>().loader != Loader::eager) return std::vector<Remedy::Variant>{};
+               Remedy::Variant v{"--loader lazy", failed};
+               v.setup.option<LoaderChoice>().loader = Loader::lazy;
+               return std::vector<Remedy::Variant>{v};
+             }}};
+  }
+
+  // The trainer's int32 tokens and targets; eager: the whole dataset as int32; lazy: `prefetch`
+  // slots of tokens + targets (lazy_loader.h).
+  void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
+    const LoaderChoice& choice = s.option<LoaderChoice>();
+    const std::size_t batch = round_size(4 * s.batch * s.seq());
+    f.data = 2 * batch;
+    if (choice.loader == Loader::eager) f.data += round_size(4 * s.dataset_size());
+    if (choice.loader == Loader::lazy) f.data += choice.prefetch * 2 * batch;
+  }
+};
+
+}  // namespace
+
+const Technique& lazy_loading_technique() {
+  static const LazyLoadingTechnique technique;
+  return technique;
+}
+
+}  // namespace trainmem::lazy_loading

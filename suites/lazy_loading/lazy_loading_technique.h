@@ -1,0 +1,31 @@
+// Lazy data loading's registration (common/train/technique.h): where the dataset lives.
+//
+//   flags      --loader sequential|eager|lazy, --prefetch N, --pinned true|false
+//   loader     EagerLoader (eager_loader.h: all of it on the device) or LazyLoader
+//              (lazy_loader.h: on the host, batches prefetched by a background thread);
+//              sequential is the driver's SequentialBatches (common/data/batch_source.h)
+//   remedy     --loader lazy: the dataset leaves the device (eager runs only)
+//   formula    the data category: the trainer's tokens and targets, plus the eager dataset or
+//              the lazy ring
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "common/train/technique.h"
+
+namespace trainmem::lazy_loading {
+
+enum class Loader { sequential, eager, lazy };
+Loader parse_loader(const std::string& text);  // sequential | eager | lazy; std::invalid_argument
+std::string to_string(Loader loader);
+
+// The loader the flags choose (an option of the setup).
+struct LoaderChoice {
+  Loader loader = Loader::sequential;
+  std::size_t prefetch = 2;  // lazy: device batch buffers in the ring
+  bool pinned = true;        // lazy: pinned host staging
+};
+
+const Technique& lazy_loading_technique();
+
+}  // namespace trainmem::lazy_loading

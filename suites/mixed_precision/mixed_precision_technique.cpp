@@ -1,0 +1,108 @@
+#include "suites/mixed_precision/mixed_precision_technique.h"
+
+#include "common/allocator/allocator_config.h"
+#include "common/cli/flag_ranges.h"
+#include "common/model/parameter_table.h"
+#include "common/model/precision.h"
+
+namespace trainmem {
+
+namespace {
+
+// The loss scale's range: both the scale and 1/scale stay normal floats.
+constexpr double kMinLossScale = 0x1p-24;
+constexpr double kMaxLossScale = 0x1p64;
+constexpr std::uint64_t kMaxLossScaleInterval = 1000000000;
+
+class MixedPrecisionTechnique : public Technique {
+ public:
+  std::string name() const override { return "mixed_precision"; }
+  HookOrder hook_order() const override { return HookOrder::scales_loss; }
+
+  void add_flags(CLI::App& command, TrainingSetup& setup) const override {
+    using cli::Bound;
+    command
+        .add_option_function<std::string>(
+            "--precision", [&setup](const std::string& text) { setup.precision = parse_precision(text); },
+            "fp32, or bf16/fp16: 16-bit weights, gradients and activations with fp32 master weights")
+        ->default_str("fp32")
+        ->check(cli::parses_with(parse_precision));
+    // Dynamic loss scaling (fp16 only), PyTorch GradScaler's defaults.
+    LossScaling& scaling = setup.option<LossScaling>();
+    auto given = [&scaling](auto) { scaling.flags_given = true; };
+    command.add_option("--loss-scale", scaling.scaler.init_scale, "fp16: initial loss scale")
+        ->capture_default_str()
+        ->check(cli::real_number(kMinLossScale, Bound::inclusive, kMaxLossScale, Bound::inclusive))
+        ->each(given);
+    command.add_option("--loss-scale-interval", scaling.scaler.growth_interval, "fp16: clean steps in a row before the scale grows")
+        ->capture_default_str()
+        ->check(cli::whole_number(1, kMaxLossScaleInterval))
+        ->each(given);
+    command.add_option("--loss-scale-growth", scaling.scaler.growth_factor, "fp16: factor on growth (> 1)")
+        ->capture_default_str()
+        ->check(cli::real_number(1, Bound::exclusive, 1e6, Bound::inclusive))
+        ->each(given);
+    command.add_option("--loss-scale-backoff", scaling.scaler.backoff_factor, "fp16: factor after an inf/NaN step (between 0 and 1)")
+        ->capture_default_str()
+        ->check(cli::real_number(0, Bound::exclusive, 1, Bound::exclusive))
+        ->each(given);
+  }
+
+  void validate(const TrainingSetup& setup, const Techniques&) const override {
+    const LossScaling& scaling = setup.option<LossScaling>();
+    if (scaling.flags_given && setup.precision != Precision::fp16)
+      throw std::invalid_argument("--loss-scale* options apply only to --precision fp16 (bf16 and fp32 need no loss scaling)");
+    scaling.scaler.validate();
+  }
+
+  TechniqueInRun join(RunParts& run) const override {
+    if (run.setup.precision != Precision::fp16) return {};
+    return {std::make_unique<DynamicLossScaler>(run.setup.option<LossScaling>().scaler)};
+  }
+
+  std::string describe(const TrainingSetup& setup) const override { return to_string(setup.precision); }
+  void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override {
+    config["precision"] = to_string(setup.precision);
+  }
+  void add_result_json(const RunFacts&, const Strategy* strategy, nlohmann::json& result) const override {
+    const auto* scaler = dynamic_cast<const DynamicLossScaler*>(strategy);
+    if (!scaler) return;
+    const LossScalerOptions& o = scaler->options();
+    result["config"]["loss_scaler"] = {{"init_scale", o.init_scale},
+                                       {"growth_factor", o.growth_factor},
+                                       {"backoff_factor", o.backoff_factor},
+                                       {"growth_interval", o.growth_interval},
+                                       {"skipped_steps", scaler->skipped_steps()}};
+  }
+
+  std::vector<Remedy> remedies(const TrainingSetup&) const override {
+    return {{kCostFewerBits, true, [](const TrainingSetup& failed) {
+               if (failed.precision != Precision::fp32) return std::vector<Remedy::Variant>{};
+               Remedy::Variant v{"--precision bf16", failed};
+               v.setup.precision = Precision::bf16;
+               return std::vector<Remedy::Variant>{v};
+             }}};
+  }
+
+  // precision_memory.h: bytes per parameter per category, each tensor rounded to 512 bytes; the
+  // optimizer's fp32 tensors (m, v and, in 16 bits, the master weights) are 4 bytes each.
+  void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
+    const BytesPerParameter b = bytes_per_parameter(s.precision);
+    const ParameterTable table(s.model);
+    for (const ParameterInfo& p : table.all()) {
+      const std::size_t n = p.numel();
+      f.parameters += round_size(n * b.parameters);
+      f.gradients += round_size(n * b.gradients);
+      f.optimizer_state += (b.optimizer_state / 4) * round_size(n * 4);
+    }
+  }
+};
+
+}  // namespace
+
+const Technique& mixed_precision_technique() {
+  static const MixedPrecisionTechnique technique;
+  return technique;
+}
+
+}  // namespace trainmem

@@ -1,0 +1,154 @@
+#include "suites/zero/zero_technique.h"
+
+#include "common/cli/flag_ranges.h"
+#include "common/comm/communicator.h"
+#include "common/model/gpt.h"
+#include "suites/zero/zero_memory.h"
+#include "suites/zero/zero_strategy.h"
+
+namespace trainmem::zero {
+
+namespace {
+
+// What a ZeRO run adds to --json: the per-rank memory of the model states (measured, this
+// implementation's exact formula and the paper's), the communication per step, the world.
+nlohmann::json zero_json(const ZeroStrategy& strategy, const RunFacts& run) {
+  const Communicator& world = *run.world;
+  const int N = world.world_size();
+  const ZeroOptions& o = strategy.options();
+  const Precision precision = run.setup.precision;
+  const ZeroExactBytes x = exact_model_states(zero_units(run.setup.model), N, o.stage, precision, o.offload, run.setup.accum);
+  const ModelStateBytes paper = paper_model_states(static_cast<double>(run.setup.model.num_parameters()), N, o.stage,
+                                                   precision, o.offload);
+  auto current = [&](MemoryCategory c) { return run.stats.by_category[index_of(c)].current; };
+  nlohmann::json comm_by_category = nlohmann::json::object();
+  for (MemoryCategory c : kAllMemoryCategories) {
+    const CommCounts& k = world.stats().by_category[index_of(c)];
+    if (k.calls > 0) comm_by_category[std::string(to_string(c))] = {{"volume_bytes", k.volume_bytes}, {"calls", k.calls}};
+  }
+  const double per_step = 1.0 / static_cast<double>(run.steps);
+  return {{"stage", o.stage},
+          {"offload", to_string(o.offload)},
+          {"per_rank_bytes",
+           {{"parameters", current(MemoryCategory::parameters)},
+            {"gradients", current(MemoryCategory::gradients)},
+            {"optimizer_state", current(MemoryCategory::optimizer_state)},
+            {"communication_peak", run.stats.by_category[index_of(MemoryCategory::communication)].peak},
+            {"host", strategy.host_bytes()}}},
+          {"predicted_per_rank_bytes",
+           {{"parameters", x.parameters},
+            {"gradients", x.gradients},
+            {"optimizer_state", x.optimizer_state},
+            {"communication_peak", x.communication_peak},
+            {"host", x.host}}},
+          {"paper_per_rank_bytes",
+           {{"parameters", paper.parameters},
+            {"gradients", paper.gradients},
+            {"optimizer_state", paper.optimizer_state},
+            {"host", paper.host}}},
+          {"comm_per_step",
+           {{"volume_bytes", static_cast<double>(world.stats().total.volume_bytes) * per_step},
+            {"sent_bytes", static_cast<double>(world.stats().total.sent_bytes) * per_step},
+            {"seconds", world.stats().total.seconds * per_step},
+            {"predicted_volume_bytes", x.volume_gradients + x.volume_parameters}}},
+          {"comm_by_category", comm_by_category}};
+}
+
+class ZeroTechnique : public Technique {
+ public:
+  std::string name() const override { return "zero"; }
+  HookOrder hook_order() const override { return HookOrder::gathers_parameters; }
+
+  void add_flags(CLI::App& command, TrainingSetup& setup) const override {
+    ZeroChoice& choice = setup.option<ZeroChoice>();
+    command.add_option("--zero", choice.stage,
+                       "ZeRO stage over the ranks of mpirun: 0 data parallel (gradients all-reduced), 1 shards the "
+                       "optimizer state, 2 also the gradients, 3 also the parameters (default under mpirun: 0)")
+        ->check(cli::whole_number(0, 3));
+    command
+        .add_option_function<std::string>(
+            "--offload", [&choice](const std::string& text) { choice.offload = parse_offload(text); },
+            "ZeRO-Offload: none, optimizer (optimizer state and Adam on the host; --zero 1-3) or params "
+            "(also the parameter shards; --zero 3)")
+        ->default_str("none")
+        ->check(CLI::IsMember({"none", "optimizer", "params"}));
+  }
+
+  // Under mpirun, plain data parallelism (stage 0) unless the flags chose otherwise.
+  void complete(TrainingSetup& setup, const Techniques& all) const override {
+    ZeroChoice& choice = setup.option<ZeroChoice>();
+    if (choice.stage < 0 && setup.world_size > 1 && !all.sharding(setup)) choice.stage = 0;
+  }
+  void validate(const TrainingSetup& setup, const Techniques&) const override {
+    const ZeroChoice& choice = setup.option<ZeroChoice>();
+    if (choice.offload != Offload::none && choice.stage < 1)
+      throw std::invalid_argument("--offload " + to_string(choice.offload) +
+                                  " needs --zero 1, 2 or 3 (offload moves a rank's shard of the optimizer state to the host)");
+    if (choice.stage >= 0) zero::validate(options(setup));  // the stage range, offload params with stage 3
+  }
+  bool shards(const TrainingSetup& setup) const override { return setup.option<ZeroChoice>().stage >= 0; }
+  bool gathers_one_layer_at_a_time(const TrainingSetup& setup) const override {
+    return setup.option<ZeroChoice>().stage == 3;
+  }
+
+  TechniqueInRun join(RunParts& run) const override {
+    if (!shards(run.setup)) return {};
+    auto strategy = std::make_unique<ZeroStrategy>(run.model, *run.world, options(run.setup));
+    TechniqueInRun joined;
+    joined.optimizer = &strategy->optimizer();
+    joined.loss_share = strategy->loss_scale();
+    joined.strategy = std::move(strategy);
+    return joined;
+  }
+
+  std::string describe(const TrainingSetup& setup) const override {
+    const ZeroChoice& choice = setup.option<ZeroChoice>();
+    if (choice.stage < 0) return {};
+    std::string words = "zero=" + std::to_string(choice.stage);
+    if (choice.offload != Offload::none) words += " offload=" + to_string(choice.offload);
+    return words;
+  }
+  void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override {
+    config["zero"] = setup.option<ZeroChoice>().stage;  // -1: no ZeRO
+    config["offload"] = to_string(setup.option<ZeroChoice>().offload);
+  }
+  void add_result_json(const RunFacts& run, const Strategy* strategy, nlohmann::json& result) const override {
+    if (const auto* zero = dynamic_cast<const ZeroStrategy*>(strategy)) result["zero"] = zero_json(*zero, run);
+  }
+
+  void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
+    const ZeroChoice& choice = s.option<ZeroChoice>();
+    if (choice.stage < 0) return;
+    const int N = static_cast<int>(s.world_size);
+    const ZeroExactBytes x = exact_model_states(zero_units(s.model), N, choice.stage, s.precision, choice.offload, s.accum);
+    ShardedFormulas sharded;
+    sharded.scheme = stage_name(choice.stage) + (choice.offload != Offload::none ? ", offload " + to_string(choice.offload) : "") +
+                     " over " + std::to_string(N) + (N == 1 ? " rank" : " ranks");
+    sharded.parameters = x.parameters;
+    sharded.gradients = x.gradients;
+    sharded.optimizer_state = x.optimizer_state;
+    sharded.communication = x.communication_peak;
+    sharded.host = x.host;
+    sharded.paper_stage = choice.stage;
+    f.sharded = sharded;
+  }
+
+ private:
+  static ZeroOptions options(const TrainingSetup& setup) {
+    ZeroOptions o;
+    o.stage = setup.option<ZeroChoice>().stage;
+    o.offload = setup.option<ZeroChoice>().offload;
+    o.adam = setup.adam;
+    o.max_grad_norm = setup.max_grad_norm;
+    return o;
+  }
+};
+
+}  // namespace
+
+const Technique& zero_technique() {
+  static const ZeroTechnique technique;
+  return technique;
+}
+
+}  // namespace trainmem::zero

@@ -1,0 +1,23 @@
+// ZeRO's registration (common/train/technique.h): --zero and --offload.
+//
+//   flags      --zero 0|1|2|3 (not given: 0 under mpirun when nothing else shards, else none),
+//              --offload none|optimizer|params
+//   strategy   ZeroStrategy (zero_strategy.h) and its optimizer over the shards
+//   json       "zero": per-rank model states measured, by this implementation's exact formula and
+//              by the paper's, and the communication per step (zero_memory.h)
+//   formula    the sharded model states per rank (zero_memory.h)
+#pragma once
+#include "common/train/sharded_adamw.h"
+#include "common/train/technique.h"
+
+namespace trainmem::zero {
+
+// What the flags choose (an option of the setup).
+struct ZeroChoice {
+  int stage = -1;                   // --zero; -1: not given
+  Offload offload = Offload::none;  // --offload
+};
+
+const Technique& zero_technique();
+
+}  // namespace trainmem::zero

@@ -56,6 +56,17 @@ struct TechniqueInRun {
   double loss_share = 1.0;
 };
 
+// A data-parallel strategy with its own optimizer over the shards (ZeRO, FSDP): what it adds to a run.
+// Its loss_scale() is this rank's share of the global mean (1/N).
+template <typename DataParallelStrategy>
+TechniqueInRun data_parallel_in_run(std::unique_ptr<DataParallelStrategy> strategy) {
+  TechniqueInRun joined;
+  joined.optimizer = &strategy->optimizer();
+  joined.loss_share = strategy->loss_scale();
+  joined.strategy = std::move(strategy);
+  return joined;
+}
+
 // What `trainmem train --json` knows at the end of a run, for a technique's result section.
 struct RunFacts {
   const TrainingSetup& setup;

@@ -98,11 +98,7 @@ class FsdpTechnique : public Technique {
     // The whole model existed once, before it was sharded (as in PyTorch without meta-device
     // initialization); the peaks from here on are those of training.
     run.device.allocator().reset_peak_stats();
-    TechniqueInRun joined;
-    joined.optimizer = &strategy->optimizer();
-    joined.loss_share = strategy->loss_scale();
-    joined.strategy = std::move(strategy);
-    return joined;
+    return data_parallel_in_run(std::move(strategy));
   }
 
   std::string describe(const TrainingSetup& setup) const override {

@@ -94,11 +94,7 @@ class ZeroTechnique : public Technique {
   TechniqueInRun join(RunParts& run) const override {
     if (!shards(run.setup)) return {};
     auto strategy = std::make_unique<ZeroStrategy>(run.model, *run.world, options(run.setup));
-    TechniqueInRun joined;
-    joined.optimizer = &strategy->optimizer();
-    joined.loss_share = strategy->loss_scale();
-    joined.strategy = std::move(strategy);
-    return joined;
+    return data_parallel_in_run(std::move(strategy));
   }
 
   std::string describe(const TrainingSetup& setup) const override {

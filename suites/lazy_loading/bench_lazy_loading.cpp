@@ -17,9 +17,8 @@
 
 #include "common/data/token_file.h"
 #include "common/results/benchmark_context.h"
-#include "common/train/trainer.h"
-#include "suites/lazy_loading/eager_loader.h"
-#include "suites/lazy_loading/lazy_loader.h"
+#include "common/train/training_run.h"
+#include "suites/lazy_loading/lazy_loading_technique.h"
 
 namespace trainmem::lazy_loading {
 namespace {
@@ -57,15 +56,21 @@ const std::string& dataset_file(std::size_t n) {
   return file.path;
 }
 
-std::unique_ptr<BatchSource> make_loader(Device& device, const Setup& s, Variant v) {
-  const std::size_t B = s.batch, T = s.config.seq;
-  if (v == eager) return std::make_unique<EagerLoader>(device, HostTokens(dataset(s.dataset_tokens)), B, T);
-  LazyLoaderOptions o;
-  o.prefetch = v == lazy_sync ? 0 : 2;
-  o.pinned = v != lazy_unpinned;
-  HostTokens host = v == lazy_mmap ? HostTokens::map_file(dataset_file(s.dataset_tokens))
-                                   : HostTokens(dataset(s.dataset_tokens));
-  return std::make_unique<LazyLoader>(device, std::move(host), B, T, o);
+// The run of a variant, as `trainmem train --loader ... --prefetch ... --pinned ...` describes it.
+TrainingSetup training_setup(const Setup& s, Variant v) {
+  TrainingSetup setup;
+  setup.model = s.config;
+  setup.batch = s.batch;
+  setup.dataset_tokens = s.dataset_tokens;
+  LoaderChoice& choice = setup.option<LoaderChoice>();
+  choice.loader = v == eager ? Loader::eager : Loader::lazy;
+  choice.prefetch = v == lazy_sync ? 0 : 2;
+  choice.pinned = v != lazy_unpinned;
+  return setup;
+}
+
+HostTokens host_tokens(const Setup& s, Variant v) {
+  return v == lazy_mmap ? HostTokens::map_file(dataset_file(s.dataset_tokens)) : HostTokens(dataset(s.dataset_tokens));
 }
 
 std::unique_ptr<Device> open_device(const std::string& choice) {
@@ -74,29 +79,29 @@ std::unique_ptr<Device> open_device(const std::string& choice) {
   return Device::open(options);
 }
 
-void add_formula_counters(benchmark::State& state, const Setup& s, Variant v) {
-  const std::size_t batch_bytes = round_size(s.batch * s.config.seq * 4);
-  const double loader_bytes = v == eager       ? static_cast<double>(round_size(s.dataset_tokens * 4))
-                              : v == lazy_sync ? 0.0
-                                               : 2.0 * 2.0 * static_cast<double>(batch_bytes);
-  state.counters["loader_formula_bytes"] = bytes_counter(loader_bytes);
-  state.counters["dataset_tokens"] = static_cast<double>(s.dataset_tokens);
+// The loader's device bytes by the suite's formula (its registration): the data category's formula
+// beyond the sequential reader's (the trainer's own batch tensors).
+void add_formula_counters(benchmark::State& state, const TrainingSetup& setup) {
+  TrainingSetup sequential = setup;
+  sequential.option<LoaderChoice>().loader = Loader::sequential;
+  FormulaBytes with_loader, without;
+  lazy_loading_technique().add_formulas(setup, with_loader);
+  lazy_loading_technique().add_formulas(sequential, without);
+  state.counters["loader_formula_bytes"] = bytes_counter(static_cast<double>(with_loader.data - without.data));
+  state.counters["dataset_tokens"] = static_cast<double>(setup.dataset_tokens);
 }
 
 void BM_Train(benchmark::State& state, const Setup& s) {
+  static const Techniques lazy_loading{&lazy_loading_technique()};
   const auto v = static_cast<Variant>(state.range(0));
   auto device = open_device(s.device);
-  GPT model(*device, s.config, 1);
-  auto loader = make_loader(*device, s, v);
-  TrainerOptions topt;
-  topt.batch = s.batch;
-  topt.seq = s.config.seq;
-  Trainer trainer(model, *loader, topt);
-  trainer.step();
+  const TrainingSetup setup = training_setup(s, v);
+  TrainingRun run(setup, lazy_loading, *device, nullptr, host_tokens(s, v));
+  run.step();
   device->allocator().reset_peak_stats();
-  for (auto _ : state) benchmark::DoNotOptimize(trainer.step().loss);
+  for (auto _ : state) benchmark::DoNotOptimize(run.step().loss);
   set_memory_counters(state, device->allocator().stats());
-  add_formula_counters(state, s, v);
+  add_formula_counters(state, setup);
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(s.batch * s.config.seq),
                                                       benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(s.config.name + " " + kVariantNames[v]);
@@ -105,7 +110,9 @@ void BM_Train(benchmark::State& state, const Setup& s) {
 void BM_Loader(benchmark::State& state, const Setup& s) {
   const auto v = static_cast<Variant>(state.range(0));
   auto device = open_device(s.device);
-  auto loader = make_loader(*device, s, v);
+  const TrainingSetup setup = training_setup(s, v);
+  HostTokens tokens = host_tokens(s, v);
+  auto loader = lazy_loading_technique().make_loader(setup, *device, tokens, 0, 1);
   const auto b = static_cast<std::int64_t>(s.batch), t = static_cast<std::int64_t>(s.config.seq);
   Tensor x(device->allocator(), {b, t}, DType::i32, MemoryCategory::data, "batch.tokens");
   Tensor y(device->allocator(), {b, t}, DType::i32, MemoryCategory::data, "batch.targets");
@@ -117,7 +124,7 @@ void BM_Loader(benchmark::State& state, const Setup& s) {
   }
   if (device->kind() == DeviceKind::cuda) device->synchronize();
   set_memory_counters(state, device->allocator().stats());
-  add_formula_counters(state, s, v);
+  add_formula_counters(state, setup);
   state.counters["batches_per_s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(s.batch * s.config.seq),
                                                       benchmark::Counter::kIsIterationInvariantRate);

@@ -6,18 +6,15 @@
 #include "common/model/storage_type.h"
 #include "kernels/adamw.h"
 #include "kernels/grad_norm.h"
+#include "suites/mixed_precision/master_weights.h"
+#include "suites/mixed_precision/unscale.h"
 
 namespace trainmem {
 
 AdamWOptimizer::AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_grad_norm)
     : model_(model), hyper_(hyper), max_grad_norm_(max_grad_norm) {
-  if (model.dtype() == DType::f32) return;
-  Device& device = model.device();
-  for (Parameter& p : model.parameters()) {
-    master_.emplace_back(device.allocator(), p.value.shape(), DType::f32, MemoryCategory::optimizer_state,
-                         p.name + ".master");
-    widen_to_f32(device, master_.back().data_as<float>(), p.value);
-  }
+  if (!needs_master_weights(model.dtype())) return;
+  for (Parameter& p : model.parameters()) master_.push_back(make_master_weights(model.device(), p.value, p.name));
 }
 
 double AdamWOptimizer::global_grad_norm() {
@@ -50,13 +47,10 @@ double AdamWOptimizer::global_grad_norm() {
 }
 
 AdamWOptimizer::StepOutcome AdamWOptimizer::step(double loss_scale) {
-  StepOutcome outcome;
-  const double scaled_norm = global_grad_norm();
-  outcome.grad_norm = scaled_norm / loss_scale;
-  if (!std::isfinite(scaled_norm)) {  // an inf or NaN anywhere makes the sum of squares inf or NaN
-    outcome.skipped = true;
-    return outcome;
-  }
+  // Unscale, clip and skip on overflow (suites/mixed_precision/unscale.h).
+  const UnscaledStep unscaled = unscale(global_grad_norm(), loss_scale, max_grad_norm_);
+  const StepOutcome outcome{unscaled.grad_norm, unscaled.skipped};
+  if (unscaled.skipped) return outcome;
   Device& device = model_.device();
   auto& params = model_.parameters();
   if (m_.empty()) {
@@ -67,16 +61,15 @@ AdamWOptimizer::StepOutcome AdamWOptimizer::step(double loss_scale) {
       zero_device_memory(device, v_.back().data(), v_.back().nbytes());
     }
   }
-  // g = grad * grad_scale with grad_scale = clip / loss_scale: unscaling and clipping in one factor.
-  const float grad_scale = static_cast<float>(kernels::clip_scale(outcome.grad_norm, max_grad_norm_) / loss_scale);
+  const float grad_scale = unscaled.grad_scale;  // g = grad * grad_scale
   ++step_;
   const auto stream = kernel_stream(device);
   with_storage_type(model_.dtype(), [&](auto tag) {
     using T = decltype(tag);
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto n = static_cast<std::size_t>(params[i].value.numel());
-      // 16 bits: the fp32 master weights are updated and rounded once into the weights the model
-      // computes with (kernels/adamw.h); fp32 weights are their own master copy.
+      // 16 bits: the fp32 master weights (suites/mixed_precision/master_weights.h) are updated and
+      // rounded once into the weights the model computes with (kernels/adamw.h).
       float* master = master_.empty() ? nullptr : master_[i].data_as<float>();
       kernels::adamw_update<T>(stream, params[i].value.data_as<T>(), params[i].grad.data_as<T>(), m_[i].data_as<float>(),
                                v_[i].data_as<float>(), n, hyper_, step_, grad_scale, master);

@@ -1,13 +1,11 @@
-// AdamW over the model's parameters, with gradient-norm clipping, fp32 master weights for a
-// 16-bit model, and the unscaling and skip rule that loss scaling needs.
+// AdamW over the model's parameters, with gradient-norm clipping, and mixed precision's core:
+// fp32 master weights for a 16-bit model (suites/mixed_precision/master_weights.h) and the
+// unscaling and skip rule that loss scaling needs (suites/mixed_precision/unscale.h).
 //
 // Memory (category optimizer_state): the moments m and v, 8 bytes per parameter, allocated at
 // the first step as PyTorch's optimizers do — so the first step's peak is higher than the ones
 // before it, and a memory result must say which step it measured. A model stored in bf16/fp16
-// also gets fp32 master weights (4 bytes per parameter, allocated with the optimizer): the update
-// is applied to them in fp32 and the 16-bit weights are their rounded copy. Updating the 16-bit
-// weights directly would lose every update smaller than half a unit in the last place
-// (bf16: 2^-8 relative), which is most of them late in training.
+// also gets its fp32 master weights here, with the optimizer (4 bytes per parameter).
 #pragma once
 #include <vector>
 

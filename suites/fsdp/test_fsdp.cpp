@@ -183,7 +183,7 @@ TEST(Fsdp, OptionsParseAndBadOnesSayWhatIsAccepted) {
 TEST(Fsdp, UnitsCoverTheModelAndShardsArePadded) {
   const GPTConfig c = test_config();
   for (std::size_t world : {1, 2, 3, 4}) {
-    const auto units = unit_layouts(c, world, 2, ShardingMode::full);
+    const auto units = fsdp_units(c, world, {ShardingMode::full, 2, false});
     ASSERT_EQ(units.size(), 4u);  // root, layers 0-1, 2-3, 4
     std::size_t total = 0;
     for (const UnitLayout& u : units) {
@@ -196,7 +196,7 @@ TEST(Fsdp, UnitsCoverTheModelAndShardsArePadded) {
     EXPECT_EQ(units[3].layers, 1u);
   }
   // NO_SHARD never pads.
-  for (const UnitLayout& u : unit_layouts(c, 4, 1, ShardingMode::none)) EXPECT_EQ(u.padded_numel, u.numel);
+  for (const UnitLayout& u : fsdp_units(c, 4, {ShardingMode::none, 1, false})) EXPECT_EQ(u.padded_numel, u.numel);
 }
 
 // Tolerance (fp32): the ranks' gradients are sums over B rows each, summed again across the ranks
@@ -265,7 +265,7 @@ TEST(Fsdp, MeasuredPeaksEqualTheFormula) {
   }
 }
 
-// Gradient accumulation needs no extra buffer (flat_unit.h): the same peaks as one micro-batch.
+// Gradient accumulation needs no extra buffer (common/sharding/flat_unit.h): the same peaks as one micro-batch.
 TEST(Fsdp, GradientAccumulationAddsNoMemory) {
   RunSetup s;
   s.accum = 2;
@@ -287,7 +287,7 @@ TEST(Fsdp, GradientAccumulationAddsNoMemory) {
 TEST(Fsdp, PrefetchHoldsOneMoreUnitAndShardGradOpHoldsThemAll) {
   const GPTConfig c = test_config();
   const std::size_t N = 4;
-  const auto units = unit_layouts(c, N, 2, ShardingMode::full);
+  const auto units = fsdp_units(c, N, {ShardingMode::full, 2, false});
   const std::size_t two_layers = round_size(units[1].padded_numel * 4);
   const std::size_t one_layer = round_size(units[3].padded_numel * 4);
   const FsdpMemory off = fsdp_memory(c, N, {ShardingMode::full, 2, false}, Precision::fp32);
@@ -310,7 +310,7 @@ TEST(Fsdp, BytesCommunicatedPerStepAreTheUnitsVolumes) {
   const int world = world_size();
   const auto volume = [&](ShardingMode mode) {
     std::uint64_t root = 0, layers = 0;
-    for (const UnitLayout& u : unit_layouts(s.config, static_cast<std::size_t>(world), 1, mode))
+    for (const UnitLayout& u : fsdp_units(s.config, static_cast<std::size_t>(world), {mode, 1, false}))
       (u.root ? root : layers) += u.padded_numel * 4;
     return std::pair{root, layers};
   };

@@ -15,7 +15,7 @@
 #include "common/model/attention_kind.h"
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
-#include "common/train/sharded_adamw.h"
+#include "common/sharding/sharded_adamw.h"
 #include "kernels/adamw.h"
 #include "suites/allocator/empty_cache_policy.h"
 #include "suites/checkpointing/recompute.h"

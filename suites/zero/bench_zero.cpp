@@ -11,8 +11,9 @@
 // bytes). Model: `small` in bf16 at B = 4 per rank on the CPU; gpt2-124m at B = 4, T = 1024 on
 // a GPU. Counters:
 //   <category>_bytes            measured, allocator, after the timed steps (at rest, between steps)
-//   <category>_peak_bytes       parameters and gradients: their peaks in the timed steps, with the
-//                               units gathered and the gradient buckets open (sharding_engine.h)
+//   <category>_peak_bytes       every category's peak in the timed steps (set_memory_counters):
+//                               parameters and gradients include the units gathered and the
+//                               gradient buckets open (common/sharding/sharding_engine.h)
 //   predicted_<...>_bytes       zero_memory.h's exact formula (equal, or the tests would fail)
 //   paper_<category>_bytes      the paper's formula: 2Ψ/2Ψ/12Ψ divided as the stage says
 //   communication_peak_bytes    buffers that only move bytes: none (predicted_ alongside)
@@ -81,10 +82,6 @@ void BM_Zero(benchmark::State& state, const std::string& device_choice, const GP
   state.counters["parameters_bytes"] = bytes_counter(current(MemoryCategory::parameters));
   state.counters["gradients_bytes"] = bytes_counter(current(MemoryCategory::gradients));
   state.counters["optimizer_state_bytes"] = bytes_counter(current(MemoryCategory::optimizer_state));
-  state.counters["parameters_peak_bytes"] =
-      bytes_counter(static_cast<double>(stats.by_category[index_of(MemoryCategory::parameters)].peak));
-  state.counters["gradients_peak_bytes"] =
-      bytes_counter(static_cast<double>(stats.by_category[index_of(MemoryCategory::gradients)].peak));
   state.counters["communication_peak_bytes"] =
       bytes_counter(static_cast<double>(stats.by_category[index_of(MemoryCategory::communication)].peak));
   state.counters["host_bytes"] = bytes_counter(static_cast<double>(zero.host_bytes()));

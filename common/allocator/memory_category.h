@@ -15,7 +15,7 @@ enum class MemoryCategory : int {
   activations,      // tensors saved in forward for backward
   workspace,        // scratch that lives within one op or one step
   data,             // input tokens and targets on the device
-  communication,    // buffers for collectives (buckets, gathered shards)
+  communication,    // buffers that exist only to move bytes (staging); common/sharding/sharding_engine.h
   other,
 };
 

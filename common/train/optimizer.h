@@ -1,8 +1,8 @@
 // What the trainer needs of an optimizer: one update from the accumulated gradients.
 //
-// AdamWOptimizer (adamw_optimizer.h) updates the whole model on one device. The sharded
-// optimizers of suites/zero and suites/fsdp hold only this rank's slice of the optimizer state and
-// exchange gradients and parameters through a Communicator; the trainer calls them the same way.
+// AdamWOptimizer (adamw_optimizer.h) updates the whole model on one device. The sharding engine's
+// ShardedAdamW (common/sharding/) holds only this rank's slice of the optimizer state; the trainer
+// calls them the same way.
 #pragma once
 
 namespace trainmem {

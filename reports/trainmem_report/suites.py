@@ -166,16 +166,22 @@ SUITES: list[Suite] = [
           columns=MEMORY_COLUMNS + [("data_peak_bytes", "data peak", "bytes"),
                                     ("tokens_per_s", "tokens/s", "rate")]),
     # BM_Zero/<model>/N<ranks>/zero<stage>/offload_<what>, one file per world size (mpirun -np N).
+    # Categories as common/sharding/sharding_engine.h says: a gathered unit is parameters, a gradient
+    # bucket gradients (their peaks); communication peak is buffers that only move bytes (0).
     Suite("zero", "ZeRO", "bench_zero", "per-rank memory vs ZeRO stage, world size and offload",
           group=lambda b: " ".join(b.name.split("/")[1:3]), setting=lambda b: " ".join(b.name.split("/")[3:]),
           columns=[("parameters_bytes", "parameters", "bytes"), ("gradients_bytes", "gradients", "bytes"),
                    ("optimizer_state_bytes", "optimizer state", "bytes"),
+                   ("parameters_peak_bytes", "parameters peak", "bytes"),
+                   ("gradients_peak_bytes", "gradients peak", "bytes"),
                    ("communication_peak_bytes", "communication peak", "bytes"),
                    ("host_bytes", "host (offload)", "bytes"),
                    ("comm_volume_bytes_per_step", "comm volume / step", "bytes")] + MEMORY_COLUMNS,
           details=[("Measured against this implementation's exact formula (suites/zero/zero_memory.h)", "BM_Zero/",
                     _measured_and_formula([("parameters_bytes", "parameters"), ("gradients_bytes", "gradients"),
                                            ("optimizer_state_bytes", "optimizer state"),
+                                           ("parameters_peak_bytes", "parameters peak"),
+                                           ("gradients_peak_bytes", "gradients peak"),
                                            ("communication_peak_bytes", "communication peak"),
                                            ("host_bytes", "host"), ("comm_volume_bytes_per_step", "comm volume / step")]))]),
     # BM_Fsdp/<model>/<mode>/<unit>/<prefetch|no_prefetch>; the world size is a counter.

@@ -5,7 +5,9 @@
 //
 // Every buffer is one allocation, counted as the allocator counts it: blk(n) = round_size(n), n
 // rounded up to a multiple of 512 bytes. b = bytes per element of the model's storage type
-// (4 in fp32, 2 in bf16/fp16). Units and S (elements per shard) as in fsdp_units.h.
+// (4 in fp32, 2 in bf16/fp16). Units and S (elements per shard): the sharding engine's
+// (common/sharding/unit_layout.h), K layers per unit; categories as its convention says
+// (sharding_engine.h): a gathered unit is parameters, a unit's gradient bucket gradients.
 //
 // FULL_SHARD and SHARD_GRAD_OP, per rank:
 //   sharded parameters   P_s = sum over units u of blk(S_u * b)                  (always held)
@@ -38,10 +40,16 @@
 #include "common/allocator/allocator_config.h"
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
+#include "common/sharding/unit_layout.h"
 #include "suites/fsdp/fsdp_options.h"
-#include "suites/fsdp/fsdp_units.h"
 
 namespace trainmem::fsdp {
+
+// The engine's units as FSDP cuts them: K layers per layer unit, N slices (NO_SHARD: one slice, no
+// padding: every rank keeps the unit whole).
+inline std::vector<UnitLayout> fsdp_units(const GPTConfig& config, std::size_t world, const FsdpOptions& options) {
+  return unit_layouts(config, options.mode == ShardingMode::none ? 1 : world, options.layers_per_unit);
+}
 
 struct FsdpMemory {
   std::size_t sharded_parameter_bytes = 0;  // P_s (NO_SHARD: the whole flat parameters)
@@ -60,7 +68,7 @@ inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const 
                               Precision precision) {
   const std::size_t b = dtype_size(storage_dtype(precision));
   const std::size_t state_arrays = precision == Precision::fp32 ? 2 : 3;  // m, v (+ master)
-  const std::vector<UnitLayout> units = unit_layouts(config, world, options.layers_per_unit, options.mode);
+  const std::vector<UnitLayout> units = fsdp_units(config, world, options);
   FsdpMemory m;
 
   for (const UnitLayout& u : units) {
@@ -111,7 +119,7 @@ inline std::size_t fsdp_comm_volume_per_step(const GPTConfig& config, std::size_
                                              Precision precision, std::size_t accumulation_steps = 1) {
   const std::size_t b = dtype_size(storage_dtype(precision));
   std::size_t root = 0, layers = 0;
-  for (const UnitLayout& u : unit_layouts(config, world, options.layers_per_unit, options.mode))
+  for (const UnitLayout& u : fsdp_units(config, world, options))
     (u.root ? root : layers) += u.padded_numel * b;
   switch (options.mode) {
     case ShardingMode::full: return accumulation_steps * (2 * root + 3 * layers);

@@ -2,7 +2,6 @@
 
 #include "common/cli/flag_ranges.h"
 #include "common/comm/communicator.h"
-#include "common/device/device.h"
 #include "common/model/gpt.h"
 #include "suites/fsdp/fsdp_memory.h"
 #include "suites/fsdp/fsdp_strategy.h"
@@ -95,9 +94,6 @@ class FsdpTechnique : public Technique {
     if (!shards(run.setup)) return {};
     auto strategy = std::make_unique<FsdpStrategy>(run.model, *run.world, run.setup.option<FsdpChoice>().options,
                                                    run.setup.adam, run.setup.max_grad_norm);
-    // The whole model existed once, before it was sharded (as in PyTorch without meta-device
-    // initialization); the peaks from here on are those of training.
-    run.device.allocator().reset_peak_stats();
     return data_parallel_in_run(std::move(strategy));
   }
 

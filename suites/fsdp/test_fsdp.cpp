@@ -1,7 +1,8 @@
 // FSDP under mpirun (1, 2 and 4 CPU ranks; without MPI one process is a world of one):
 //   - after 3 steps every rank's parameters equal the run of ONE rank on the same global batch
 //     (the plain Trainer with batch N*B, which each rank runs itself), for every mode, unit size
-//     and prefetch, with gradient accumulation too;
+//     and prefetch, with gradient accumulation too; in fp32, and in bf16 and fp16 (the fp32 master
+//     weights, within common/tests/data_parallel_tolerance.h's bound for 16-bit rounding);
 //   - at world size 1, --fsdp full equals the plain run bit for bit;
 //   - the measured peaks of the parameters, gradients and optimizer_state categories (with and
 //     without gradient accumulation) equal fsdp_memory() to the byte, and the number of layer
@@ -12,10 +13,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
 #include "common/tests/cpu_device.h"
+#include "common/tests/data_parallel_tolerance.h"
 #include "common/train/trainer.h"
 #include "suites/fsdp/fsdp_memory.h"
 #include "suites/fsdp/fsdp_strategy.h"
@@ -43,6 +46,14 @@ struct RunSetup {
   std::size_t accum = 1;
   long steps = 3;
   Precision precision = Precision::fp32;
+  double loss_scale = 1;  // static loss scaling (fp16: as GradScaler, so the gradients do not underflow)
+};
+
+// A fixed factor on the loss that the optimizer divides out again.
+struct StaticLossScale : Strategy {
+  double scale = 1;
+  std::string name() const override { return "static_loss_scale"; }
+  double loss_scale() const override { return scale; }
 };
 
 std::unique_ptr<Device> cpu_device() { return testing_support::cpu_device(std::size_t{256} << 20); }
@@ -62,14 +73,17 @@ std::vector<std::uint16_t> corpus(const RunSetup& s, int world) {
   return synthetic_corpus(world * s.batch * s.accum * s.config.seq * s.steps + 1, 11);
 }
 
-// One rank with the whole global batch of world*B rows: what FSDP on `world` ranks must equal.
+// One rank with the whole global batch of world*B rows: what FSDP on `world` ranks must equal. Its
+// fp32 master weights (an fp32 model's parameters).
 std::vector<float> reference_parameters(const RunSetup& s, int world) {
   auto device = cpu_device();
   GPT model(*device, s.config, kSeed, ModelOptions{s.precision});
   SequentialBatches data(*device, corpus(s, world), world * s.batch, s.config.seq);
-  Trainer trainer(model, data, trainer_options(s, world * s.batch));
+  StaticLossScale scale;
+  scale.scale = s.loss_scale;
+  Trainer trainer(model, data, trainer_options(s, world * s.batch), {&scale});
   for (long i = 0; i < s.steps; ++i) trainer.step();
-  return model.parameter_values();
+  return trainer.optimizer().has_master_weights() ? trainer.optimizer().master_values() : model.parameter_values();
 }
 
 // The parameters category at every layer hook, after FSDP's (it is listed after FSDP): the largest
@@ -86,7 +100,7 @@ struct PhasePeaks : Strategy {
 };
 
 struct FsdpOutcome {
-  std::vector<float> parameters;
+  std::vector<float> parameters;  // the fp32 master weights (an fp32 model's parameters)
   std::int64_t parameters_peak = 0, gradients_peak = 0, optimizer_state_peak = 0;
   std::int64_t forward_parameters_peak = 0, backward_parameters_peak = 0;
   std::size_t peak_gathered_units = 0;
@@ -107,7 +121,9 @@ FsdpOutcome fsdp_run(const RunSetup& s, const FsdpOptions& options, const std::s
   // initialization): the peaks measured are those of training, from here on.
   device->allocator().reset_peak_stats();
   PhasePeaks phases;
-  Trainer trainer(model, data, topt, {&fsdp, &phases}, &fsdp.optimizer());
+  StaticLossScale scale;
+  scale.scale = s.loss_scale;
+  Trainer trainer(model, data, topt, {&fsdp, &phases, &scale}, &fsdp.optimizer());
   for (long i = 0; i < s.steps; ++i) trainer.step();
 
   FsdpOutcome r;
@@ -119,7 +135,7 @@ FsdpOutcome fsdp_run(const RunSetup& s, const FsdpOptions& options, const std::s
   r.optimizer_state_peak = stats.by_category[index_of(MemoryCategory::optimizer_state)].peak;
   r.peak_gathered_units = fsdp.peak_gathered_layer_units();
   r.volume_bytes = comm->stats().total.volume_bytes;
-  r.parameters = fsdp.parameter_values();
+  r.parameters = fsdp.master_values();
   return r;
 }
 
@@ -183,7 +199,7 @@ TEST(Fsdp, OptionsParseAndBadOnesSayWhatIsAccepted) {
 TEST(Fsdp, UnitsCoverTheModelAndShardsArePadded) {
   const GPTConfig c = test_config();
   for (std::size_t world : {1, 2, 3, 4}) {
-    const auto units = unit_layouts(c, world, 2, ShardingMode::full);
+    const auto units = fsdp_units(c, world, {ShardingMode::full, 2, false});
     ASSERT_EQ(units.size(), 4u);  // root, layers 0-1, 2-3, 4
     std::size_t total = 0;
     for (const UnitLayout& u : units) {
@@ -196,7 +212,7 @@ TEST(Fsdp, UnitsCoverTheModelAndShardsArePadded) {
     EXPECT_EQ(units[3].layers, 1u);
   }
   // NO_SHARD never pads.
-  for (const UnitLayout& u : unit_layouts(c, 4, 1, ShardingMode::none)) EXPECT_EQ(u.padded_numel, u.numel);
+  for (const UnitLayout& u : fsdp_units(c, 4, {ShardingMode::none, 1, false})) EXPECT_EQ(u.padded_numel, u.numel);
 }
 
 // Tolerance (fp32): the ranks' gradients are sums over B rows each, summed again across the ranks
@@ -215,6 +231,28 @@ TEST(Fsdp, ParametersAfterThreeStepsEqualOneRankWithTheWholeBatch) {
   for (const FsdpOptions& options : every_configuration()) {
     const FsdpOutcome r = fsdp_run(s, options);
     expect_close(r.parameters, reference, kAtol, kRtol, describe(options));
+  }
+}
+
+// bf16 and fp16 (loss scaled by 2^12 in both runs): the fp32 master weights within the bound that
+// 16-bit rounding of the gradients allows (common/tests/data_parallel_tolerance.h).
+TEST(Fsdp, SixteenBitMastersAfterThreeStepsEqualOneRankWithTheWholeBatch) {
+  for (Precision precision : {Precision::bf16, Precision::fp16}) {
+    RunSetup s;
+    s.precision = precision;
+    s.loss_scale = precision == Precision::fp16 ? 4096 : 1;
+    const std::vector<float> reference = reference_parameters(s, world_size());
+    const testing_support::DataParallelTolerance tolerance =
+        testing_support::sixteen_bit_tolerance(precision, trainer_options(s, s.batch).adam.lr, static_cast<int>(s.steps));
+    for (const FsdpOptions& options : every_configuration()) {
+      SCOPED_TRACE(describe(options) + " " + to_string(precision));
+      const FsdpOutcome r = fsdp_run(s, options);
+      ASSERT_EQ(r.parameters.size(), reference.size());
+      const testing_support::Differences d = testing_support::differences(r.parameters, reference, tolerance.close);
+      EXPECT_LE(d.largest, tolerance.bound);
+      EXPECT_LE(static_cast<double>(d.beyond_close), tolerance.far_fraction * static_cast<double>(reference.size()))
+          << d.beyond_close << " of " << reference.size() << " differ by more than " << tolerance.close;
+    }
   }
 }
 
@@ -265,7 +303,7 @@ TEST(Fsdp, MeasuredPeaksEqualTheFormula) {
   }
 }
 
-// Gradient accumulation needs no extra buffer (flat_unit.h): the same peaks as one micro-batch.
+// Gradient accumulation needs no extra buffer (common/sharding/flat_unit.h): the same peaks as one micro-batch.
 TEST(Fsdp, GradientAccumulationAddsNoMemory) {
   RunSetup s;
   s.accum = 2;
@@ -287,7 +325,7 @@ TEST(Fsdp, GradientAccumulationAddsNoMemory) {
 TEST(Fsdp, PrefetchHoldsOneMoreUnitAndShardGradOpHoldsThemAll) {
   const GPTConfig c = test_config();
   const std::size_t N = 4;
-  const auto units = unit_layouts(c, N, 2, ShardingMode::full);
+  const auto units = fsdp_units(c, N, {ShardingMode::full, 2, false});
   const std::size_t two_layers = round_size(units[1].padded_numel * 4);
   const std::size_t one_layer = round_size(units[3].padded_numel * 4);
   const FsdpMemory off = fsdp_memory(c, N, {ShardingMode::full, 2, false}, Precision::fp32);
@@ -310,7 +348,7 @@ TEST(Fsdp, BytesCommunicatedPerStepAreTheUnitsVolumes) {
   const int world = world_size();
   const auto volume = [&](ShardingMode mode) {
     std::uint64_t root = 0, layers = 0;
-    for (const UnitLayout& u : unit_layouts(s.config, static_cast<std::size_t>(world), 1, mode))
+    for (const UnitLayout& u : fsdp_units(s.config, static_cast<std::size_t>(world), {mode, 1, false}))
       (u.root ? root : layers) += u.padded_numel * 4;
     return std::pair{root, layers};
   };

@@ -10,10 +10,13 @@
 // every rank); only rank 0 prints and writes the JSON (its figures: every rank holds the same
 // bytes). Model: `small` in bf16 at B = 4 per rank on the CPU; gpt2-124m at B = 4, T = 1024 on
 // a GPU. Counters:
-//   <category>_bytes            measured, allocator, after the timed steps (constant in training)
-//   predicted_<category>_bytes  zero_memory.h's exact formula (equal, or the tests would fail)
+//   <category>_bytes            measured, allocator, after the timed steps (at rest, between steps)
+//   <category>_peak_bytes       every category's peak in the timed steps (set_memory_counters):
+//                               parameters and gradients include the units gathered and the
+//                               gradient buckets open (common/sharding/sharding_engine.h)
+//   predicted_<...>_bytes       zero_memory.h's exact formula (equal, or the tests would fail)
 //   paper_<category>_bytes      the paper's formula: 2Ψ/2Ψ/12Ψ divided as the stage says
-//   communication_peak_bytes    gathered units and gradient buckets (predicted_ alongside)
+//   communication_peak_bytes    buffers that only move bytes: none (predicted_ alongside)
 //   host_bytes                  offloaded state in host memory
 //   comm_volume_bytes_per_step  the communicator's volume (2Ψ·e / 3Ψ·e, exact formula alongside)
 //   comm_s_per_step             wall time inside collectives
@@ -85,6 +88,8 @@ void BM_Zero(benchmark::State& state, const std::string& device_choice, const GP
   state.counters["predicted_parameters_bytes"] = bytes_counter(static_cast<double>(x.parameters));
   state.counters["predicted_gradients_bytes"] = bytes_counter(static_cast<double>(x.gradients));
   state.counters["predicted_optimizer_state_bytes"] = bytes_counter(static_cast<double>(x.optimizer_state));
+  state.counters["predicted_parameters_peak_bytes"] = bytes_counter(static_cast<double>(x.parameters_peak));
+  state.counters["predicted_gradients_peak_bytes"] = bytes_counter(static_cast<double>(x.gradients_peak));
   state.counters["predicted_communication_peak_bytes"] = bytes_counter(static_cast<double>(x.communication_peak));
   state.counters["predicted_host_bytes"] = bytes_counter(static_cast<double>(x.host));
   state.counters["paper_parameters_bytes"] = bytes_counter(paper.parameters);

@@ -19,20 +19,22 @@
 //        stage 3     3Ψ   (all-gather before forward Ψ, before backward Ψ, reduce-scatter Ψ)
 //
 //   2. This implementation's, to the byte (ZeroExactBytes below): what suites/zero allocates,
-//      with its layout (per-unit padding to a multiple of N), the allocator's rounding of every
-//      allocation to 512 bytes, the gradient buckets and the gathered units. The tests compare
-//      these with the allocator's per-category bytes and the communicator's volume EXACTLY.
-//      The model states keep their categories (parameters, gradients, optimizer_state) and hold
-//      exactly the partitioned figures above at every moment; the buffers that exist only to be
-//      communicated — a unit's gathered parameters, a unit's full gradients before they are
-//      reduce-scattered (a bucket) — are category `communication`, counted separately.
+//      with the sharding engine's units (per-unit padding to a multiple of N), the allocator's
+//      rounding of every allocation to 512 bytes, the gradient buckets and the gathered units.
+//      The tests compare these with the allocator's per-category bytes and the communicator's
+//      volume EXACTLY. Categories as the engine's convention says (common/sharding/
+//      sharding_engine.h): a buffer's category is what it holds. So a unit's gathered parameters
+//      are `parameters` and a unit's gradient bucket `gradients`: at rest (between steps) the
+//      model states hold exactly the partitioned figures above; within a micro-step the
+//      parameters and gradients peak higher by the units gathered and the buckets open. No
+//      buffer exists only to be communicated: the `communication` peak is 0.
 //
-// The layout (suites/zero/zero_layout.h builds the same units from the model):
-//   The parameters form units: the ROOT unit (wte, wpe, lnf.weight, lnf.bias: the tied embedding
-//   is used at both ends of the model) and one unit per layer (its 12 tensors). Each unit is one
-//   flat vector of n_u elements, padded to P_u = N * ceil(n_u / N); rank r owns the slice
-//   [r*S_u, (r+1)*S_u), S_u = P_u / N, of every unit. P = sum of P_u (= Ψ plus at most N-1 padding
-//   elements per unit) replaces Ψ in the exact figures.
+// The units (common/sharding/unit_layout.h, with one layer per unit): the ROOT unit (wte, wpe,
+//   lnf.weight, lnf.bias: the tied embedding is used at both ends of the model) and one unit per
+//   layer (its 12 tensors). Each unit is one flat vector of n_u elements, padded to
+//   P_u = N * ceil(n_u / N); rank r owns the slice [r*S_u, (r+1)*S_u), S_u = P_u / N, of every
+//   unit. P = sum of P_u (= Ψ plus at most N-1 padding elements per unit) replaces Ψ in the exact
+//   figures.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -44,8 +46,9 @@
 #include "common/model/parameter_table.h"
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
+#include "common/sharding/sharded_adamw.h"  // Offload
+#include "common/sharding/unit_layout.h"     // padded_numel
 #include "common/train/formula_bytes.h"
-#include "common/train/sharded_adamw.h"  // Offload
 
 namespace trainmem::zero {
 
@@ -132,19 +135,19 @@ inline std::size_t sum(const std::vector<std::size_t>& v) {
   for (std::size_t x : v) s += x;
   return s;
 }
-// P_u = N * ceil(n_u / N): the unit padded so that N ranks get equal slices.
-constexpr std::size_t padded(std::size_t n, std::size_t N) { return N * ((n + N - 1) / N); }
-// S_u = P_u / N: one rank's slice of the unit.
-constexpr std::size_t shard(std::size_t n, std::size_t N) { return padded(n, N) / N; }
 
 // Everything the allocator and the communicator will show for one rank (every rank the same:
 // slices are equal, the padding is allocated on every rank).
 struct ZeroExactBytes {
-  // Device memory per category, constant through training (from the first optimizer step on:
-  // stage 0's AdamW allocates m and v then, as PyTorch's optimizers do).
+  // Device memory per category at rest, between steps (from the first optimizer step on: stage
+  // 0's AdamW allocates m and v then, as PyTorch's optimizers do). The optimizer state never
+  // changes within a step.
   std::uint64_t parameters = 0, gradients = 0, optimizer_state = 0;
-  // Peak of category `communication`: gathered units and gradient buckets, which live only
-  // inside a micro-step.
+  // The peaks within a step: at rest plus the units gathered (parameters) and the gradient
+  // buckets open (gradients) at once.
+  std::uint64_t parameters_peak = 0, gradients_peak = 0;
+  // Peak of category `communication`: buffers that exist only to move bytes. The engine's
+  // training allocates none (gathered units are parameters, buckets gradients): always 0.
   std::uint64_t communication_peak = 0;
   // Host memory (offload), plain heap, no rounding.
   std::uint64_t host = 0;
@@ -163,7 +166,7 @@ inline ZeroExactBytes exact_model_states(const ZeroUnits& units, int world_size,
   const std::uint64_t K = accumulation_steps;
   const std::size_t L = units.layers;
   const std::size_t n_root = sum(units.root), n_layer = sum(units.layer);
-  const std::uint64_t P_root = padded(n_root, N), P_layer = padded(n_layer, N);
+  const std::uint64_t P_root = padded_numel(n_root, N), P_layer = padded_numel(n_layer, N);
   const std::uint64_t S_root = P_root / N, S_layer = P_layer / N;
   const std::uint64_t P = P_root + L * P_layer;  // padded elements of the whole model
   ZeroExactBytes x;
@@ -181,6 +184,8 @@ inline ZeroExactBytes exact_model_states(const ZeroUnits& units, int world_size,
     // all-reduce = reduce-scatter + all-gather: volume 2 * size, counted as gradients; once per step
     // (the last micro-batch's backward; the others accumulate locally, as DDP's no_sync).
     x.volume_gradients = 2 * (n_root + L * n_layer) * e;
+    x.parameters_peak = x.parameters;
+    x.gradients_peak = x.gradients;
     return x;
   }
 
@@ -199,6 +204,10 @@ inline ZeroExactBytes exact_model_states(const ZeroUnits& units, int world_size,
     x.host = 16 * (S_root + L * S_layer);
   }
 
+  // Within a micro-step (stages 2-3), at most the root unit and one layer unit each have a
+  // gradient bucket open (stage 3: are gathered too) at once: the root's from the head's backward
+  // to the end of backward, a layer's around its own backward (the engine needs L >= 1).
+  const std::uint64_t root_and_one_layer = full_root + full_layer;
   switch (stage) {
     case 1:
       // Full flat parameters and gradients per unit (the model's tensors are views into them).
@@ -210,11 +219,11 @@ inline ZeroExactBytes exact_model_states(const ZeroUnits& units, int world_size,
       break;
     case 2:
       // Full flat parameters; gradient shards at rest. In a micro-step's backward: the root unit's
-      // gradient bucket (whole micro-step: wte's gradient is written at both ends) and one layer's
+      // gradient bucket (wte's gradient is written at both ends of backward) and one layer's
       // bucket at a time, each freed after its reduce-scatter.
       x.parameters = all_full;
       x.gradients = all_shards;
-      x.communication_peak = full_root + (L > 0 ? full_layer : 0);
+      x.gradients_peak = all_shards + root_and_one_layer;
       x.volume_gradients = K * P * e;  // reduce-scatter every micro-batch (as DeepSpeed does)
       x.volume_parameters = P * e;     // all-gather after the update
       break;
@@ -225,7 +234,8 @@ inline ZeroExactBytes exact_model_states(const ZeroUnits& units, int world_size,
       // layer both gathered and both with a bucket.
       x.parameters = offload == Offload::params ? 0 : all_shards;
       x.gradients = all_shards;
-      x.communication_peak = 2 * (full_root + (L > 0 ? full_layer : 0));
+      x.parameters_peak = x.parameters + root_and_one_layer;
+      x.gradients_peak = all_shards + root_and_one_layer;
       if (offload == Offload::params) x.host += (S_root + L * S_layer) * e;
       x.volume_gradients = K * P * e;
       // per micro-batch: root gathered once (3Ψ's second gather is saved: it stays), layers twice
@@ -234,6 +244,8 @@ inline ZeroExactBytes exact_model_states(const ZeroUnits& units, int world_size,
     default:
       break;
   }
+  if (stage < 3) x.parameters_peak = x.parameters;
+  if (stage < 2) x.gradients_peak = x.gradients;
   return x;
 }
 

@@ -12,6 +12,10 @@ namespace {
 
 // What a ZeRO run adds to --json: the per-rank memory of the model states (measured, this
 // implementation's exact formula and the paper's), the communication per step, the world.
+// Categories as common/sharding/sharding_engine.h says: gathered units are parameters, gradient
+// buckets gradients (their peaks: parameters_peak, gradients_peak); communication_peak is the
+// peak of the communication category (buffers that only move bytes: 0 in training), kept for
+// compatibility.
 nlohmann::json zero_json(const ZeroStrategy& strategy, const RunFacts& run) {
   const Communicator& world = *run.world;
   const int N = world.world_size();
@@ -33,12 +37,16 @@ nlohmann::json zero_json(const ZeroStrategy& strategy, const RunFacts& run) {
            {{"parameters", current(MemoryCategory::parameters)},
             {"gradients", current(MemoryCategory::gradients)},
             {"optimizer_state", current(MemoryCategory::optimizer_state)},
+            {"parameters_peak", run.stats.by_category[index_of(MemoryCategory::parameters)].peak},
+            {"gradients_peak", run.stats.by_category[index_of(MemoryCategory::gradients)].peak},
             {"communication_peak", run.stats.by_category[index_of(MemoryCategory::communication)].peak},
             {"host", strategy.host_bytes()}}},
           {"predicted_per_rank_bytes",
            {{"parameters", x.parameters},
             {"gradients", x.gradients},
             {"optimizer_state", x.optimizer_state},
+            {"parameters_peak", x.parameters_peak},
+            {"gradients_peak", x.gradients_peak},
             {"communication_peak", x.communication_peak},
             {"host", x.host}}},
           {"paper_per_rank_bytes",

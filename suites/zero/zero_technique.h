@@ -7,7 +7,7 @@
 //              by the paper's, and the communication per step (zero_memory.h)
 //   formula    the sharded model states per rank (zero_memory.h)
 #pragma once
-#include "common/train/sharded_adamw.h"
+#include "common/sharding/sharded_adamw.h"
 #include "common/train/technique.h"
 
 namespace trainmem::zero {

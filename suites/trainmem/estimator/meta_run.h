@@ -13,7 +13,7 @@
 // more add nothing but time.
 // Sharded runs (ZeRO, FSDP over N ranks): rank r's real strategy on a MetaCommunicator of N
 // ranks (common/comm/meta_communicator.h). Every rank holds shards of the same size (the units
-// are padded to a multiple of N, suites/zero/zero_layout.h, suites/fsdp/flat_unit.h) and the
+// are padded to a multiple of N, common/sharding/unit_layout.h) and the
 // same micro-batch, so rank 0's figures are every rank's; the estimator's tests check this on a
 // model whose sizes do not divide by N.
 #pragma once

@@ -61,14 +61,22 @@ TEST(ZeroFormulas, UnitsFromTheConfigAreTheModelsTensors) {
   GPT model(*device, test_support::test_config(), 1);
   const ZeroUnits units = zero_units(model.config());
   EXPECT_EQ(sum(units.root) + units.layers * sum(units.layer), model.num_parameters());
-  const ZeroLayout layout(model, 4);
-  ASSERT_EQ(layout.units().size(), 1 + units.layers);
-  EXPECT_EQ(layout.root().numel, sum(units.root));
-  EXPECT_EQ(layout.root().padded, padded(sum(units.root), 4));
-  for (std::size_t l = 0; l < units.layers; ++l) EXPECT_EQ(layout.layer(l).numel, sum(units.layer));
+  // The sharding engine's units (one layer each) hold the same elements.
+  const std::vector<UnitLayout> layout = unit_layouts(model.config(), 4, 1);
+  ASSERT_EQ(layout.size(), 1 + units.layers);
+  EXPECT_EQ(layout[0].numel, sum(units.root));
+  EXPECT_EQ(layout[0].padded_numel, padded_numel(sum(units.root), 4));
+  std::size_t padded_total = 0, shard_total = 0;
+  for (std::size_t u = 0; u < layout.size(); ++u) {
+    if (u > 0) {
+      EXPECT_EQ(layout[u].numel, sum(units.layer));
+    }
+    padded_total += layout[u].padded_numel;
+    shard_total += layout[u].shard_numel;
+  }
   // 8190 and 11190 elements: each padded by 2 for 4 ranks.
-  EXPECT_EQ(layout.padded_total(), model.num_parameters() + 2 * 3);
-  EXPECT_EQ(layout.shard_total() * 4, layout.padded_total());
+  EXPECT_EQ(padded_total, model.num_parameters() + 2 * 3);
+  EXPECT_EQ(shard_total * 4, padded_total);
 }
 
 // ---------------------------------------------------------------------------------------------

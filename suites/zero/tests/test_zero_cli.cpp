@@ -77,7 +77,8 @@ TEST(ZeroCli, TwoRanksWithZero2MatchOneProcessWithTheWholeBatch) {
   // Per-rank memory and communication: measured = this implementation's exact formula.
   const auto& zero = b["zero"];
   EXPECT_EQ(zero["stage"], 2);
-  for (const char* key : {"parameters", "gradients", "optimizer_state", "communication_peak", "host"})
+  for (const char* key :
+       {"parameters", "gradients", "optimizer_state", "parameters_peak", "gradients_peak", "communication_peak", "host"})
     EXPECT_EQ(zero["per_rank_bytes"][key], zero["predicted_per_rank_bytes"][key]) << key;
   EXPECT_GT(zero["per_rank_bytes"]["gradients"].get<double>(), 0);
   EXPECT_EQ(zero["comm_per_step"]["volume_bytes"].get<double>(),

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/comm/communicator.h"
@@ -37,6 +38,7 @@ struct Settings {
   int stage = 0;
   Offload offload = Offload::none;
   Precision precision = Precision::fp32;
+  double loss_scale = 1;          // a static loss scale (fp16 needs one, as with GradScaler)
   std::size_t batch = 2;          // B per rank
   std::size_t accumulation = 1;   // K
   float max_grad_norm = 1.0f;
@@ -61,8 +63,17 @@ inline std::vector<std::uint16_t> corpus(const Settings& s, int world_size) {
                           kDataSeed);
 }
 
+// A fixed factor on the loss that the optimizer divides out again: static loss scaling, so that
+// fp16 gradients stay above the smallest normal number (6.1e-5) where the unscaled ones would not.
+struct StaticLossScale : Strategy {
+  double scale = 1;
+  std::string name() const override { return "static_loss_scale"; }
+  double loss_scale() const override { return scale; }
+};
+
 // This rank's part of a ZeRO run over `comm`'s world.
 struct ZeroRun {
+  StaticLossScale scale;
   std::unique_ptr<Device> device;
   std::unique_ptr<GPT> model;
   std::unique_ptr<SequentialBatches> data;
@@ -87,21 +98,27 @@ inline ZeroRun make_zero_run(std::unique_ptr<Device> device, Communicator& comm,
   zo.adam = topt.adam;
   zo.max_grad_norm = topt.max_grad_norm;
   r.zero = std::make_unique<ZeroStrategy>(*r.model, comm, zo);
-  r.trainer = std::make_unique<Trainer>(*r.model, *r.data, topt, std::vector<Strategy*>{r.zero.get()},
+  r.scale.scale = s.loss_scale;
+  r.trainer = std::make_unique<Trainer>(*r.model, *r.data, topt, std::vector<Strategy*>{r.zero.get(), &r.scale},
                                         &r.zero->optimizer());
   return r;
 }
 
 // One rank, the plain trainer, N*B rows per micro-batch: what every ZeRO stage must reproduce.
-inline std::vector<float> reference_parameters(const Settings& s, int world_size) {
+// `masters`: the fp32 master weights (for an fp32 model, its parameters) instead of the
+// parameters as stored.
+inline std::vector<float> reference_parameters(const Settings& s, int world_size, bool masters = false) {
   auto device = cpu_device();
   ModelOptions mo;
   mo.precision = s.precision;
   GPT model(*device, test_config(), kModelSeed, mo);
   const std::size_t global_batch = static_cast<std::size_t>(world_size) * s.batch;
   SequentialBatches data(*device, corpus(s, world_size), global_batch, test_config().seq);
-  Trainer trainer(model, data, trainer_options(s, global_batch));
+  StaticLossScale scale;
+  scale.scale = s.loss_scale;
+  Trainer trainer(model, data, trainer_options(s, global_batch), {&scale});
   for (int i = 0; i < s.steps; ++i) trainer.step();
+  if (masters && trainer.optimizer().has_master_weights()) return trainer.optimizer().master_values();
   return model.parameter_values();
 }
 

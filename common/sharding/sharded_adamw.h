@@ -1,7 +1,8 @@
-// AdamW over this rank's shards of flat parameters: the optimizer of ZeRO-1/2/3 and FSDP.
+// AdamW over this rank's shards of flat parameters: the sharding engine's optimizer (ZeRO-1/2/3,
+// FSDP; sharding_engine.h).
 //
-// Sharding flattens parameters into one vector (ZeRO: the whole model; FSDP: one per unit),
-// pads it to a multiple of the world size N and gives rank r the contiguous slice
+// The engine flattens each unit's parameters into one vector (unit_layout.h), pads it to a
+// multiple of the world size N and gives rank r the contiguous slice
 //   [r*S, (r+1)*S),  S = ceil(numel / N)
 // This optimizer keeps, for each registered shard, the fp32 state of exactly that slice:
 //   master weights (4 B/element, only when the model is 16-bit: the fp32 model's own shard is
@@ -65,6 +66,10 @@ class ShardedAdamW : public Optimizer {
 
   std::size_t device_state_bytes() const;    // optimizer_state bytes in the device allocator (512-rounded)
   std::size_t host_state_bytes() const;      // bytes in host memory (offload): 16 per element
+
+  // The fp32 master weights of the `index`-th registered shard (host copy): the master array, or
+  // the fp32 model's own shard, which is its master.
+  std::vector<float> master_values(std::size_t index);
 
  private:
   struct Shard;

@@ -1,4 +1,4 @@
-#include "common/train/sharded_adamw.h"
+#include "common/sharding/sharded_adamw.h"
 
 #include <cmath>
 #include <cstddef>
@@ -177,6 +177,15 @@ ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
     }
   }
   return outcome;
+}
+
+std::vector<float> ShardedAdamW::master_values(std::size_t index) {
+  const Shard& s = shards_.at(index);
+  if (offload_ != Offload::none) return s.host_master;
+  std::vector<float> out(s.count);
+  if (s.dtype == DType::f32) copy_to_host_widened(out.data(), s.param_tensor());
+  else copy_to_host_widened(out.data(), s.master);
+  return out;
 }
 
 std::size_t ShardedAdamW::device_state_bytes() const {

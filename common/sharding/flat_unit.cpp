@@ -1,0 +1,190 @@
+#include "common/sharding/flat_unit.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "common/device/device_ops.h"
+
+namespace trainmem {
+
+namespace {
+std::byte* at(void* flat, std::size_t element, DType dtype) {
+  return static_cast<std::byte*>(flat) + element * dtype_size(dtype);
+}
+}  // namespace
+
+FlatUnit::FlatUnit(GPT& model, Communicator& comm, UnitLayout layout, Keep parameters, Keep gradients)
+    : model_(model), comm_(comm), layout_(std::move(layout)), parameters_(parameters), gradients_(gradients),
+      dtype_(model.dtype()),
+      first_owned_(layout_.shard_numel == layout_.padded_numel ? 0 : static_cast<std::size_t>(comm.rank()) * layout_.shard_numel) {
+  if (gradients_ == Keep::host_shard) throw std::invalid_argument("FlatUnit: gradients are never kept on the host");
+  std::vector<Parameter>& params = model_.parameters();
+  for (std::size_t i : layout_.parameters) shapes_.push_back(params.at(i).value.shape());
+  Device& device = model_.device();
+  CachingAllocator& allocator = device.allocator();
+  const std::size_t e = dtype_size(dtype_);
+  const auto P = static_cast<std::int64_t>(layout_.padded_numel), S = static_cast<std::int64_t>(layout_.shard_numel);
+
+  // Every parameter's elements that fall in [begin, end) of the flat vector, copied by `copy`
+  // to where they go (destination element offset, source, bytes).
+  auto each_piece = [&](std::size_t begin, std::size_t end, auto copy) {
+    for (std::size_t k = 0; k < layout_.parameters.size(); ++k) {
+      const Tensor& value = params[layout_.parameters[k]].value;
+      const std::size_t first = layout_.offsets[k], last = first + static_cast<std::size_t>(value.numel());
+      const std::size_t from = std::max(begin, first), to = std::min(end, last);
+      if (from < to) copy(from - begin, static_cast<const std::byte*>(value.data()) + (from - first) * e, (to - from) * e);
+    }
+  };
+  if (parameters_ == Keep::whole) {
+    full_values_ = Tensor(allocator, {P}, dtype_, MemoryCategory::parameters, layout_.name + ".params");
+    zero_device_memory(device, full_values_.data(), full_values_.nbytes());  // the padding
+    each_piece(0, layout_.padded_numel, [&](std::size_t to, const void* from, std::size_t bytes) {
+      copy_device_to_device(device, at(full_values_.data(), to, dtype_), from, bytes);
+    });
+  } else if (parameters_ == Keep::shard) {
+    value_shard_ = Tensor(allocator, {S}, dtype_, MemoryCategory::parameters, layout_.name + ".params_shard");
+    zero_device_memory(device, value_shard_.data(), value_shard_.nbytes());
+    each_piece(first_owned_, first_owned_ + layout_.shard_numel, [&](std::size_t to, const void* from, std::size_t bytes) {
+      copy_device_to_device(device, at(value_shard_.data(), to, dtype_), from, bytes);
+    });
+  } else {
+    host_value_shard_.assign(layout_.shard_numel * e, std::byte{0});
+    each_piece(first_owned_, first_owned_ + layout_.shard_numel, [&](std::size_t to, const void* from, std::size_t bytes) {
+      copy_device_to_host(device, at(host_value_shard_.data(), to, dtype_), from, bytes);
+    });
+  }
+  forget_values();
+  forget_grads();
+  if (parameters_ == Keep::whole) point_values_at(full_values_);
+
+  if (gradients_ == Keep::whole) {
+    full_grads_ = Tensor(allocator, {P}, dtype_, MemoryCategory::gradients, layout_.name + ".grads");
+    zero_device_memory(device, full_grads_.data(), full_grads_.nbytes());
+    point_grads_at(full_grads_);
+  } else {
+    grad_shard_ = Tensor(allocator, {S}, dtype_, MemoryCategory::gradients, layout_.name + ".grads_shard");
+    zero_device_memory(device, grad_shard_.data(), grad_shard_.nbytes());
+  }
+}
+
+std::byte* FlatUnit::my_slice(Tensor& flat) const {
+  return at(flat.data(), first_owned_, dtype_);
+}
+
+void FlatUnit::point_values_at(Tensor& flat) {
+  std::vector<Parameter>& params = model_.parameters();
+  for (std::size_t k = 0; k < layout_.parameters.size(); ++k) {
+    Parameter& p = params[layout_.parameters[k]];
+    p.value = Tensor::view(at(flat.data(), layout_.offsets[k], dtype_), shapes_[k], dtype_, MemoryCategory::parameters,
+                           p.name);
+  }
+}
+
+void FlatUnit::point_grads_at(Tensor& flat) {
+  std::vector<Parameter>& params = model_.parameters();
+  for (std::size_t k = 0; k < layout_.parameters.size(); ++k) {
+    Parameter& p = params[layout_.parameters[k]];
+    p.grad = Tensor::view(at(flat.data(), layout_.offsets[k], dtype_), shapes_[k], dtype_, MemoryCategory::gradients,
+                          p.name + ".grad");
+  }
+}
+
+void FlatUnit::forget_values() {
+  for (std::size_t i : layout_.parameters) model_.parameters()[i].value.reset();
+}
+
+void FlatUnit::forget_grads() {
+  for (std::size_t i : layout_.parameters) model_.parameters()[i].grad.reset();
+}
+
+// ---------------------------------------------------------------------------------------------
+// parameters kept as a shard
+// ---------------------------------------------------------------------------------------------
+
+void FlatUnit::start_gather() {
+  if (parameters_ == Keep::whole || gathered()) return;
+  Device& device = model_.device();
+  full_values_ = Tensor(device.allocator(), {static_cast<std::int64_t>(layout_.padded_numel)}, dtype_,
+                        MemoryCategory::parameters, layout_.name + ".params");
+  const void* send = value_shard_.data();
+  if (parameters_ == Keep::host_shard) {  // offload: into this rank's slice, then gathered in place
+    copy_host_to_device(device, my_slice(full_values_), host_value_shard_.data(), host_value_shard_.size());
+    send = my_slice(full_values_);
+  }
+  pending_ = comm_.start_all_gather(send, full_values_.data(), layout_.shard_numel, dtype_, MemoryCategory::parameters);
+}
+
+// Started now or earlier (prefetched): either way waited for here, just before the model reads
+// the unit's parameters, and only then shown to the model.
+void FlatUnit::gather() {
+  if (parameters_ == Keep::whole) return;
+  start_gather();
+  if (!pending_) return;  // gathered and waited for already
+  pending_->wait();
+  pending_.reset();
+  point_values_at(full_values_);
+}
+
+void FlatUnit::release() {
+  if (parameters_ == Keep::whole || !gathered()) return;
+  pending_.reset();  // waits: a gather in flight still writes into the buffer
+  forget_values();
+  full_values_.reset();
+}
+
+// ---------------------------------------------------------------------------------------------
+// gradients kept as a shard
+// ---------------------------------------------------------------------------------------------
+
+void FlatUnit::open_gradients(bool accumulate) {
+  if (gradients_ == Keep::whole) return;  // the flat gradient is permanent; the model accumulates into it
+  Device& device = model_.device();
+  full_grads_ = Tensor(device.allocator(), {static_cast<std::int64_t>(layout_.padded_numel)}, dtype_,
+                       MemoryCategory::gradients, layout_.name + ".grads");
+  zero_device_memory(device, full_grads_.data(), full_grads_.nbytes());
+  if (accumulate) copy_device_to_device(device, my_slice(full_grads_), grad_shard_.data(), grad_shard_.nbytes());
+  point_grads_at(full_grads_);
+}
+
+void FlatUnit::reduce_scatter_gradients() {
+  if (gradients_ == Keep::whole || full_grads_.data() == nullptr)
+    throw std::logic_error("unit " + layout_.name + ": no gradient bucket to reduce-scatter");
+  comm_.reduce_scatter(full_grads_.data(), grad_shard_.data(), layout_.shard_numel, dtype_, MemoryCategory::gradients);
+  forget_grads();
+  full_grads_.reset();
+}
+
+// ---------------------------------------------------------------------------------------------
+// whole parameters / gradients
+// ---------------------------------------------------------------------------------------------
+
+void FlatUnit::reduce_scatter_gradients_in_place() {
+  comm_.reduce_scatter(full_grads_.data(), my_slice(full_grads_), layout_.shard_numel, dtype_, MemoryCategory::gradients);
+}
+
+void FlatUnit::all_gather_parameters_in_place() {
+  comm_.all_gather(my_slice(full_values_), full_values_.data(), layout_.shard_numel, dtype_, MemoryCategory::parameters);
+}
+
+void FlatUnit::all_reduce_gradients() {
+  comm_.all_reduce(full_grads_.data(), layout_.padded_numel, dtype_, MemoryCategory::gradients);
+}
+
+void FlatUnit::zero_gradients() { zero_device_memory(model_.device(), full_grads_.data(), full_grads_.nbytes()); }
+
+// ---------------------------------------------------------------------------------------------
+
+void* FlatUnit::owned_parameters() {
+  switch (parameters_) {
+    case Keep::whole: return my_slice(full_values_);
+    case Keep::shard: return value_shard_.data();
+    case Keep::host_shard: return host_value_shard_.data();
+  }
+  return nullptr;
+}
+
+void* FlatUnit::owned_gradients() {
+  return gradients_ == Keep::whole ? static_cast<void*>(my_slice(full_grads_)) : grad_shard_.data();
+}
+
+}  // namespace trainmem

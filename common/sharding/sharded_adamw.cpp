@@ -11,6 +11,8 @@
 #include "common/model/storage_type.h"
 #include "kernels/convert.h"
 #include "kernels/grad_norm.h"
+#include "suites/mixed_precision/master_weights.h"
+#include "suites/mixed_precision/unscale.h"
 
 namespace trainmem {
 
@@ -92,10 +94,7 @@ void ShardedAdamW::add_shard(void* param, void* grad, std::size_t count, DType d
     s.v = Tensor(a, {n}, DType::f32, MemoryCategory::optimizer_state, name + ".adam_v");
     zero_device_memory(device_, s.m.data(), s.m.nbytes());
     zero_device_memory(device_, s.v.data(), s.v.nbytes());
-    if (dtype != DType::f32) {
-      s.master = Tensor(a, {n}, DType::f32, MemoryCategory::optimizer_state, name + ".master");
-      widen_to_f32(device_, s.master.data_as<float>(), s.param_tensor());
-    }
+    s.master = make_master_weights(device_, s.param_tensor(), name);  // 16 bits (suites/mixed_precision)
   } else {
     s.host_master.resize(count);
     s.host_m.assign(count, 0.0f);
@@ -142,14 +141,13 @@ ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
   // Every rank gets the same sum, so every rank makes the same decisions below.
   const double scaled_norm = std::sqrt(comm_.all_reduce_sum(local_sum_of_squares()));
   // The gradients carry the loss scale and are a sum over N ranks of per-rank means (header).
-  const double divisor = loss_scale * static_cast<double>(comm_.world_size());
-  outcome.grad_norm = scaled_norm / divisor;
-  if (!std::isfinite(scaled_norm)) {  // an inf or NaN on any rank: no rank updates
-    outcome.skipped = true;
-    return outcome;
-  }
-  // g = grad * grad_scale, grad_scale = clip / (loss_scale * N): unscale, average and clip in one factor.
-  const float grad_scale = static_cast<float>(kernels::clip_scale(outcome.grad_norm, max_grad_norm_) / divisor);
+  // Unscale, average and clip in one factor; an inf or NaN on any rank: no rank updates
+  // (suites/mixed_precision/unscale.h).
+  const UnscaledStep unscaled = unscale(scaled_norm, loss_scale * static_cast<double>(comm_.world_size()), max_grad_norm_);
+  outcome.grad_norm = unscaled.grad_norm;
+  outcome.skipped = unscaled.skipped;
+  if (unscaled.skipped) return outcome;
+  const float grad_scale = unscaled.grad_scale;  // g = grad * grad_scale
   ++step_;
   const auto stream = kernel_stream(device_);
   for (Shard& s : shards_) {
@@ -158,7 +156,7 @@ ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
       // weights are updated and rounded once into them (kernels/adamw.h).
       with_storage_type(s.dtype, [&](auto tag) {
         using T = decltype(tag);
-        float* master = s.dtype == DType::f32 ? nullptr : s.master.data_as<float>();
+        float* master = needs_master_weights(s.dtype) ? s.master.data_as<float>() : nullptr;
         kernels::adamw_update<T>(stream, static_cast<T*>(s.param), static_cast<const T*>(s.grad), s.m.data_as<float>(),
                                  s.v.data_as<float>(), s.count, hyper_, step_, grad_scale, master);
       });

@@ -18,7 +18,9 @@ struct ModelStateBytes {
 // Data parallelism over N ranks: one rank's model states, by the sharding technique's formulas.
 struct ShardedFormulas {
   std::string scheme;  // "ZeRO-3 (P_os+g+p) over 64 ranks"
-  // This implementation's exact figures, per rank (ZeRO: held after a step; FSDP: peaks).
+  // This implementation's exact figures, per rank: peaks in the step (FSDP) or what a rank holds
+  // after a step (ZeRO: the paper's figures are of these).
+  bool peaks = false;
   std::size_t parameters = 0, gradients = 0, optimizer_state = 0, communication = 0;
   std::size_t host = 0;     // offloaded to host memory
   int paper_stage = 0;      // the ZeRO stage whose paper formula applies (FSDP full = 3, grad_op = 2)

@@ -122,6 +122,7 @@ class FsdpTechnique : public Technique {
     ShardedFormulas sharded;
     sharded.scheme = "FSDP " + to_string(choice.options.mode) + " over " + std::to_string(s.world_size) +
                      (s.world_size == 1 ? " rank" : " ranks");
+    sharded.peaks = true;
     sharded.parameters = m.parameters_peak_bytes;
     sharded.gradients = m.gradients_peak_bytes;
     sharded.optimizer_state = m.optimizer_state_peak_bytes;

@@ -97,14 +97,16 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
                     static_cast<double>(exact) / 1e9, paper / 1e9);
       out += line;
     };
-    const std::size_t p = e.category_peak(MemoryCategory::parameters), g = e.category_peak(MemoryCategory::gradients),
-                      o = e.category_peak(MemoryCategory::optimizer_state);
+    // Measured as the formula counts: each category's peak, or what the rank holds after the steps.
+    auto measured = [&](MemoryCategory c) { return f.peaks ? e.category_peak(c) : e.run.after_steps[index_of(c)]; };
+    const std::size_t p = measured(MemoryCategory::parameters), g = measured(MemoryCategory::gradients),
+                      o = measured(MemoryCategory::optimizer_state);
     row("parameters", p, f.parameters, f.paper.parameters);
     row("gradients", g, f.gradients, f.paper.gradients);
     row("optimizer_state", o, f.optimizer_state, f.paper.optimizer_state);
     row("model states", p + g + o, f.model_states(), f.paper.device_total());
-    out += "(measured: each category's peak in the step on meta; ZeRO's exact formula: what a rank holds after a "
-           "step; FSDP's: peaks)\n";
+    out += f.peaks ? "(each category's peak in the step; measured on meta)\n"
+                   : "(what the rank holds after a step, as the paper counts; measured on meta)\n";
     if (f.host) out += "host (offload)   " + fmt(f.host) + "\n";
   }
 
@@ -164,6 +166,7 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
         {"scheme", f.scheme},
         {"world_size", e.setup.world_size},
         {"figures", "per rank"},
+        {"formula_counts", f.peaks ? "peaks in the step" : "held after a step"},
         {"formula_per_rank_bytes",
          {{"parameters", f.parameters},
           {"gradients", f.gradients},

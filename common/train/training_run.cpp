@@ -69,14 +69,17 @@ std::string TrainingRun::techniques() const {
   return t;
 }
 
+const Strategy* TrainingRun::strategy_of(const Technique& technique) const {
+  for (const auto& [joined_technique, joined] : joined_)
+    if (joined_technique == &technique) return joined.strategy.get();
+  return nullptr;
+}
+
 void TrainingRun::add_json(nlohmann::json& result, const MemoryStats& stats, long steps) const {
   const RunFacts facts{setup_, *model_, world_, stats, steps};
   for (const Technique* t : techniques_) {
     t->add_config_json(setup_, result["config"]);
-    const Strategy* strategy = nullptr;
-    for (const auto& [joined_technique, joined] : joined_)
-      if (joined_technique == t) strategy = joined.strategy.get();
-    t->add_result_json(facts, strategy, result);
+    t->add_result_json(facts, strategy_of(*t), result);
   }
 }
 

@@ -43,6 +43,8 @@ class TrainingRun {
   const TrainingSetup& setup() const { return setup_; }
   // The techniques in the progress line: "bf16 accum=4 recompute=selective attention=flash ...".
   std::string techniques() const;
+  // The strategy `technique` added to this run (nullptr: none), e.g. to read its own figures.
+  const Strategy* strategy_of(const Technique& technique) const;
   // Each technique's part of `trainmem train --json` (config and result sections).
   void add_json(nlohmann::json& result, const MemoryStats& stats, long steps) const;
 

@@ -23,9 +23,10 @@
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
 #include "common/results/benchmark_context.h"
-#include "common/train/trainer.h"
+#include "common/train/training_run.h"
 #include "suites/fsdp/fsdp_memory.h"
 #include "suites/fsdp/fsdp_strategy.h"
+#include "suites/fsdp/fsdp_technique.h"
 
 namespace trainmem::fsdp {
 namespace {
@@ -39,18 +40,20 @@ void BM_Fsdp(benchmark::State& state, const std::string& device_choice, GPTConfi
   auto device = Device::open(device_options);
   auto comm = make_communicator(*device);
   const auto world = static_cast<std::size_t>(comm->world_size());
-  GPT model(*device, config, 1, ModelOptions{precision});
-  SequentialBatches data(*device, synthetic_corpus(world * batch * config.seq * (kIterations + 2) + 1, 1), batch,
-                         config.seq, static_cast<std::size_t>(comm->rank()), world);
-  TrainerOptions topt;
-  topt.batch = batch;
-  topt.seq = config.seq;
-  FsdpStrategy fsdp(model, *comm, options, topt.adam, topt.max_grad_norm);
-  Trainer trainer(model, data, topt, {&fsdp}, &fsdp.optimizer());
-  trainer.step();  // warm-up: the optimizer state is allocated at the first step
+  // The run as `mpirun -np N trainmem train --precision P --fsdp MODE --fsdp-unit ... --fsdp-prefetch ...` builds it.
+  static const Techniques fsdp_alone{&fsdp_technique()};
+  TrainingSetup setup;
+  setup.model = config;
+  setup.batch = batch;
+  setup.precision = precision;
+  setup.option<FsdpChoice>() = {true, options};
+  TrainingRun run(setup, fsdp_alone, *device, comm.get(),
+                  HostTokens(synthetic_corpus(world * batch * config.seq * (kIterations + 2) + 1, 1)));
+  const auto& fsdp = dynamic_cast<const FsdpStrategy&>(*run.strategy_of(fsdp_technique()));
+  run.step();  // warm-up: the optimizer state is allocated at the first step
   device->allocator().reset_peak_stats();
   comm->reset_stats();
-  for (auto _ : state) benchmark::DoNotOptimize(trainer.step().loss);
+  for (auto _ : state) benchmark::DoNotOptimize(run.step().loss);
 
   set_memory_counters(state, device->allocator().stats());
   const FsdpMemory predicted = fsdp_memory(config, world, options, precision);

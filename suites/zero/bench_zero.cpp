@@ -29,9 +29,10 @@
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
 #include "common/results/benchmark_context.h"
-#include "common/train/trainer.h"
+#include "common/train/training_run.h"
 #include "suites/zero/zero_memory.h"
 #include "suites/zero/zero_strategy.h"
+#include "suites/zero/zero_technique.h"
 
 namespace trainmem::zero {
 namespace {
@@ -50,32 +51,27 @@ void BM_Zero(benchmark::State& state, const std::string& device_choice, const GP
   auto device = Device::open(options);
   auto comm = make_communicator(*device);
   const int N = comm->world_size();
-  ModelOptions mo;
-  mo.precision = Precision::bf16;
-  GPT model(*device, config, 1, mo);
+  // The run as `mpirun -np N trainmem train --precision bf16 --zero S --offload O` builds it.
+  static const Techniques zero_alone{&zero_technique()};
+  TrainingSetup setup;
+  setup.model = config;
+  setup.batch = batch;
+  setup.precision = Precision::bf16;
+  setup.option<ZeroChoice>() = {c.stage, c.offload};
   const std::size_t steps = kIterations + 1;
-  SequentialBatches data(*device, synthetic_corpus(static_cast<std::size_t>(N) * batch * config.seq * steps + 1, 1),
-                         batch, config.seq, static_cast<std::size_t>(comm->rank()), static_cast<std::size_t>(N));
-  TrainerOptions topt;
-  topt.batch = batch;
-  topt.seq = config.seq;
-  ZeroOptions zo;
-  zo.stage = c.stage;
-  zo.offload = c.offload;
-  zo.adam = topt.adam;
-  zo.max_grad_norm = topt.max_grad_norm;
-  ZeroStrategy zero(model, *comm, zo);
-  Trainer trainer(model, data, topt, {&zero}, &zero.optimizer());
-  trainer.step();  // warm-up: stage 0's Adam moments are allocated at the first step
+  TrainingRun run(setup, zero_alone, *device, comm.get(),
+                  HostTokens(synthetic_corpus(static_cast<std::size_t>(N) * batch * config.seq * steps + 1, 1)));
+  const auto& zero = dynamic_cast<const ZeroStrategy&>(*run.strategy_of(zero_technique()));
+  run.step();  // warm-up: stage 0's Adam moments are allocated at the first step
   device->allocator().reset_peak_stats();
   comm->reset_stats();
-  for (auto _ : state) benchmark::DoNotOptimize(trainer.step().loss);
+  for (auto _ : state) benchmark::DoNotOptimize(run.step().loss);
 
   const MemoryStats stats = device->allocator().stats();
   set_memory_counters(state, stats);
   const ZeroExactBytes x = exact_model_states(zero_units(config), N, c.stage, Precision::bf16, c.offload);
   const ModelStateBytes paper =
-      paper_model_states(static_cast<double>(model.num_parameters()), N, c.stage, Precision::bf16, c.offload);
+      paper_model_states(static_cast<double>(config.num_parameters()), N, c.stage, Precision::bf16, c.offload);
   auto current = [&](MemoryCategory m) { return static_cast<double>(stats.by_category[index_of(m)].current); };
   state.counters["world_size"] = N;
   state.counters["stage"] = c.stage;

@@ -167,6 +167,10 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
         {"world_size", e.setup.world_size},
         {"figures", "per rank"},
         {"formula_counts", f.peaks ? "peaks in the step" : "held after a step"},
+        // the sharding flags, as the registrations put them in "config"
+        {"zero", j["config"]["zero"]},
+        {"fsdp", j["config"]["fsdp"].is_object() ? j["config"]["fsdp"]["mode"] : nlohmann::json()},
+        {"offload", j["config"]["offload"]},
         {"formula_per_rank_bytes",
          {{"parameters", f.parameters},
           {"gradients", f.gradients},

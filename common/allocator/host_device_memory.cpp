@@ -10,21 +10,48 @@ namespace trainmem {
 
 // Fake addresses start high and 2 MiB aligned, like a GPU's, so traces look like real ones.
 constexpr std::uintptr_t kFakeAddressBase = 0x7f0000000000;
-constexpr std::uintptr_t kFakeAddressAlign = 2 * MiB;
+constexpr std::uintptr_t kAddressAlign = 2 * MiB;
+// Backed: the address space reserved up front (no memory, nothing committed: PROT_NONE,
+// MAP_NORESERVE). 1 TiB of segments over a run's life; past it, segments are mapped one by one.
+constexpr std::size_t kBackedAddressSpace = std::size_t{1} << 40;
 
-BudgetDeviceMemory::BudgetDeviceMemory(std::size_t budget_bytes, bool backed)
-    : budget_(budget_bytes), backed_(backed), next_fake_address_(kFakeAddressBase) {}
+BudgetDeviceMemory::BudgetDeviceMemory(std::size_t budget_bytes, bool backed) : budget_(budget_bytes), backed_(backed) {
+  if (!backed_) {
+    base_ = kFakeAddressBase;
+    return;
+  }
+  void* range = mmap(nullptr, kBackedAddressSpace, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (range != MAP_FAILED) base_ = reinterpret_cast<std::uintptr_t>(range);
+}
 
-BudgetDeviceMemory::~BudgetDeviceMemory() = default;
+BudgetDeviceMemory::~BudgetDeviceMemory() {
+  if (backed_ && base_ != 0) munmap(reinterpret_cast<void*>(base_), kBackedAddressSpace);
+}
+
+// Addresses are never reused, so two segments (or reserved ranges) can never share one.
+std::uintptr_t BudgetDeviceMemory::take_range(std::size_t bytes) {
+  const std::size_t span = (bytes + kAddressAlign - 1) / kAddressAlign * kAddressAlign;
+  if (backed_ && (base_ == 0 || span > kBackedAddressSpace - next_offset_)) return 0;
+  const std::uintptr_t start = base_ + next_offset_;
+  next_offset_ += span;
+  return start;
+}
+
+bool BudgetDeviceMemory::in_reservation(const void* ptr) const {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  return backed_ && base_ != 0 && p >= base_ && p < base_ + kBackedAddressSpace;
+}
 
 void* BudgetDeviceMemory::allocate(std::size_t bytes) {
   if (bytes == 0 || bytes > budget_ - in_use_) return nullptr;  // the emulated card is full
-  void* ptr = nullptr;
+  void* ptr = reinterpret_cast<void*>(take_range(bytes));
   if (backed_) {
-    ptr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (ptr == MAP_FAILED) return nullptr;  // the host itself is out of address space
-  } else {
-    ptr = reinterpret_cast<void*>(take_fake_range(bytes));
+    if (ptr != nullptr) {  // commit: readable and writable; the host backs pages when first touched
+      if (mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0) return nullptr;
+    } else {  // the reservation is used up: a mapping of its own
+      ptr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (ptr == MAP_FAILED) return nullptr;  // the host itself is out of address space
+    }
   }
   in_use_ += bytes;
   return ptr;
@@ -32,29 +59,33 @@ void* BudgetDeviceMemory::allocate(std::size_t bytes) {
 
 void BudgetDeviceMemory::release(void* ptr, std::size_t bytes) {
   if (bytes > in_use_) throw std::logic_error("BudgetDeviceMemory::release: more bytes than were allocated");
-  if (backed_) munmap(ptr, bytes);
+  if (in_reservation(ptr)) {  // the host takes the pages back; the range stays reserved, unused
+    madvise(ptr, bytes, MADV_DONTNEED);
+    mprotect(ptr, bytes, PROT_NONE);
+  } else if (backed_) {
+    munmap(ptr, bytes);
+  }
   in_use_ -= bytes;
-}
-
-// Addresses are never reused, so two segments (or reserved ranges) can never share one.
-std::uintptr_t BudgetDeviceMemory::take_fake_range(std::size_t bytes) {
-  const std::uintptr_t start = next_fake_address_;
-  next_fake_address_ += (bytes + kFakeAddressAlign - 1) / kFakeAddressAlign * kFakeAddressAlign;
-  return start;
 }
 
 // --- expandable segments: reserve, then commit pages
 
 void* BudgetDeviceMemory::reserve_address_range(std::size_t bytes) {
   if (bytes == 0) return nullptr;
-  if (!backed_) return reinterpret_cast<void*>(take_fake_range(bytes));
-  // Address space only: no access, no memory, nothing counted against the budget or the host.
+  // Address space only: no access, no memory, nothing counted against the budget or the host
+  // (inside the reservation it is PROT_NONE already).
+  if (void* ptr = reinterpret_cast<void*>(take_range(bytes)); ptr != nullptr || !backed_) return ptr;
   void* ptr = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return ptr == MAP_FAILED ? nullptr : ptr;
 }
 
 void BudgetDeviceMemory::release_address_range(void* ptr, std::size_t bytes) {
-  if (backed_) munmap(ptr, bytes);
+  if (in_reservation(ptr)) {  // pages were decommitted by unmap_pages; make sure, and keep it unusable
+    madvise(ptr, bytes, MADV_DONTNEED);
+    mprotect(ptr, bytes, PROT_NONE);
+  } else if (backed_) {
+    munmap(ptr, bytes);
+  }
 }
 
 bool BudgetDeviceMemory::map_pages(void* ptr, std::size_t bytes, std::size_t page_bytes) {

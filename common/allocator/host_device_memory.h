@@ -6,6 +6,12 @@
 //
 // in_use = bytes of segments handed out + bytes of pages mapped into reserved ranges; a request
 // is refused when it would take in_use above the budget.
+//
+// Addresses: segments and reserved ranges are carved in increasing order from one address range
+// and never reused, backed or not (backed: a large PROT_NONE reservation made up front; not
+// backed: fake addresses). The caching allocator breaks ties between equal free blocks by
+// address (as PyTorch's does), so the CPU backend and the meta device must see the same order to
+// make the same choices -- and increasing is the order cudaMalloc usually hands segments out in.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -46,9 +52,12 @@ class BudgetDeviceMemory : public DeviceMemory {
   std::size_t budget_;
   std::size_t in_use_ = 0;
   bool backed_;
-  std::uintptr_t next_fake_address_;
+  std::uintptr_t base_ = 0;          // start of the address range (backed: the reservation)
+  std::uintptr_t next_offset_ = 0;   // the next range starts here (offset from base_)
 
-  std::uintptr_t take_fake_range(std::size_t bytes);
+  // The next `bytes` of address space (2 MiB aligned); 0 when a backed reservation is used up.
+  std::uintptr_t take_range(std::size_t bytes);
+  bool in_reservation(const void* ptr) const;
 };
 
 }  // namespace trainmem

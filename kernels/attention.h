@@ -5,7 +5,9 @@
 //   out[b,t,h]      = sum_u att[b,h,t,u] v[b,u,h]
 // Backward (dqkv written): datt = dout . v;  dpreatt = att * (datt - sum_u att*datt);
 //   dq = dpreatt @ k / sqrt(hs);  dk = dpreatt^T @ q / sqrt(hs);  dv = att^T @ dout.
-// datt and dpreatt are scratch of B*NH*T*T each (the workspace a naive backward needs).
+// `dscores` is the one scratch of B*NH*T*T the naive backward needs: it holds datt, and then, in
+// place, dpreatt (each row's sum is taken before the row is overwritten), which it holds on
+// return. One buffer, not two: the probabilities' gradient is dead once the scores' is made.
 //
 // Storage type T (kernels/dtype.h) for every array: float, bf16 or fp16 (and double on the CPU).
 // CPU: each row's scores, probabilities and gradients are kept in fp32 (double for double) while
@@ -25,16 +27,16 @@ template <typename T>
 void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, std::size_t Tn, std::size_t C,
                        std::size_t NH);
 template <typename T>
-void attention_backward(T* dqkv, T* dpreatt, T* datt, const T* dout, const T* qkv, const T* att, std::size_t B,
-                        std::size_t Tn, std::size_t C, std::size_t NH);
+void attention_backward(T* dqkv, T* dscores, const T* dout, const T* qkv, const T* att, std::size_t B, std::size_t Tn,
+                        std::size_t C, std::size_t NH);
 }  // namespace cpu
 namespace cuda {
 template <typename T = float>
 void attention_forward(void* stream, Out<T> out, Out<T> preatt, Out<T> att, In<T> qkv, std::size_t B, std::size_t Tn,
                        std::size_t C, std::size_t NH);
 template <typename T = float>
-void attention_backward(void* stream, Out<T> dqkv, Out<T> dpreatt, Out<T> datt, In<T> dout, In<T> qkv, In<T> att,
-                        std::size_t B, std::size_t Tn, std::size_t C, std::size_t NH);
+void attention_backward(void* stream, Out<T> dqkv, Out<T> dscores, In<T> dout, In<T> qkv, In<T> att, std::size_t B,
+                        std::size_t Tn, std::size_t C, std::size_t NH);
 }  // namespace cuda
 
 template <typename T = float>
@@ -46,11 +48,11 @@ inline void attention_forward(const Stream& s, Out<T> out, Out<T> preatt, Out<T>
                        cuda::attention_forward<T>(s.cuda_stream, out, preatt, att, qkv, B, Tn, C, NH));
 }
 template <typename T = float>
-inline void attention_backward(const Stream& s, Out<T> dqkv, Out<T> dpreatt, Out<T> datt, In<T> dout, In<T> qkv,
-                               In<T> att, std::size_t B, std::size_t Tn, std::size_t C, std::size_t NH) {
+inline void attention_backward(const Stream& s, Out<T> dqkv, Out<T> dscores, In<T> dout, In<T> qkv, In<T> att,
+                               std::size_t B, std::size_t Tn, std::size_t C, std::size_t NH) {
   if (s.backend == Backend::meta) return;
-  if (s.backend == Backend::cpu) return cpu::attention_backward<T>(dqkv, dpreatt, datt, dout, qkv, att, B, Tn, C, NH);
-  TRAINMEM_CUDA_KERNEL("attention_backward", cuda::attention_backward<T>(s.cuda_stream, dqkv, dpreatt, datt, dout,
-                                                                          qkv, att, B, Tn, C, NH));
+  if (s.backend == Backend::cpu) return cpu::attention_backward<T>(dqkv, dscores, dout, qkv, att, B, Tn, C, NH);
+  TRAINMEM_CUDA_KERNEL("attention_backward",
+                       cuda::attention_backward<T>(s.cuda_stream, dqkv, dscores, dout, qkv, att, B, Tn, C, NH));
 }
 }  // namespace trainmem::kernels

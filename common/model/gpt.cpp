@@ -216,10 +216,10 @@ void GPT::attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations
     const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
                H = static_cast<std::int64_t>(config_.heads);
     if (options_.attention == AttentionKind::naive) {
-      Tensor dpreatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores.grad");
-      Tensor datt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.probs.grad");
-      kernels::attention_backward<T>(s, dqkv.data_as<T>(), dpreatt.data_as<T>(), datt.data_as<T>(), datty.data_as<T>(),
-                                     a.qkv.data_as<T>(), a.att.data_as<T>(), B_, T_, config_.dim, config_.heads);
+      // One B*H*T^2 buffer: the probabilities' gradient, then in place the scores' (kernels/attention.h)
+      Tensor dscores = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores.grad");
+      kernels::attention_backward<T>(s, dqkv.data_as<T>(), dscores.data_as<T>(), datty.data_as<T>(), a.qkv.data_as<T>(),
+                                     a.att.data_as<T>(), B_, T_, config_.dim, config_.heads);
       return;
     }
     const kernels::AttentionShape shape = attention_shape();
@@ -402,27 +402,45 @@ void GPT::layer_backward(std::size_t l) {
     LayerActivations& a = acts_[l];
     Tensor& dres = dresidual_;  // d x_{l+1} on entry, d x_l on exit
 
+    // Each saved tensor and each gradient buffer is freed as soon as the backward has read it for
+    // the last time, before the next buffer is allocated (as PyTorch's autograd releases a node's
+    // saved tensors once the node has run): the layer's backward never holds what it is done with.
     // MLP branch: x_{l+1} = residual2 + fc_proj(gelu(fc(ln2(residual2))))
     {
       Tensor dfch = make({B, Tn, 4 * Ci}, MemoryCategory::workspace, h + "mlp.gelu.out.grad");
       linear_backward(&dfch, g(l, kFcProjW), &g(l, kFcProjB), dres, a.fch_gelu, p(l, kFcProjW), N, 4 * C, C);
+      a.fch_gelu.reset();
       // in place: d gelu.out -> d fc.out
       kernels::gelu_backward<T>(s, dfch.data_as<T>(), a.fch.data_as<T>(), dfch.data_as<T>(), N * 4 * C);
+      a.fch.reset();
       Tensor dln2 = make({B, Tn, Ci}, MemoryCategory::workspace, h + "ln2.grad");
       linear_backward(&dln2, g(l, kFcW), &g(l, kFcB), dfch, a.ln2, p(l, kFcW), N, C, 4 * C);
+      dfch.reset();
+      a.ln2.reset();
       // d residual2 = d x_{l+1} (skip path) + ln2's backward (accumulated into the same buffer)
       kernels::layernorm_backward<T>(s, dres.data_as<T>(), g(l, kLn2W).data_as<T>(), g(l, kLn2B).data_as<T>(),
                                      dln2.data_as<T>(), a.residual2.data_as<T>(), p(l, kLn2W).data_as<T>(),
                                      f(a.ln2_mean), f(a.ln2_rstd), N, C);
+      dln2.reset();
+      a.residual2.reset();
+      a.ln2_mean.reset();
+      a.ln2_rstd.reset();
     }
     // Attention branch: residual2 = x_l + attn_proj(attention(qkv(ln1(x_l))))
     {
       Tensor datty = make({B, Tn, Ci}, MemoryCategory::workspace, h + "attn.out.grad");
       linear_backward(&datty, g(l, kAttProjW), &g(l, kAttProjB), dres, a.atty, p(l, kAttProjW), N, C, C);
       Tensor dqkv = make({B, Tn, 3 * Ci}, MemoryCategory::workspace, h + "qkv.grad");
-      attention_backward(dqkv, datty, a, h);
+      attention_backward(dqkv, datty, a, h);  // reads atty too (flash: O)
+      datty.reset();
+      a.atty.reset();
+      a.att.reset();
+      a.lse.reset();
       Tensor dln1 = make({B, Tn, Ci}, MemoryCategory::workspace, h + "ln1.grad");
       linear_backward(&dln1, g(l, kQkvW), &g(l, kQkvB), dqkv, a.ln1, p(l, kQkvW), N, C, 3 * C);
+      dqkv.reset();
+      a.qkv.reset();
+      a.ln1.reset();
       kernels::layernorm_backward<T>(s, dres.data_as<T>(), g(l, kLn1W).data_as<T>(), g(l, kLn1B).data_as<T>(),
                                      dln1.data_as<T>(), residual_[l].data_as<T>(), p(l, kLn1W).data_as<T>(),
                                      f(a.ln1_mean), f(a.ln1_rstd), N, C);

@@ -78,8 +78,8 @@ void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, s
 }
 
 template <typename T>
-void attention_backward(T* dqkv, T* dpreatt, T* datt, const T* dout, const T* qkv, const T* att, std::size_t B,
-                        std::size_t Tn, std::size_t C, std::size_t NH) {
+void attention_backward(T* dqkv, T* dscores, const T* dout, const T* qkv, const T* att, std::size_t B, std::size_t Tn,
+                        std::size_t C, std::size_t NH) {
   using F = compute_t<T>;
   const std::size_t hs = C / NH;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
@@ -122,12 +122,9 @@ void attention_backward(T* dqkv, T* dpreatt, T* datt, const T* dout, const T* qk
             dk[i] += dpre[u] * q[i] * scale;
           }
         }
-        T* da_row = datt + ((b * NH + h) * Tn + t) * Tn;
-        T* dpre_row = dpreatt + ((b * NH + h) * Tn + t) * Tn;
-        for (std::size_t u = 0; u < Tn; ++u) {
-          da_row[u] = store<T>(da[u]);
-          dpre_row[u] = store<T>(dpre[u]);
-        }
+        // the row of dscores ends as dpreatt's (the row's datt lived in `da` only)
+        T* dscores_row = dscores + ((b * NH + h) * Tn + t) * Tn;
+        for (std::size_t u = 0; u < Tn; ++u) dscores_row[u] = store<T>(dpre[u]);
       }
       // this head's slice of dqkv, written once
       for (std::size_t t = 0; t < Tn; ++t)
@@ -140,7 +137,7 @@ void attention_backward(T* dqkv, T* dpreatt, T* datt, const T* dout, const T* qk
 
 #define TRAINMEM_INSTANTIATE(T)                                                                                   \
   template void attention_forward<T>(T*, T*, T*, const T*, std::size_t, std::size_t, std::size_t, std::size_t);  \
-  template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, std::size_t, std::size_t,        \
+  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, std::size_t, std::size_t,        \
                                       std::size_t, std::size_t);
 TRAINMEM_INSTANTIATE(float)
 TRAINMEM_INSTANTIATE(double)

@@ -72,32 +72,29 @@ __global__ void causal_softmax_forward_kernel(D* att, D* preatt, std::size_t row
   }
 }
 
-// Softmax backward of one row r = (b*NH + h)*T + t (one warp per row, t = r % T):
+// Softmax backward of one row r = (b*NH + h)*T + t (one warp per row, t = r % T), in place in
+// dscores (datt on entry, dpreatt on exit):
 //   dpreatt[r, u] = att[r, u] * (datt[r, u] - sum_{w <= t} att[r, w] * datt[r, w])   for u <= t
-//   dpreatt[r, u] = datt[r, u] = 0                                                  for u > t
-// The sum reads datt only at u <= t and the zeros go only to u > t, so no lane overwrites a value
-// another lane still reads. Same warp-to-row mapping as the forward.
+//   dpreatt[r, u] = 0                                                                for u > t
+// The warp's sum is complete before any lane writes, and each element is read and written by the
+// same lane, so no lane overwrites a value another still reads. Same warp-to-row mapping as the
+// forward.
 template <typename D>
-__global__ void causal_softmax_backward_kernel(D* dpreatt, D* datt, const D* att, std::size_t rows, std::size_t T) {
+__global__ void causal_softmax_backward_kernel(D* dscores, const D* att, std::size_t rows, std::size_t T) {
   const unsigned lane = threadIdx.x % detail::kWarpSize;
   const std::size_t first_row = static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / detail::kWarpSize;
   const std::size_t row_step = static_cast<std::size_t>(gridDim.x) * kWarpsPerBlock;
   for (std::size_t r = first_row; r < rows; r += row_step) {
     const std::size_t t = r % T;
     const D* a = att + r * T;
-    D* da = datt + r * T;
-    D* dpre = dpreatt + r * T;
+    D* ds = dscores + r * T;  // datt on entry, dpreatt on exit
     float weighted = 0.0f;
-    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) weighted += detail::to_float(a[u]) * detail::to_float(da[u]);
+    for (std::size_t u = lane; u <= t; u += detail::kWarpSize) weighted += detail::to_float(a[u]) * detail::to_float(ds[u]);
+    // every lane has its share of the row's sum before any lane overwrites an element (in place:
+    // each element is read and then written by the same lane)
     weighted = detail::warp_reduce(weighted, detail::SumOp{});
-    for (std::size_t u = lane; u < T; u += detail::kWarpSize) {
-      if (u <= t) {
-        dpre[u] = detail::from_float<D>(detail::to_float(a[u]) * (detail::to_float(da[u]) - weighted));
-      } else {
-        dpre[u] = detail::from_float<D>(0.0f);
-        da[u] = detail::from_float<D>(0.0f);
-      }
-    }
+    for (std::size_t u = lane; u < T; u += detail::kWarpSize)
+      ds[u] = detail::from_float<D>(u <= t ? detail::to_float(a[u]) * (detail::to_float(ds[u]) - weighted) : 0.0f);
   }
 }
 
@@ -184,13 +181,12 @@ void attention_forward(void* stream, Out<T> out_, Out<T> preatt_, Out<T> att_, I
 }
 
 template <typename T>
-void attention_backward(void* stream, Out<T> dqkv_, Out<T> dpreatt_, Out<T> datt_, In<T> dout_, In<T> qkv_,
-                        In<T> att_, std::size_t B, std::size_t Tn, std::size_t C, std::size_t NH) {
+void attention_backward(void* stream, Out<T> dqkv_, Out<T> dscores_, In<T> dout_, In<T> qkv_, In<T> att_, std::size_t B,
+                        std::size_t Tn, std::size_t C, std::size_t NH) {
   if (B == 0 || Tn == 0 || C == 0) return;
   using D = detail::device_t<T>;
   D* dqkv = detail::device_cast(dqkv_);
-  D* dpreatt = detail::device_cast(dpreatt_);
-  D* datt = detail::device_cast(datt_);
+  D* dscores = detail::device_cast(dscores_);
   const D* dout = detail::device_cast(dout_);
   const D* qkv = detail::device_cast(qkv_);
   const D* att = detail::device_cast(att_);
@@ -201,13 +197,13 @@ void attention_backward(void* stream, Out<T> dqkv_, Out<T> dpreatt_, Out<T> datt
   for (std::size_t b = 0; b < B; ++b) {
     const D* v = qkv + b * s.qkv_batch + 2 * C;
     gemm_strided_batched<D>(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.T, s.T, s.hs, 1.0f, v, s.C3, s.head_stride,
-                            dout + b * s.act_batch, s.C, s.head_stride, 0.0f, datt + b * s.scores_batch, s.T,
+                            dout + b * s.act_batch, s.C, s.head_stride, 0.0f, dscores + b * s.scores_batch, s.T,
                             s.scores_stride, s.NH);
   }
-  // dpreatt = att * (datt - rowsum(att * datt)), causal (zeros above the diagonal in both)
+  // dpreatt = att * (datt - rowsum(att * datt)), causal (zeros above the diagonal), in place in dscores
   const std::size_t rows = B * NH * Tn;
   causal_softmax_backward_kernel<<<detail::grid_for(rows, kWarpsPerBlock), kRowBlock, 0, detail::as_stream(stream)>>>(
-      dpreatt, datt, att, rows, Tn);
+      dscores, att, rows, Tn);
   CUDA_CHECK_LAUNCH("causal_softmax_backward_kernel");
   // dqkv is WRITTEN (beta = 0, never read): the three GEMMs below cover every (b, t, h, i) of its
   // q, k and v thirds, so no zero fill is needed.
@@ -216,7 +212,7 @@ void attention_backward(void* stream, Out<T> dqkv_, Out<T> dpreatt_, Out<T> datt
     const D* k = q + C;
     const D* dout_b = dout + b * s.act_batch;
     const D* att_b = att + b * s.scores_batch;
-    const D* dpre_b = dpreatt + b * s.scores_batch;
+    const D* dpre_b = dscores + b * s.scores_batch;
     D* dq = dqkv + b * s.qkv_batch;
     D* dk = dq + C;
     D* dv = dq + 2 * C;
@@ -235,7 +231,7 @@ void attention_backward(void* stream, Out<T> dqkv_, Out<T> dpreatt_, Out<T> datt
 #define TRAINMEM_INSTANTIATE(T)                                                                                      \
   template void attention_forward<T>(void*, Out<T>, Out<T>, Out<T>, In<T>, std::size_t, std::size_t, std::size_t,   \
                                      std::size_t);                                                                   \
-  template void attention_backward<T>(void*, Out<T>, Out<T>, Out<T>, In<T>, In<T>, In<T>, std::size_t, std::size_t, \
+  template void attention_backward<T>(void*, Out<T>, Out<T>, In<T>, In<T>, In<T>, std::size_t, std::size_t,         \
                                       std::size_t, std::size_t);
 TRAINMEM_INSTANTIATE(float)
 TRAINMEM_INSTANTIATE(bf16)

@@ -166,10 +166,9 @@ void expect_reference_equals_naive_kernel(double tol) {
   cpu::attention_reference_forward(out.data(), lse.data(), qkv.data(), s);
   cpu::attention_reference_backward(dqkv.data(), dout.data(), qkv.data(), s);
 
-  std::vector<F> naive_out(out_size(s)), preatt(N), att(N), naive_dqkv(qkv_size(s)), dpreatt(N), datt(N);
+  std::vector<F> naive_out(out_size(s)), preatt(N), att(N), naive_dqkv(qkv_size(s)), dscores(N);
   cpu::attention_forward(naive_out.data(), preatt.data(), att.data(), qkv.data(), s.B, s.T, s.C(), s.H);
-  cpu::attention_backward(naive_dqkv.data(), dpreatt.data(), datt.data(), dout.data(), qkv.data(), att.data(), s.B,
-                          s.T, s.C(), s.H);
+  cpu::attention_backward(naive_dqkv.data(), dscores.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C(), s.H);
   EXPECT_LT(rel_err(out, Vec(naive_out.begin(), naive_out.end())), tol) << "out";
   EXPECT_LT(rel_err(dqkv, Vec(naive_dqkv.begin(), naive_dqkv.end())), tol) << "dqkv";
 }
@@ -268,10 +267,9 @@ TEST(FlashAttentionCpu, CausalFlashEqualsTheNaiveKernel) {
   Vec out(out_size(s)), lse(lse_size(s)), dqkv(qkv_size(s));
   cpu::flash_attention_forward(out.data(), lse.data(), qkv.data(), s, 16, 32);
   cpu::flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s, 16, 32);
-  Vec naive_out(out_size(s)), preatt(N), att(N), naive_dqkv(qkv_size(s)), dpreatt(N), datt(N);
+  Vec naive_out(out_size(s)), preatt(N), att(N), naive_dqkv(qkv_size(s)), dscores(N);
   cpu::attention_forward(naive_out.data(), preatt.data(), att.data(), qkv.data(), s.B, s.T, s.C(), s.H);
-  cpu::attention_backward(naive_dqkv.data(), dpreatt.data(), datt.data(), dout.data(), qkv.data(), att.data(), s.B,
-                          s.T, s.C(), s.H);
+  cpu::attention_backward(naive_dqkv.data(), dscores.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C(), s.H);
   EXPECT_LT(rel_err(out, naive_out), 1e-12);
   EXPECT_LT(rel_err(dqkv, naive_dqkv), 1e-12);
 }

@@ -167,8 +167,8 @@ TEST(KernelsCpu, AttentionBackwardIsItsDerivativeAndTheMaskHolds) {
     }
     EXPECT_NEAR(sum, 1.0, 1e-12);
   }
-  Vec dqkv(B * T * 3 * C), dpre(B * NH * T * T), datt(B * NH * T * T);
-  cpu::attention_backward(dqkv.data(), dpre.data(), datt.data(), r.data(), qkv.data(), att.data(), B, T, C, NH);
+  Vec dqkv(B * T * 3 * C), dscores(B * NH * T * T);
+  cpu::attention_backward(dqkv.data(), dscores.data(), r.data(), qkv.data(), att.data(), B, T, C, NH);
   expect_gradient(qkv, dqkv, loss, "attention dqkv");
 }
 

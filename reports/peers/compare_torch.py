@@ -15,6 +15,9 @@
    `python3 -m reports.trainmem_report render DIR` shows it as "trainmem beside PyTorch".
 
 Both use --threads threads (torch.set_num_threads; OPENBLAS_NUM_THREADS for trainmem's BLAS).
+PyTorch runs with OMP_WAIT_POLICY=PASSIVE unless --omp-wait-policy says otherwise: its OpenMP threads
+otherwise spin at every barrier, and on a machine shared with other work (more runnable threads than
+cores) a step of `small` took 4580 ms instead of 55 ms on the 2-core CI machine (load average 8).
 """
 from __future__ import annotations
 
@@ -79,6 +82,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--omp-wait-policy", choices=("PASSIVE", "ACTIVE", "inherit"), default="PASSIVE",
+                   help="OMP_WAIT_POLICY for PyTorch (inherit: as this shell has it) [PASSIVE]")
     p.add_argument("--out", type=pathlib.Path, default=REPO / "reports" / "out" / "peers")
     p.add_argument("--label", help="the file is peer-torch-LABEL.json [model-B<batch>-<precision>]")
     p.add_argument("--trainmem", help="the trainmem program (default: the build folder's)")
@@ -94,6 +99,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    load_before = os.getloadavg()
     try:
         trainmem = find_trainmem(a.trainmem)
     except TrainmemError as e:
@@ -104,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     label = a.label or f"{a.model}{''.join(shape).replace('--', '-')}-B{a.batch}-{a.precision}" + \
         ("-keep-grads" if a.keep_grads else "")
     env = {**os.environ, "OPENBLAS_NUM_THREADS": str(a.threads)}
+    if a.omp_wait_policy != "inherit":
+        env["OMP_WAIT_POLICY"] = a.omp_wait_policy
     try:
         tokens = write_tokens(trainmem, a.data, a.out / f"peer-torch-{label}.tok", a.seed)
         common = ["--model", a.model, *shape, "--batch", str(a.batch), "--data", str(tokens)]
@@ -129,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare_torch: error: {e}", file=sys.stderr)
         return 1
     result = combine(a, label, tm_cmd, pt_cmd, tm_saved, tm_runs, pt_runs)
+    # Other work on the machine slows both sides (times only; memory figures do not depend on it).
+    result["machine"] = {"cpu_cores": os.cpu_count(), "load_avg_before": list(load_before),
+                         "load_avg_after": list(os.getloadavg())}
     path = a.out / f"peer-torch-{label}.json"
     write_file(path, lambda p: p.write_text(json.dumps(result, indent=2) + "\n"))
     r = result["ratios"]
@@ -181,7 +192,8 @@ def combine(a, label, tm_cmd, pt_cmd, tm_saved, tm_runs, pt_runs) -> dict:
         "label": label,
         "config": {"model": tm["config"]["model"], "batch": a.batch, "precision": a.precision,
                    "set_to_none": not a.keep_grads, "data": a.data, "seed": a.seed, "rounds": a.rounds,
-                   "warmup": a.warmup, "steps": a.steps, "threads": a.threads},
+                   "warmup": a.warmup, "steps": a.steps, "threads": a.threads,
+                   "omp_wait_policy": pt["framework"]["omp_wait_policy"]},
         "device": {**pt["device"], "trainmem": tm.get("device", {})},
         "commands": {"trainmem": " ".join(["trainmem"] + tm_cmd[1:]),
                      "pytorch": " ".join(["python"] + pt_cmd[1:])},

@@ -14,6 +14,10 @@ as trainmem does. --precision bf16 stores the model in bf16 and gives the optimi
 weights, as trainmem's mixed precision does (suites/mixed_precision/master_weights.h); the fp32
 copies of the gradients that torch.optim needs are PyTorch's own cost.
 
+On a machine shared with other work, run it with OMP_WAIT_POLICY=PASSIVE (compare_torch.py does):
+PyTorch's OpenMP threads spin at every barrier by default, and lose whole time slices when the
+cores are busy.
+
 Steps: --warmup untimed steps, then --steps timed ones (median), then one more step measured
 (the profiler slows it, so it is not timed): the memory timeline, or torch.cuda.memory_stats(),
 and the saved tensors.
@@ -175,7 +179,7 @@ def run(a: argparse.Namespace) -> dict:
     saved = log.activations()
     return {
         "framework": {"name": "pytorch", "version": torch.__version__, "threads": torch.get_num_threads(),
-                      "python": platform.python_version()},
+                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "python": platform.python_version()},
         "device": device_json(device),
         "config": {"command": "torch_train", "model": {**config.__dict__, "parameters": sum(p.numel() for p in
                                                                                        model.parameters())},

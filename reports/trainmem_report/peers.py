@@ -22,9 +22,12 @@ def peer_section(label: str, c: dict) -> Section:
         f"{m['name']} (L={m['layers']} H={m['heads']} C={m['dim']} T={m['seq']} V={m['vocab']}, "
         f"{m['parameters']:,} parameters), batch {cfg['batch']}, {cfg['precision']}, the same tokens "
         f"(--data {cfg['data']}, seed {cfg['seed']}) and the same AdamW; PyTorch {pt['version']} with {grads}, "
-        f"{pt['threads']} threads for both. Step time: the median of {cfg['steps']} steps after {cfg['warmup']} "
+        f"{pt['threads']} threads for both (OMP_WAIT_POLICY={cfg.get('omp_wait_policy') or 'unset'}). Step time: the median of {cfg['steps']} steps after {cfg['warmup']} "
         f"of warm-up, then the median of {cfg['rounds']} rounds run in turn (trainmem, PyTorch, trainmem, ...).",
-        f"PyTorch's memory: {pt['memory_source']}; trainmem's: its caching allocator, the same run's peaks.",
+        f"PyTorch's memory: {pt['memory_source']}; trainmem's: its caching allocator, the same run's peaks."
+        + (f" Machine: {c['machine']['cpu_cores']} cores, 1-minute load average {c['machine']['load_avg_before'][0]:.1f}"
+           f" before and {c['machine']['load_avg_after'][0]:.1f} after (other work slows both sides' times)."
+           if "machine" in c else ""),
         f"Commands: `{c['commands']['trainmem']}` and `{c['commands']['pytorch']}`."])
     rows = [["peak allocated", fmt_bytes(tm["peak_allocated_bytes"]), fmt_bytes(pt["peak_allocated_bytes"]),
              _ratio(tm["peak_allocated_bytes"], pt["peak_allocated_bytes"])],

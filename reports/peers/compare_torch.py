@@ -105,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     except TrainmemError as e:
         print(f"compare_torch: error: {e}", file=sys.stderr)
         return 2
+    if subprocess.run([a.python, "-c", "import torch"], capture_output=True).returncode != 0:
+        print(f"compare_torch: error: PyTorch is not installed for {a.python}: run ci/setup-torch, then "
+              ".venv-torch/bin/python -m reports.peers.compare_torch ... (or give --python)", file=sys.stderr)
+        return 2
     a.out.mkdir(parents=True, exist_ok=True)
     shape = [f for flag in SHAPE_FLAGS if getattr(a, flag) is not None for f in (f"--{flag}", str(getattr(a, flag)))]
     label = a.label or f"{a.model}{''.join(shape).replace('--', '-')}-B{a.batch}-{a.precision}" + \
@@ -160,6 +164,12 @@ def run(cmd: list[str], env: dict) -> None:
         raise RunFailed(f"{' '.join(cmd)}: exit {done.returncode}: " + " / ".join(tail))
 
 
+def shown(arg: str) -> str:
+    """A path inside the repository as a relative one (the commands are shown in the report)."""
+    path = pathlib.Path(arg)
+    return str(path.relative_to(REPO)) if path.is_absolute() and path.is_relative_to(REPO) else arg
+
+
 def combine(a, label, tm_cmd, pt_cmd, tm_saved, tm_runs, pt_runs) -> dict:
     tm, pt = tm_runs[0], pt_runs[0]
     peaks = {p["memory"]["peak_allocated_bytes"] for p in pt_runs}
@@ -196,7 +206,7 @@ def combine(a, label, tm_cmd, pt_cmd, tm_saved, tm_runs, pt_runs) -> dict:
                    "omp_wait_policy": pt["framework"]["omp_wait_policy"]},
         "device": {**pt["device"], "trainmem": tm.get("device", {})},
         "commands": {"trainmem": " ".join(["trainmem"] + tm_cmd[1:]),
-                     "pytorch": " ".join(["python"] + pt_cmd[1:])},
+                     "pytorch": " ".join(["python"] + [shown(arg) for arg in pt_cmd[1:]])},
         "trainmem": trainmem_side,
         "pytorch": torch_side,
         "saved_activations": saved_comparison(tm_saved, pt["saved_activations"]),

@@ -29,7 +29,7 @@ from torch import nn
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """common/model/gpt_config.h; the presets are trainmem's (trainmem_config.py asks trainmem)."""
+    """common/model/gpt_config.h; the presets are trainmem's (trainmem_program.py asks trainmem)."""
     name: str
     vocab: int   # V
     seq: int     # T, the context length

@@ -33,7 +33,12 @@ import statistics
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError:
+    print("torch_train: error: PyTorch is not installed for this Python: run ci/setup-torch, then "
+          ".venv-torch/bin/python -m reports.peers.torch_train ...", file=sys.stderr)
+    sys.exit(2)
 
 from ..trainmem_report.output_file import write_file
 from .saved_activations import SavedTensorLog

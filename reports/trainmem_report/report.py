@@ -8,6 +8,7 @@ import re
 
 from . import claims as claims_mod
 from . import plots
+from .peers import peer_section
 from .document import FORMATTERS, MiB, Document, Figure, Section, Table, fmt_bytes, fmt_ms, fmt_size
 from .results import Benchmark, ResultFolder
 from .snapshot import snapshot_to_pickle
@@ -334,6 +335,8 @@ def build(folder: ResultFolder, out: pathlib.Path) -> Document:
             _guarded(doc, suite.bench, suite_section, folder, suite, claims, plots_dir)
         elif suite.bench not in folder.benchmarks:
             doc.missing.append(f"{suite.bench}.json: not in this folder (suite not built or not run)")
+    for label, comparison in folder.peers.items():  # none: no section and nothing missing (PyTorch is optional)
+        _guarded(doc, f"peer-torch-{label}.json", peer_section, label, comparison)
     if folder.train_runs:
         _guarded(doc, "training runs", training_section, folder, plots_dir)
     else:

@@ -8,6 +8,7 @@ A folder holds:
   train-<name>.json       `trainmem train --json` runs
   memory-trace.json       `trainmem train --record-memory` (the allocator's event log)
   memory-snapshot.json    `trainmem train --memory-snapshot` (PyTorch's snapshot structure)
+  peer-torch-<label>.json trainmem beside PyTorch (reports/peers/compare_torch.py); optional
 
 Loading never raises for what is inside the folder: a file that is missing, unreadable or
 malformed becomes a line in `ResultFolder.problems`, and the report shows what is there.
@@ -57,6 +58,7 @@ class ResultFolder:
     train_runs: dict[str, dict] = field(default_factory=dict)             # "baseline" -> train JSON
     trace: dict | None = None
     snapshot_path: pathlib.Path | None = None
+    peers: dict[str, dict] = field(default_factory=dict)                  # "small-B4-fp32" -> comparison JSON
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -175,6 +177,13 @@ def load_folder(path: str | pathlib.Path) -> ResultFolder:
             folder.trace = data
         elif data is not None:
             folder.problems.append("memory-trace.json: not a recorder trace (no 'events' list)")
+    for path in sorted(folder.path.glob("peer-torch-*.json")):
+        data = _read_json(path, folder.problems)
+        if isinstance(data, dict) and data.get("kind") == "trainmem beside PyTorch":
+            folder.peers[path.stem[len("peer-torch-"):]] = data
+        elif data is not None:
+            folder.problems.append(f"{path.name}: not a reports/peers/compare_torch.py result")
+
     snapshot = folder.path / "memory-snapshot.json"
     if snapshot.exists():
         folder.snapshot_path = snapshot

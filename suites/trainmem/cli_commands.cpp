@@ -14,6 +14,7 @@ void add_commands(CLI::App& app, Command& run) {
   add_train_command(app, run);
   add_estimate_command(app, run);
   add_max_batch_command(app, run);
+  add_tokens_command(app, run);
 }
 
 }  // namespace trainmem::cli

@@ -61,5 +61,6 @@ void add_replay_command(CLI::App& app, Command& run);  // cli_replay.cpp
 void add_train_command(CLI::App& app, Command& run);   // cli_train.cpp
 void add_estimate_command(CLI::App& app, Command& run);   // cli_estimate.cpp
 void add_max_batch_command(CLI::App& app, Command& run);  // cli_max_batch.cpp
+void add_tokens_command(CLI::App& app, Command& run);     // cli_tokens.cpp
 
 }  // namespace trainmem::cli

@@ -1,0 +1,139 @@
+"""trainmem's GPT-2 in PyTorch: the model of common/model/gpt.cpp, layer for layer, written the way
+a PyTorch user writes it (nanoGPT style: nn.Linear, nn.LayerNorm, attention by hand, GELU tanh,
+the LM head tied to the token embedding), so that the reference is the ordinary PyTorch program.
+
+  x0      = wte[tokens] + wpe[0..T)                              (embedding)
+  layer l: a = x_l + attn.proj(attention(attn.qkv(ln1(x_l))))   (causal, softmax(q k^T / sqrt(D)))
+           x_{l+1} = a + mlp.proj(gelu_tanh(mlp.fc(ln2(a))))
+  logits  = lnf(x_L) @ wte^T;   loss = mean cross-entropy over the B*T positions
+
+The parameters are built from the config as common/model/parameter_table.cpp lists them (the
+module names give "h.3.attn.qkv.weight" for trainmem's "h3.attn.qkv.weight"), with GPT-2's
+initialization: N(0, 0.02), the two residual projections N(0, 0.02 / sqrt(2L)), biases 0,
+layernorm weights 1 (parameter_table.h's ParameterInit). The values differ from trainmem's (another
+random generator); the shapes, dtypes and the tensors saved for backward are what is compared.
+
+A forward may be given `regions` (saved_activations.py): it is told where each part of the model
+starts and which tensor each part hands on, so each saved tensor is counted in the part that made
+it, as trainmem names its tensors ("x4" is made by layer 3).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """common/model/gpt_config.h; the presets are trainmem's (trainmem_program.py asks trainmem)."""
+    name: str
+    vocab: int   # V
+    seq: int     # T, the context length
+    layers: int  # L
+    heads: int   # H
+    dim: int     # C
+
+    def validate(self) -> None:
+        """GPTConfig::validate's rules, with its words."""
+        if self.vocab < 2 or min(self.seq, self.layers, self.heads, self.dim) < 1:
+            raise ValueError(f"model '{self.name}': vocab >= 2 and seq, layers, heads, dim >= 1 are needed")
+        if self.dim % self.heads:
+            raise ValueError(f"model '{self.name}': --dim {self.dim} is not divisible by --heads {self.heads}")
+        if self.vocab > 65536:
+            raise ValueError(f"model '{self.name}': --vocab above 65536 does not fit the uint16 token format")
+
+
+class NoRegions:
+    """What a forward is given when nobody counts saved tensors."""
+    def enter(self, name: str) -> None: ...
+    def made(self, tensor: torch.Tensor) -> None: ...
+
+
+class CausalSelfAttention(nn.Module):
+    """gpt.cpp's naive attention (kernels/attention.h): scores, mask, softmax, weighted sum."""
+
+    def __init__(self, c: GPTConfig):
+        super().__init__()
+        self.heads = c.heads
+        self.qkv = nn.Linear(c.dim, 3 * c.dim)   # h{l}.attn.qkv.weight [3C, C], .bias [3C]
+        self.proj = nn.Linear(c.dim, c.dim)      # h{l}.attn.proj.weight [C, C], .bias [C]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        H, D = self.heads, C // self.heads
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))   # [B, H, T, D]
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # position j > i
+        probs = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+        y = (probs @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, c: GPTConfig):
+        super().__init__()
+        self.fc = nn.Linear(c.dim, 4 * c.dim)    # h{l}.mlp.fc.weight [4C, C], .bias [4C]
+        self.proj = nn.Linear(4 * c.dim, c.dim)  # h{l}.mlp.proj.weight [C, 4C], .bias [C]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))  # kernels/gelu.h: GELU, tanh form
+
+
+class Block(nn.Module):
+    """One layer, in parameter_table.h's order: ln1, attn.qkv, attn.proj, ln2, mlp.fc, mlp.proj."""
+
+    def __init__(self, c: GPTConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(c.dim)  # eps 1e-5, as kernels/layernorm.h
+        self.attn = CausalSelfAttention(c)
+        self.ln2 = nn.LayerNorm(c.dim)
+        self.mlp = MLP(c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))   # gpt.cpp's residual2
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, c: GPTConfig):
+        super().__init__()
+        c.validate()
+        self.config = c
+        self.wte = nn.Embedding(c.vocab, c.dim)  # [V, C], also the LM head (tied)
+        self.wpe = nn.Embedding(c.seq, c.dim)    # [T, C]
+        self.h = nn.ModuleList(Block(c) for _ in range(c.layers))
+        self.lnf = nn.LayerNorm(c.dim)
+        self._init_gpt2()
+
+    @torch.no_grad()
+    def _init_gpt2(self) -> None:
+        residual_std = 0.02 / math.sqrt(2 * self.config.layers)
+        for name, p in self.named_parameters():
+            if isinstance(self.get_submodule(name.rsplit(".", 1)[0]), nn.LayerNorm):
+                p.fill_(1.0 if name.endswith("weight") else 0.0)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, residual_std if name.endswith(("attn.proj.weight", "mlp.proj.weight")) else 0.02)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor, regions=NoRegions()) -> torch.Tensor:
+        """The mean cross-entropy loss; tokens and targets are int64 [B, T], T <= config.seq."""
+        B, T = tokens.shape
+        if T > self.config.seq:
+            raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.config.seq}")
+        regions.enter("embedding")
+        positions = torch.arange(T, device=tokens.device)
+        x = self.wte(tokens) + self.wpe(positions)
+        regions.made(x)
+        for l, block in enumerate(self.h):
+            regions.enter(f"h{l}")
+            x = block(x)
+            regions.made(x)
+        regions.enter("head")
+        logits = F.linear(self.lnf(x), self.wte.weight)   # tied head, no bias
+        return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))

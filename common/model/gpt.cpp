@@ -105,6 +105,19 @@ void GPT::zero_grad() {
     if (p.grad.data() != nullptr) zero_device_memory(device_, p.grad.data(), p.grad.nbytes());
 }
 
+void GPT::release_gradients() {
+  for (Parameter& p : params_) p.grad.reset();
+}
+
+Tensor& GPT::grad_for_write(std::size_t index) {
+  Parameter& p = params_[index];
+  if (p.grad.data() == nullptr) {  // none since the last release: made now, at its first write
+    p.grad = make(p.value.shape(), MemoryCategory::gradients, p.name + ".grad");
+    zero_device_memory(device_, p.grad.data(), p.grad.nbytes());  // the backward accumulates into it
+  }
+  return p.grad;
+}
+
 // ---------------------------------------------------------------------------------------------
 // forward
 // ---------------------------------------------------------------------------------------------
@@ -373,13 +386,13 @@ void GPT::head_backward(float dloss) {
     kernels::cross_entropy_backward<T>(s, logits_.data_as<T>(), logits_.data_as<T>(), targets_->data_as<std::int32_t>(),
                                        dloss, N, V);
     Tensor dlnf = make({B, Tn, Ci}, MemoryCategory::workspace, "lnf.grad");
-    linear_backward(&dlnf, params_[kWte].grad, nullptr, logits_, lnf_, params_[kWte].value, N, C, V);
+    linear_backward(&dlnf, grad_for_write(kWte), nullptr, logits_, lnf_, params_[kWte].value, N, C, V);
     logits_.reset();
     // The residual stream's gradient starts here and flows down through every layer.
     dresidual_ = make({B, Tn, Ci}, MemoryCategory::workspace, "residual.grad");
     zero_device_memory(device_, dresidual_.data(), dresidual_.nbytes());
-    kernels::layernorm_backward<T>(s, dresidual_.data_as<T>(), params_[lnf].grad.data_as<T>(),
-                                   params_[lnf + 1].grad.data_as<T>(), dlnf.data_as<T>(),
+    kernels::layernorm_backward<T>(s, dresidual_.data_as<T>(), grad_for_write(lnf).data_as<T>(),
+                                   grad_for_write(lnf + 1).data_as<T>(), dlnf.data_as<T>(),
                                    residual_[config_.layers].data_as<T>(), params_[lnf].value.data_as<T>(),
                                    f(lnf_mean_), f(lnf_rstd_), N, C);
     lnf_.reset();
@@ -453,8 +466,8 @@ void GPT::layer_backward(std::size_t l) {
 void GPT::embed_backward() {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    kernels::embedding_backward<T>(kernel_stream(device_), params_[kWte].grad.data_as<T>(),
-                                   params_[kWpe].grad.data_as<T>(), dresidual_.data_as<T>(),
+    kernels::embedding_backward<T>(kernel_stream(device_), grad_for_write(kWte).data_as<T>(),
+                                   grad_for_write(kWpe).data_as<T>(), dresidual_.data_as<T>(),
                                    tokens_->data_as<std::int32_t>(), B_, T_, config_.dim);
     dresidual_.reset();
   });

@@ -102,6 +102,11 @@ class GPT {
   const LayerActivations& layer_activations(std::size_t layer) const { return acts_[layer]; }
 
   void zero_grad();
+  // Gradients on demand (suites/gradient_memory): release_gradients() frees every gradient
+  // (PyTorch's zero_grad(set_to_none=True)); the backward then makes each one again, zeroed, at
+  // its first write (grad_for_write), as autograd allocates .grad at its first accumulation.
+  void release_gradients();
+  Tensor& grad_for_write(std::size_t index);
   // Evaluation helper: forward only, returns the mean loss and frees everything it made.
   double loss(const Tensor& tokens, const Tensor& targets);
 
@@ -132,7 +137,7 @@ class GPT {
   void linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
                        const Tensor& weight, std::size_t N, std::size_t C, std::size_t OC);
   Tensor& p(std::size_t layer, LayerParameter which) { return params_[ParameterTable::index(layer, which)].value; }
-  Tensor& g(std::size_t layer, LayerParameter which) { return params_[ParameterTable::index(layer, which)].grad; }
+  Tensor& g(std::size_t layer, LayerParameter which) { return grad_for_write(ParameterTable::index(layer, which)); }
 
   Device& device_;
   GPTConfig config_;

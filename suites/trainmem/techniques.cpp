@@ -5,6 +5,7 @@
 #include "suites/checkpointing/checkpointing_technique.h"
 #include "suites/flash_attention/flash_attention_technique.h"
 #include "suites/fsdp/fsdp_technique.h"
+#include "suites/gradient_memory/gradient_memory_technique.h"
 #include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/mixed_precision/mixed_precision_technique.h"
 #include "suites/zero/zero_technique.h"
@@ -18,6 +19,7 @@ const Techniques& registered_techniques() {
       &mixed_precision_technique(),
       &accumulation_technique(),
       &checkpointing_technique(),
+      &gradient_memory::gradient_memory_technique(),
       &flash_attention_technique(),
       &lazy_loading::lazy_loading_technique(),
       &zero::zero_technique(),

@@ -1,0 +1,47 @@
+// bench_gradient_memory: peak memory and step time with persistent and on-demand gradients.
+//
+//   build/cpu/suites/gradient_memory/bench_gradient_memory [--device=auto|cpu|cuda] --benchmark_out=grads.json --benchmark_out_format=json
+//
+// CPU: `small` at B=4 (the shape of ANCHORS' PyTorch comparison); GPU: gpt2-124m at B=8, T=1024.
+// Counters: every category's peak, peak allocated/reserved (set_memory_counters) and the bytes
+// held between steps (test_gradient_memory checks both against on_demand_gradients.h's formula).
+#include <benchmark/benchmark.h>
+
+#include "common/results/benchmark_context.h"
+#include "common/train/train_run.h"
+#include "suites/gradient_memory/gradient_memory_technique.h"
+
+namespace trainmem::gradient_memory {
+namespace {
+
+void BM_Grads(benchmark::State& state, const std::string& device, const GPTConfig& config, std::size_t batch,
+              GradientMode mode) {
+  static const Techniques gradient_memory{&gradient_memory_technique()};
+  TrainingSetup setup = baseline_setup(config, batch);
+  setup.option<GradientMode>() = mode;
+  TrainRun run = make_train_run(device, setup, gradient_memory);
+  run.step();  // warm-up: the optimizer state
+  run.device->allocator().reset_peak_stats();
+  std::int64_t held = 0;
+  for (auto _ : state) held = run.step().allocated_bytes;
+  set_memory_counters(state, run.stats());
+  state.counters["held_between_steps_bytes"] = bytes_counter(static_cast<double>(held));
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(batch * config.seq), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(config.name + " B=" + std::to_string(batch) + " grads=" + to_string(mode));
+}
+
+}  // namespace
+}  // namespace trainmem::gradient_memory
+
+int main(int argc, char** argv) {
+  return trainmem::benchmark_main(argc, argv, "bench_gradient_memory", [](const std::string& device, bool gpu) {
+    using namespace trainmem::gradient_memory;
+    static const trainmem::GPTConfig config = trainmem::gpt_preset(gpu ? "gpt2-124m" : "small");
+    const std::size_t batch = gpu ? 8 : 4;
+    for (GradientMode mode : {GradientMode::persistent, GradientMode::on_demand})
+      benchmark::RegisterBenchmark(("BM_Grads/" + config.name + "/" + to_string(mode)).c_str(), BM_Grads, device, config,
+                                   batch, mode)
+          ->Unit(benchmark::kMillisecond);
+  });
+}

@@ -1,0 +1,71 @@
+#include "suites/gradient_memory/gradient_memory_technique.h"
+
+#include "common/cli/flag_ranges.h"
+#include "suites/gradient_memory/on_demand_gradients.h"
+
+namespace trainmem::gradient_memory {
+
+namespace {
+
+class GradientMemoryTechnique : public Technique {
+ public:
+  std::string name() const override { return "gradient_memory"; }
+  // After the loss scaler (it reads the gradients' overflow through the optimizer first) and
+  // before empty_cache, which should find the freed gradients in the cache.
+  HookOrder hook_order() const override { return HookOrder::scales_loss; }
+
+  void add_flags(CLI::App& command, TrainingSetup& setup) const override {
+    command
+        .add_option_function<std::string>(
+            "--grads", [&setup](const std::string& text) { setup.option<GradientMode>() = parse_gradient_mode(text); },
+            "Gradient memory: persistent (allocated with the model, zeroed after each step) or on-demand (made at "
+            "their first write in backward, freed after the step: PyTorch's set_to_none)")
+        ->default_str("persistent")
+        ->check(cli::parses_with(parse_gradient_mode));
+  }
+
+  // With sharding the gradients are the sharding engine's buffers (common/sharding), which already
+  // exist only while needed in ZeRO-2/3 and FSDP; on-demand over them is not written yet.
+  void validate(const TrainingSetup& setup, const Techniques& all) const override {
+    if (setup.option<GradientMode>() == GradientMode::on_demand && all.sharding(setup))
+      throw std::invalid_argument("--grads on-demand does not combine with " + all.sharding(setup)->describe(setup) +
+                                  " yet: the sharding engine owns the gradient buffers (ZeRO-2/3 and FSDP full/grad_op "
+                                  "already hold full gradients only during a unit's backward); drop --grads on-demand");
+  }
+
+  TechniqueInRun join(RunParts& run) const override {
+    if (run.setup.option<GradientMode>() != GradientMode::on_demand) return {};
+    return {std::make_unique<OnDemandGradients>(run.model)};
+  }
+
+  std::string describe(const TrainingSetup& setup) const override {
+    return setup.option<GradientMode>() == GradientMode::on_demand ? "grads=on-demand" : "";
+  }
+  void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override {
+    config["grads"] = to_string(setup.option<GradientMode>());
+  }
+
+  std::vector<Remedy> remedies(const TrainingSetup&) const override {
+    return {{kCostDataOffDevice, true, [](const TrainingSetup& failed) {
+               if (failed.option<GradientMode>() == GradientMode::on_demand) return std::vector<Remedy::Variant>{};
+               Remedy::Variant v{"--grads on-demand", failed};
+               v.setup.option<GradientMode>() = GradientMode::on_demand;
+               return std::vector<Remedy::Variant>{v};
+             }}};
+  }
+
+  // Gradients held after a step: none (the weight-side formula, suites/mixed_precision, counts
+  // them persistent; this registration comes after it in the list).
+  void add_formulas(const TrainingSetup& setup, FormulaBytes& f) const override {
+    if (setup.option<GradientMode>() == GradientMode::on_demand) f.gradients = 0;
+  }
+};
+
+}  // namespace
+
+const Technique& gradient_memory_technique() {
+  static const GradientMemoryTechnique technique;
+  return technique;
+}
+
+}  // namespace trainmem::gradient_memory

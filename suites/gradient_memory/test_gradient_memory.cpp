@@ -1,0 +1,121 @@
+// Gradients on demand: the same training as persistent gradients, bit for bit on the CPU, with
+// gradient accumulation, clipping and fp16 loss scaling; and the memory the formula predicts.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/allocator/allocator_config.h"
+#include "common/data/token_file.h"
+#include "common/model/parameter_table.h"
+#include "common/tests/cpu_device.h"
+#include "common/train/training_run.h"
+#include "suites/gradient_memory/gradient_memory_technique.h"
+#include "suites/mixed_precision/mixed_precision_technique.h"
+
+namespace trainmem::gradient_memory {
+namespace {
+
+const Techniques& techniques() {
+  static const Techniques list{&mixed_precision_technique(), &gradient_memory_technique()};
+  return list;
+}
+
+struct Trained {
+  std::vector<float> parameters;  // after the steps (fp32 master values where the model is 16-bit)
+  std::vector<StepResult> steps;
+  MemoryStats stats;
+};
+
+Trained train(GradientMode mode, Precision precision, std::size_t accum, float clip, int steps = 4) {
+  TrainingSetup s;
+  s.model = gpt_preset("tiny");
+  s.batch = 4;
+  s.accum = accum;
+  s.precision = precision;
+  s.max_grad_norm = clip;
+  s.option<GradientMode>() = mode;
+  // fp16: a loss scale that overflows for the first two steps (tiny: 2^18, 2^17 overflow; 2^16
+  // does not), so the skip-and-back-off path runs, and then updates
+  if (precision == Precision::fp16) s.option<LossScaling>().scaler.init_scale = 0x1p18;
+  auto device = testing_support::cpu_device();
+  TrainingRun run(s, techniques(), *device, nullptr, HostTokens(synthetic_corpus(100000, 5)));
+  Trained t;
+  for (int i = 0; i < steps; ++i) t.steps.push_back(run.step());
+  t.parameters = run.model().parameter_values();
+  t.stats = device->allocator().stats();
+  return t;
+}
+
+// The gradients' bytes as the allocator counts them: each tensor rounded to 512 bytes.
+std::size_t gradient_bytes(const GPTConfig& config, Precision precision, bool only_wte = false) {
+  const std::size_t e = bytes_per_parameter(precision).gradients;
+  std::size_t total = 0;
+  const ParameterTable table(config);
+  for (const ParameterInfo& p : table.all())
+    if (!only_wte || p.name == "wte") total += round_size(p.numel() * e);
+  return total;
+}
+
+TEST(GradientMemory, OnDemandTrainsBitForBitAsPersistent) {
+  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16})
+    for (std::size_t accum : {1u, 3u})
+      for (float clip : {1.0f, 0.0f}) {
+        SCOPED_TRACE(to_string(precision) + " accum=" + std::to_string(accum) + " clip=" + std::to_string(clip));
+        const Trained persistent = train(GradientMode::persistent, precision, accum, clip);
+        const Trained on_demand = train(GradientMode::on_demand, precision, accum, clip);
+        ASSERT_EQ(persistent.parameters.size(), on_demand.parameters.size());
+        EXPECT_TRUE(persistent.parameters == on_demand.parameters) << "the parameters differ";
+        for (std::size_t i = 0; i < persistent.steps.size(); ++i) {
+          EXPECT_EQ(persistent.steps[i].loss, on_demand.steps[i].loss) << "step " << i + 1;
+          // the same bits (a skipped step's norm is NaN or inf on both sides)
+          EXPECT_EQ(std::memcmp(&persistent.steps[i].grad_norm, &on_demand.steps[i].grad_norm, sizeof(double)), 0)
+              << "step " << i + 1 << ": " << persistent.steps[i].grad_norm << " vs " << on_demand.steps[i].grad_norm;
+          EXPECT_EQ(persistent.steps[i].skipped, on_demand.steps[i].skipped) << "step " << i + 1;
+        }
+        if (precision == Precision::fp16) {
+          EXPECT_TRUE(on_demand.steps.front().skipped) << "the overflow path ran";
+          EXPECT_FALSE(on_demand.steps.back().skipped) << "and updates followed";
+        }
+      }
+}
+
+// Between steps no gradient exists; at the peak (the head's backward) only the tied embedding's
+// has been written: on_demand_gradients.h's formula, to the byte.
+TEST(GradientMemory, PeakAndHeldBytesAreTheFormulas) {
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(to_string(precision));
+    const GPTConfig config = gpt_preset("tiny");
+    const Trained persistent = train(GradientMode::persistent, precision, 1, 1.0f);
+    const Trained on_demand = train(GradientMode::on_demand, precision, 1, 1.0f);
+    const auto G = static_cast<std::int64_t>(gradient_bytes(config, precision));
+    const auto wte = static_cast<std::int64_t>(gradient_bytes(config, precision, true));
+    const std::size_t grads = index_of(MemoryCategory::gradients);
+    EXPECT_EQ(on_demand.stats.by_category[grads].current, 0);
+    EXPECT_EQ(persistent.stats.by_category[grads].current, G);
+    EXPECT_EQ(on_demand.stats.allocated_bytes[0].current, persistent.stats.allocated_bytes[0].current - G);
+    EXPECT_EQ(on_demand.stats.allocated_bytes[0].peak, persistent.stats.allocated_bytes[0].peak - G + wte);
+  }
+}
+
+TEST(GradientMemory, RefusesShardingWithAClearMessage) {
+  TrainingSetup s;
+  s.model = gpt_preset("tiny");
+  s.world_size = 2;
+  s.option<GradientMode>() = GradientMode::on_demand;
+  struct Sharding : Technique {  // any technique that shards the model states
+    std::string name() const override { return "sharding"; }
+    void add_flags(CLI::App&, TrainingSetup&) const override {}
+    bool shards(const TrainingSetup&) const override { return true; }
+    std::string describe(const TrainingSetup&) const override { return "zero=2"; }
+  } sharding;
+  const Techniques list{&sharding, &gradient_memory_technique()};
+  try {
+    list.validate(s);
+    FAIL() << "on-demand gradients with sharding was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--grads on-demand does not combine with zero=2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace trainmem::gradient_memory

@@ -5,12 +5,16 @@
 // summed in F for one (batch, head) at a time (its slice of dqkv belongs to that head alone) and
 // stored once. Each (batch, head)'s q, k and v are widened once into host scratch of 3*T*hs values
 // (exact, so the results are the same bits as loading them in the inner loops, which converted
-// each 16-bit value T times over: fp16 ran 3x slower).
+// each 16-bit value T times over: fp16 ran 3x slower). The (batch, head) pairs are independent
+// (each writes its own rows of att and its own columns of out and dqkv): they are split over the
+// cores (kernels/cpu/parallel_for.h), each thread with its own scratch: the same bits as one loop.
 #include "kernels/attention.h"
 
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include "kernels/cpu/parallel_for.h"
 
 namespace trainmem::kernels::cpu {
 
@@ -36,10 +40,11 @@ void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, s
   using F = compute_t<T>;
   const std::size_t hs = C / NH;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-  std::vector<F> pre(Tn), a(Tn), o(hs);  // one row of scores and probabilities, one head of out
-  std::vector<F> heads[3];                // this head's q, k, v, widened
-  for (std::size_t b = 0; b < B; ++b)
-    for (std::size_t h = 0; h < NH; ++h) {
+  parallel_for(B * NH, 1, [&](std::size_t bh_begin, std::size_t bh_end) {
+    std::vector<F> pre(Tn), a(Tn), o(hs);  // one row of scores and probabilities, one head of out
+    std::vector<F> heads[3];                // this head's q, k, v, widened
+    for (std::size_t bh = bh_begin; bh < bh_end; ++bh) {
+      const std::size_t b = bh / NH, h = bh % NH;
       widen_head(heads, qkv, b, h, Tn, C, hs);
       for (std::size_t t = 0; t < Tn; ++t) {
         const F* q = &heads[0][t * hs];
@@ -75,6 +80,7 @@ void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, s
         for (std::size_t i = 0; i < hs; ++i) out_row[i] = store<T>(o[i]);
       }
     }
+  });
 }
 
 template <typename T>
@@ -83,11 +89,12 @@ void attention_backward(T* dqkv, T* dpreatt, T* datt, const T* dout, const T* qk
   using F = compute_t<T>;
   const std::size_t hs = C / NH;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-  // This head's dq, dk, dv for every time step: acc[(t * 3 + part) * hs + i], part 0 = q, 1 = k, 2 = v.
-  std::vector<F> acc(Tn * 3 * hs), da(Tn), dpre(Tn);
-  std::vector<F> heads[3], a(Tn), d(hs);  // this head's q, k, v; one row of att and of dout: widened
-  for (std::size_t b = 0; b < B; ++b)
-    for (std::size_t h = 0; h < NH; ++h) {
+  parallel_for(B * NH, 1, [&](std::size_t bh_begin, std::size_t bh_end) {
+    // This head's dq, dk, dv for every time step: acc[(t * 3 + part) * hs + i], part 0 = q, 1 = k, 2 = v.
+    std::vector<F> acc(Tn * 3 * hs), da(Tn), dpre(Tn);
+    std::vector<F> heads[3], a(Tn), d(hs);  // this head's q, k, v; one row of att and of dout: widened
+    for (std::size_t bh = bh_begin; bh < bh_end; ++bh) {
+      const std::size_t b = bh / NH, h = bh % NH;
       std::fill(acc.begin(), acc.end(), F(0));
       widen_head(heads, qkv, b, h, Tn, C, hs);
       for (std::size_t t = 0; t < Tn; ++t) {
@@ -136,6 +143,7 @@ void attention_backward(T* dqkv, T* dpreatt, T* datt, const T* dout, const T* qk
           for (std::size_t i = 0; i < hs; ++i) dst[i] = store<T>(acc[(t * 3 + part) * hs + i]);
         }
     }
+  });
 }
 
 #define TRAINMEM_INSTANTIATE(T)                                                                                   \

@@ -10,9 +10,11 @@
 namespace trainmem::kernels::cpu {
 
 namespace {
-// Where a second thread starts to pay. The small model's products (m*n*k <= 34M, about 1 ms each)
-// gained nothing from it in whole training steps; the 124M model's (>= 604M) did.
-// kernels/bench/bench_blas_threads.cpp measures each product both ways; figures in README.md, "CPU speed".
+// Between the two models' products, measured with kernels/bench/bench_blas_threads.cpp on the
+// shared 2-core machine (load about 3.7): a second thread made the small model's products
+// (m*n*k <= 34M, about 1 ms each) 3-8% slower, and the 124M model's (>= 604M) from 2% slower to 7%
+// faster; whole 124M steps were no faster at that load, so those stay threaded for a machine with
+// a free core. Figures in README.md, "CPU speed".
 constexpr double kBlasMinMnkForThreads = 256.0 * 1024 * 1024;
 
 std::mutex g_mutex;

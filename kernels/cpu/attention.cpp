@@ -5,12 +5,19 @@
 // summed in F for one (batch, head) at a time (its slice of dqkv belongs to that head alone) and
 // stored once. Each (batch, head)'s q, k and v are widened once into host scratch of 3*T*hs values
 // (exact, so the results are the same bits as loading them in the inner loops, which converted
-// each 16-bit value T times over: fp16 ran 3x slower).
+// each 16-bit value T times over: fp16 ran 3x slower). The (batch, head) pairs are independent
+// (each writes its own rows of att and its own columns of out and dqkv): they are split over the
+// cores (kernels/cpu/parallel_for.h), each thread with its own scratch: the same bits as one loop.
+// The dot products q . k[u] and dout . v[u] are made for every key u at once from k and v
+// transposed (one row per feature i): each is still summed over i in order, the same bits as one
+// dot at a time, and the loop over u vectorizes.
 #include "kernels/attention.h"
 
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include "kernels/cpu/parallel_for.h"
 
 namespace trainmem::kernels::cpu {
 
@@ -28,6 +35,27 @@ void widen_head(std::vector<compute_t<T>> (&heads)[3], const T* qkv, std::size_t
     }
   }
 }
+
+// dst[i * Tn + u] = src[u * hs + i]: a head's keys or values, one row per feature.
+template <typename F>
+void transpose_head(std::vector<F>& dst, const std::vector<F>& src, std::size_t Tn, std::size_t hs) {
+  dst.resize(hs * Tn);
+  for (std::size_t u = 0; u < Tn; ++u)
+    for (std::size_t i = 0; i < hs; ++i) dst[i * Tn + u] = src[u * hs + i];
+}
+
+// dots[u] = x . rows[u] for u < count, rows given transposed (rows_t[i * Tn + u]); each summed
+// over i in order.
+template <typename F>
+void dots_with_rows(F* dots, const F* x, const std::vector<F>& rows_t, std::size_t count, std::size_t Tn,
+                    std::size_t hs) {
+  for (std::size_t u = 0; u < count; ++u) dots[u] = 0;
+  for (std::size_t i = 0; i < hs; ++i) {
+    const F xi = x[i];
+    const F* column = &rows_t[i * Tn];
+    for (std::size_t u = 0; u < count; ++u) dots[u] += xi * column[u];
+  }
+}
 }  // namespace
 
 template <typename T>
@@ -36,20 +64,20 @@ void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, s
   using F = compute_t<T>;
   const std::size_t hs = C / NH;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-  std::vector<F> pre(Tn), a(Tn), o(hs);  // one row of scores and probabilities, one head of out
-  std::vector<F> heads[3];                // this head's q, k, v, widened
-  for (std::size_t b = 0; b < B; ++b)
-    for (std::size_t h = 0; h < NH; ++h) {
+  parallel_for(B * NH, 1, [&](std::size_t bh_begin, std::size_t bh_end) {
+    std::vector<F> pre(Tn), a(Tn), o(hs);  // one row of scores and probabilities, one head of out
+    std::vector<F> heads[3], k_t;           // this head's q, k, v, widened; k transposed
+    for (std::size_t bh = bh_begin; bh < bh_end; ++bh) {
+      const std::size_t b = bh / NH, h = bh % NH;
       widen_head(heads, qkv, b, h, Tn, C, hs);
+      transpose_head(k_t, heads[1], Tn, hs);
       for (std::size_t t = 0; t < Tn; ++t) {
         const F* q = &heads[0][t * hs];
         // scores for keys u <= t, and their max (for a stable softmax)
+        dots_with_rows(pre.data(), q, k_t, t + 1, Tn, hs);
         F maxval = -std::numeric_limits<F>::infinity();
         for (std::size_t u = 0; u <= t; ++u) {
-          const F* k = &heads[1][u * hs];
-          F dot = 0;
-          for (std::size_t i = 0; i < hs; ++i) dot += q[i] * k[i];
-          pre[u] = dot * scale;
+          pre[u] *= scale;
           if (pre[u] > maxval) maxval = pre[u];
         }
         F sum = 0;
@@ -75,6 +103,7 @@ void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, s
         for (std::size_t i = 0; i < hs; ++i) out_row[i] = store<T>(o[i]);
       }
     }
+  });
 }
 
 template <typename T>
@@ -83,13 +112,16 @@ void attention_backward(T* dqkv, T* dscores, const T* dout, const T* qkv, const 
   using F = compute_t<T>;
   const std::size_t hs = C / NH;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-  // This head's dq, dk, dv for every time step: acc[(t * 3 + part) * hs + i], part 0 = q, 1 = k, 2 = v.
-  std::vector<F> acc(Tn * 3 * hs), da(Tn), dpre(Tn);
-  std::vector<F> heads[3], a(Tn), d(hs);  // this head's q, k, v; one row of att and of dout: widened
-  for (std::size_t b = 0; b < B; ++b)
-    for (std::size_t h = 0; h < NH; ++h) {
+  parallel_for(B * NH, 1, [&](std::size_t bh_begin, std::size_t bh_end) {
+    // This head's dq, dk, dv for every time step: acc[(t * 3 + part) * hs + i], part 0 = q, 1 = k, 2 = v.
+    std::vector<F> acc(Tn * 3 * hs), da(Tn), dpre(Tn);
+    std::vector<F> heads[3], a(Tn), d(hs);  // this head's q, k, v; one row of att and of dout: widened
+    std::vector<F> v_t;                     // v transposed
+    for (std::size_t bh = bh_begin; bh < bh_end; ++bh) {
+      const std::size_t b = bh / NH, h = bh % NH;
       std::fill(acc.begin(), acc.end(), F(0));
       widen_head(heads, qkv, b, h, Tn, C, hs);
+      transpose_head(v_t, heads[2], Tn, hs);
       for (std::size_t t = 0; t < Tn; ++t) {
         const T* att_row = att + ((b * NH + h) * Tn + t) * Tn;
         const T* dout_row = dout + (b * Tn + t) * C + h * hs;
@@ -97,15 +129,10 @@ void attention_backward(T* dqkv, T* dscores, const T* dout, const T* qkv, const 
         for (std::size_t i = 0; i < hs; ++i) d[i] = load(dout_row[i]);
         // out = att @ v:  datt[u] = dout . v[u];  dv[u] += att[u] * dout
         for (std::size_t u = 0; u < Tn; ++u) da[u] = dpre[u] = 0;
+        dots_with_rows(da.data(), d.data(), v_t, t + 1, Tn, hs);
         for (std::size_t u = 0; u <= t; ++u) {
-          const F* v = &heads[2][u * hs];
           F* dv = &acc[(u * 3 + 2) * hs];
-          F dot = 0;
-          for (std::size_t i = 0; i < hs; ++i) {
-            dot += d[i] * v[i];
-            dv[i] += a[u] * d[i];
-          }
-          da[u] = dot;
+          for (std::size_t i = 0; i < hs; ++i) dv[i] += a[u] * d[i];
         }
         // softmax backward: dpre[u] = att[u] * (datt[u] - sum_w att[w] datt[w])
         F weighted = 0;
@@ -133,6 +160,7 @@ void attention_backward(T* dqkv, T* dscores, const T* dout, const T* qkv, const 
           for (std::size_t i = 0; i < hs; ++i) dst[i] = store<T>(acc[(t * 3 + part) * hs + i]);
         }
     }
+  });
 }
 
 #define TRAINMEM_INSTANTIATE(T)                                                                                   \

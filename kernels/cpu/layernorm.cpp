@@ -1,10 +1,14 @@
 // CPU reference: LayerNorm forward and backward (formulas in kernels/layernorm.h). Each element is
 // loaded into the compute type F (fp32, or double for double; kernels/dtype.h) and each output
-// stored once; the row statistics are summed in double.
+// stored once; the row statistics are summed in double. The forward's rows are split over the
+// cores (kernels/cpu/parallel_for.h: the same bits as one loop); the backward sums dweight and
+// dbias over the rows in order, so it stays one loop.
 #include "kernels/layernorm.h"
 
 #include <cmath>
 #include <vector>
+
+#include "kernels/cpu/parallel_for.h"
 
 namespace trainmem::kernels::cpu {
 
@@ -12,20 +16,23 @@ template <typename T>
 void layernorm_forward(T* out, compute_t<T>* mean, compute_t<T>* rstd, const T* x, const T* weight, const T* bias,
                        std::size_t N, std::size_t C) {
   using F = compute_t<T>;
-  for (std::size_t n = 0; n < N; ++n) {
-    const T* row = x + n * C;
-    double sum = 0;  // statistics in double: a long row of floats loses digits otherwise
-    for (std::size_t c = 0; c < C; ++c) sum += load(row[c]);
-    const double m = sum / static_cast<double>(C);
-    double var = 0;
-    for (std::size_t c = 0; c < C; ++c) var += (load(row[c]) - m) * (load(row[c]) - m);
-    const double s = 1.0 / std::sqrt(var / static_cast<double>(C) + kLayerNormEps);
-    T* o = out + n * C;
-    for (std::size_t c = 0; c < C; ++c)
-      o[c] = store<T>(static_cast<F>((load(row[c]) - m) * s) * load(weight[c]) + load(bias[c]));
-    mean[n] = static_cast<F>(m);
-    rstd[n] = static_cast<F>(s);
-  }
+  const std::size_t min_rows_per_thread = 65536 / (C > 0 ? C : 1) + 1;  // 64K elements
+  parallel_for(N, min_rows_per_thread, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t n = begin; n < end; ++n) {
+      const T* row = x + n * C;
+      double sum = 0;  // statistics in double: a long row of floats loses digits otherwise
+      for (std::size_t c = 0; c < C; ++c) sum += load(row[c]);
+      const double m = sum / static_cast<double>(C);
+      double var = 0;
+      for (std::size_t c = 0; c < C; ++c) var += (load(row[c]) - m) * (load(row[c]) - m);
+      const double s = 1.0 / std::sqrt(var / static_cast<double>(C) + kLayerNormEps);
+      T* o = out + n * C;
+      for (std::size_t c = 0; c < C; ++c)
+        o[c] = store<T>(static_cast<F>((load(row[c]) - m) * s) * load(weight[c]) + load(bias[c]));
+      mean[n] = static_cast<F>(m);
+      rstd[n] = static_cast<F>(s);
+    }
+  });
 }
 
 template <typename T>

@@ -1,9 +1,12 @@
 // CPU reference: the linear layer on OpenBLAS (row-major GEMMs; formulas in kernels/matmul.h).
 // float and double call sgemm/dgemm on the buffers themselves; bf16 and fp16 go through the
-// bounded fp32 staging tiles described in matmul.h (gemm_staged below).
+// bounded fp32 staging tiles described in matmul.h (gemm_staged below). Each product runs on as
+// many OpenBLAS threads as kernels/cpu/blas_threads.h gives its size.
 #include "kernels/matmul.h"
 
 #include <cblas.h>
+
+#include "kernels/cpu/blas_threads.h"
 
 #include <algorithm>
 #include <vector>
@@ -14,11 +17,13 @@ namespace {
 // One name for sgemm and dgemm, so the templates below read as the formulas.
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t M, std::size_t N, std::size_t K, float alpha,
           const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+  use_blas_threads_for(M, N, K);
   cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
               static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
 }
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t M, std::size_t N, std::size_t K, double alpha,
           const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta, double* C, std::size_t ldc) {
+  use_blas_threads_for(M, N, K);
   cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
               static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
 }

@@ -1,10 +1,13 @@
 // CPU reference: AdamW and the sum of squares for gradient clipping (formulas in adamw.h and
 // grad_norm.h). Every value is loaded into fp32 (kernels/dtype.h); the parameter is stored once.
+// AdamW's elements are split over the cores (kernels/cpu/parallel_for.h: the same bits as one
+// loop); the sum of squares stays one loop (its order is part of its value).
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/adamw.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/grad_norm.h"
 
 namespace trainmem::kernels::cpu {
@@ -17,17 +20,20 @@ void adamw_update(T* param, const T* grad, float* m, float* v, std::size_t n, co
                                 " parameters need an fp32 master copy (master is null)");
   const float bias1 = 1.0f - std::pow(h.beta1, static_cast<float>(step));
   const float bias2 = 1.0f - std::pow(h.beta2, static_cast<float>(step));
-  for (std::size_t i = 0; i < n; ++i) {
-    const float g = load(grad[i]) * grad_scale;
-    m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g;
-    v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g * g;
-    const float mhat = m[i] / bias1;
-    const float vhat = v[i] / bias2;
-    const float p = master ? master[i] : load(param[i]);  // without master, param is its own (fp32) master
-    const float updated = p - h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * p);
-    if (master) master[i] = updated;
-    param[i] = store<T>(updated);
-  }
+  constexpr std::size_t kMinPerThread = 65536;  // elements (a few ns each)
+  parallel_for(n, kMinPerThread, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      const float g = load(grad[i]) * grad_scale;
+      m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g;
+      v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g * g;
+      const float mhat = m[i] / bias1;
+      const float vhat = v[i] / bias2;
+      const float p = master ? master[i] : load(param[i]);  // without master, param is its own (fp32) master
+      const float updated = p - h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * p);
+      if (master) master[i] = updated;
+      param[i] = store<T>(updated);
+    }
+  });
 }
 
 template <typename T>

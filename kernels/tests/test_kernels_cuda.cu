@@ -478,7 +478,7 @@ TEST(KernelsCuda, EmptySizesDoNothingAndBadHeadsAreRejected) {
   EXPECT_NO_THROW(cuda::embedding_forward(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72));
   EXPECT_NO_THROW(cuda::embedding_backward(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72));
   EXPECT_NO_THROW(cuda::attention_forward(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
-  EXPECT_NO_THROW(cuda::attention_backward(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
+  EXPECT_NO_THROW(cuda::attention_backward(s, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
   EXPECT_NO_THROW(cuda::cross_entropy_forward(s, nullptr, nullptr, nullptr, 0, 101));
   EXPECT_NO_THROW(cuda::cross_entropy_backward(s, nullptr, nullptr, nullptr, 1.0f, 0, 101));
   EXPECT_NO_THROW(cuda::adamw_update(s, nullptr, nullptr, nullptr, nullptr, 0, AdamWHyper{}, 1, 1.0f));
@@ -486,7 +486,7 @@ TEST(KernelsCuda, EmptySizesDoNothingAndBadHeadsAreRejected) {
   EXPECT_NO_THROW(finish());
   // Heads must divide the channels (hs = C / NH); checked before anything runs.
   EXPECT_THROW(cuda::attention_forward(s, nullptr, nullptr, nullptr, nullptr, 1, 13, 72, 5), std::invalid_argument);
-  EXPECT_THROW(cuda::attention_backward(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 13, 72, 0),
+  EXPECT_THROW(cuda::attention_backward(s, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 13, 72, 0),
                std::invalid_argument);
 }
 

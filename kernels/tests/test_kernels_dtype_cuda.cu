@@ -391,7 +391,7 @@ TYPED_TEST(KernelsDtypeCuda, EmptySizesDoNothing) {
   EXPECT_NO_THROW(cuda::embedding_forward<T>(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72));
   EXPECT_NO_THROW(cuda::embedding_backward<T>(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72));
   EXPECT_NO_THROW(cuda::attention_forward<T>(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
-  EXPECT_NO_THROW(cuda::attention_backward<T>(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
+  EXPECT_NO_THROW(cuda::attention_backward<T>(s, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
   EXPECT_NO_THROW(cuda::cross_entropy_forward<T>(s, nullptr, nullptr, nullptr, 0, 101));
   EXPECT_NO_THROW(cuda::cross_entropy_backward<T>(s, nullptr, nullptr, nullptr, 1.0f, 0, 101));
   EXPECT_NO_THROW(cuda::adamw_update<T>(s, nullptr, nullptr, nullptr, nullptr, 0, AdamWHyper{}, 1, 1.0f, &master));

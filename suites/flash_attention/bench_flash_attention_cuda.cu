@@ -211,11 +211,11 @@ void BM_CudnnSdpa(benchmark::State& state, Half16 dtype, Pass pass, AttentionSha
 
 // ------------------------------------------------------------------------------------ naive fp32
 
-// kernels::cuda::attention_*: preatt and att (B*H*T*T floats each) in the forward, and datt,
-// dpreatt (as many again) in the backward.
+// kernels::cuda::attention_*: preatt and att (B*H*T*T floats each) in the forward, and dscores
+// (as many again: datt, then dpreatt in place) in the backward.
 void BM_NaiveCuda(benchmark::State& state, Pass pass, AttentionShape s) {
   const double tt = double(s.B) * double(s.H) * double(s.T) * double(s.T) * 4;  // one T x T buffer, bytes
-  const double needed = (pass == Pass::forward ? 2 : 4) * tt;
+  const double needed = (pass == Pass::forward ? 2 : 3) * tt;
   if (needed > kNaiveLimitBytes) {
     state.SkipWithError(("naive attention skipped: its T x T buffers need " + std::to_string(static_cast<long long>(needed / (1u << 30))) +
                          " GiB (> 20 GiB)")
@@ -226,23 +226,22 @@ void BM_NaiveCuda(benchmark::State& state, Pass pass, AttentionShape s) {
     Timing timing;
     const std::size_t n_qkv = s.B * s.T * 3 * s.C(), n_out = s.B * s.T * s.C(), n_tt = s.B * s.H * s.T * s.T;
     DeviceMemory qkv(n_qkv * 4), out(n_out * 4), preatt(n_tt * 4), att(n_tt * 4), dout(n_out * 4),
-        dqkv(pass == Pass::forward ? 0 : n_qkv * 4), datt(pass == Pass::forward ? 0 : n_tt * 4),
-        dpreatt(pass == Pass::forward ? 0 : n_tt * 4);
+        dqkv(pass == Pass::forward ? 0 : n_qkv * 4), dscores(pass == Pass::forward ? 0 : n_tt * 4);
     fill(qkv.as<float>(), n_qkv, 1, timing.stream());
     fill(dout.as<float>(), n_out, 2, timing.stream());
     run_timed(state, timing, [&] {
       kernels::cuda::attention_forward(timing.stream(), out.as<float>(), preatt.as<float>(), att.as<float>(),
                                        qkv.as<float>(), s.B, s.T, s.C(), s.H);
       if (pass == Pass::forward_backward)
-        kernels::cuda::attention_backward(timing.stream(), dqkv.as<float>(), dpreatt.as<float>(), datt.as<float>(),
-                                          dout.as<float>(), qkv.as<float>(), att.as<float>(), s.B, s.T, s.C(), s.H);
+        kernels::cuda::attention_backward(timing.stream(), dqkv.as<float>(), dscores.as<float>(), dout.as<float>(),
+                                          qkv.as<float>(), att.as<float>(), s.B, s.T, s.C(), s.H);
     });
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
     return;
   }
-  // Saved: the probabilities att. Workspace: preatt (forward); datt and dpreatt (backward).
-  set_counters(state, s, pass, tt, (pass == Pass::forward ? 1 : 2) * tt);
+  // Saved: the probabilities att. Workspace: preatt (forward); dscores, datt then dpreatt in place (backward).
+  set_counters(state, s, pass, tt, tt);
   state.SetLabel(label(s, ""));
 }
 

@@ -11,15 +11,6 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))  # `reports.peers`, as from the root
 from reports.peers.token_file import HEADER, TokenFileError, read_token_file  # noqa: E402
-from reports.peers.trainmem_program import TrainmemError, find_trainmem  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def trainmem() -> pathlib.Path:
-    try:
-        return find_trainmem()
-    except TrainmemError as e:
-        pytest.skip(str(e))
 
 
 def write(path: pathlib.Path, tokens: list[int], magic=b"TMTOKENS", version=1, dtype=1, count=None) -> pathlib.Path:

@@ -22,15 +22,7 @@ from reports.peers.saved_activations import SavedTensorLog  # noqa: E402
 from reports.peers.token_file import read_token_file  # noqa: E402
 from reports.peers.torch_gpt import GPT, GPTConfig  # noqa: E402
 from reports.peers.torch_train import Batches  # noqa: E402
-from reports.peers.trainmem_program import TrainmemError, find_trainmem, model_shape, write_tokens  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def trainmem() -> pathlib.Path:
-    try:
-        return find_trainmem()
-    except TrainmemError as e:
-        pytest.skip(str(e))
+from reports.peers.trainmem_program import model_shape, write_tokens  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 #include "common/cli/flag_ranges.h"
 #include "suites/gradient_memory/on_demand_gradients.h"
+#include "suites/gradient_memory/optimizer_in_backward.h"
 
 namespace trainmem::gradient_memory {
 
@@ -22,11 +23,26 @@ class GradientMemoryTechnique : public Technique {
             "their first write in backward, freed after the step: PyTorch's set_to_none)")
         ->default_str("persistent")
         ->check(cli::parses_with(parse_gradient_mode));
+    command.add_flag("--optimizer-in-backward", setup.option<OptimizerInBackwardChoice>().on,
+                     "Update each parameter as soon as its gradient is complete and free that gradient at once "
+                     "(needs --grad-clip 0, --accum 1, no fp16, no sharding)");
   }
 
   // With sharding the gradients are the sharding engine's buffers (common/sharding), which already
   // exist only while needed in ZeRO-2/3 and FSDP; on-demand over them is not written yet.
   void validate(const TrainingSetup& setup, const Techniques& all) const override {
+    if (setup.option<OptimizerInBackwardChoice>().on) {  // what needs the whole gradient first (optimizer_in_backward.h)
+      const std::string why = "--optimizer-in-backward updates each parameter before the whole gradient exists: ";
+      if (setup.max_grad_norm > 0)
+        throw std::invalid_argument(why + "global-norm clipping needs the whole gradient; add --grad-clip 0");
+      if (setup.accum > 1)
+        throw std::invalid_argument(why + "with --accum the gradient is complete only after the last micro-batch; use --accum 1");
+      if (setup.precision == Precision::fp16)
+        throw std::invalid_argument(why + "an fp16 overflow must skip the whole step; use --precision bf16");
+      if (all.sharding(setup))
+        throw std::invalid_argument(why + "with " + all.sharding(setup)->describe(setup) +
+                                    " the gradients are the sharding engine's; drop one of them");
+    }
     if (setup.option<GradientMode>() == GradientMode::on_demand && all.sharding(setup))
       throw std::invalid_argument("--grads on-demand does not combine with " + all.sharding(setup)->describe(setup) +
                                   " yet: the sharding engine owns the gradient buffers (ZeRO-2/3 and FSDP full/grad_op "
@@ -34,15 +50,24 @@ class GradientMemoryTechnique : public Technique {
   }
 
   TechniqueInRun join(RunParts& run) const override {
+    if (run.setup.option<OptimizerInBackwardChoice>().on) {  // also the trainer's optimizer
+      auto fused = std::make_unique<OptimizerInBackward>(run.model, run.setup.adam);
+      TechniqueInRun joined;
+      joined.optimizer = fused.get();
+      joined.strategy = std::move(fused);
+      return joined;
+    }
     if (run.setup.option<GradientMode>() != GradientMode::on_demand) return {};
     return {std::make_unique<OnDemandGradients>(run.model)};
   }
 
   std::string describe(const TrainingSetup& setup) const override {
+    if (setup.option<OptimizerInBackwardChoice>().on) return "optimizer-in-backward";
     return setup.option<GradientMode>() == GradientMode::on_demand ? "grads=on-demand" : "";
   }
   void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override {
     config["grads"] = to_string(setup.option<GradientMode>());
+    config["optimizer_in_backward"] = setup.option<OptimizerInBackwardChoice>().on;
   }
 
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
@@ -57,7 +82,8 @@ class GradientMemoryTechnique : public Technique {
   // Gradients held after a step: none (the weight-side formula, suites/mixed_precision, counts
   // them persistent; this registration comes after it in the list).
   void add_formulas(const TrainingSetup& setup, FormulaBytes& f) const override {
-    if (setup.option<GradientMode>() == GradientMode::on_demand) f.gradients = 0;
+    if (setup.option<GradientMode>() == GradientMode::on_demand || setup.option<OptimizerInBackwardChoice>().on)
+      f.gradients = 0;
   }
 };
 

@@ -22,4 +22,10 @@ inline GradientMode parse_gradient_mode(const std::string& text) {
 
 inline std::string to_string(GradientMode mode) { return mode == GradientMode::persistent ? "persistent" : "on-demand"; }
 
+// --optimizer-in-backward (optimizer_in_backward.h): each parameter updated as soon as its
+// gradient is complete, the gradient freed at once.
+struct OptimizerInBackwardChoice {
+  bool on = false;
+};
+
 }  // namespace trainmem::gradient_memory

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 
 #include "common/allocator/allocator_config.h"
 #include "common/data/token_file.h"
@@ -26,7 +27,8 @@ struct Trained {
   MemoryStats stats;
 };
 
-Trained train(GradientMode mode, Precision precision, std::size_t accum, float clip, int steps = 4) {
+Trained train(GradientMode mode, Precision precision, std::size_t accum, float clip, int steps = 4,
+              bool in_backward = false) {
   TrainingSetup s;
   s.model = gpt_preset("tiny");
   s.batch = 4;
@@ -34,11 +36,13 @@ Trained train(GradientMode mode, Precision precision, std::size_t accum, float c
   s.precision = precision;
   s.max_grad_norm = clip;
   s.option<GradientMode>() = mode;
+  s.option<OptimizerInBackwardChoice>().on = in_backward;
   // fp16: a loss scale that overflows for the first two steps (tiny: 2^18, 2^17 overflow; 2^16
   // does not), so the skip-and-back-off path runs, and then updates
   if (precision == Precision::fp16) s.option<LossScaling>().scaler.init_scale = 0x1p18;
   auto device = testing_support::cpu_device();
   TrainingRun run(s, techniques(), *device, nullptr, HostTokens(synthetic_corpus(100000, 5)));
+  device->allocator().reset_peak_stats();  // the peaks of training (the model was built with its gradients)
   Trained t;
   for (int i = 0; i < steps; ++i) t.steps.push_back(run.step());
   t.parameters = run.model().parameter_values();
@@ -94,6 +98,50 @@ TEST(GradientMemory, PeakAndHeldBytesAreTheFormulas) {
     EXPECT_EQ(persistent.stats.by_category[grads].current, G);
     EXPECT_EQ(on_demand.stats.allocated_bytes[0].current, persistent.stats.allocated_bytes[0].current - G);
     EXPECT_EQ(on_demand.stats.allocated_bytes[0].peak, persistent.stats.allocated_bytes[0].peak - G + wte);
+  }
+}
+
+// The update fused into the backward: the same kernel on the same numbers, parameter by parameter,
+// so bitwise the persistent run's (without clipping, accumulation or fp16, which it refuses); and
+// less memory than on-demand gradients, since a layer's gradients go as soon as they are used.
+TEST(GradientMemory, OptimizerInBackwardTrainsBitForBitWithLessMemory) {
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(to_string(precision));
+    const Trained persistent = train(GradientMode::persistent, precision, 1, 0.0f);
+    const Trained on_demand = train(GradientMode::on_demand, precision, 1, 0.0f);
+    const Trained fused = train(GradientMode::persistent, precision, 1, 0.0f, 4, true);
+    EXPECT_TRUE(persistent.parameters == fused.parameters) << "the parameters differ";
+    for (std::size_t i = 0; i < persistent.steps.size(); ++i) EXPECT_EQ(persistent.steps[i].loss, fused.steps[i].loss);
+    EXPECT_EQ(fused.stats.by_category[index_of(MemoryCategory::gradients)].current, 0);
+    EXPECT_LT(fused.stats.by_category[index_of(MemoryCategory::gradients)].peak,
+              on_demand.stats.by_category[index_of(MemoryCategory::gradients)].peak);
+    EXPECT_LE(fused.stats.allocated_bytes[0].peak, on_demand.stats.allocated_bytes[0].peak);
+  }
+}
+
+TEST(GradientMemory, OptimizerInBackwardRefusesWhatNeedsTheWholeGradient) {
+  struct Case {
+    std::function<void(TrainingSetup&)> change;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[](TrainingSetup& s) { s.max_grad_norm = 1.0f; }, "add --grad-clip 0"},
+      {[](TrainingSetup& s) { s.accum = 2; }, "use --accum 1"},
+      {[](TrainingSetup& s) { s.precision = Precision::fp16; }, "use --precision bf16"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.expected);
+    TrainingSetup s;
+    s.model = gpt_preset("tiny");
+    s.max_grad_norm = 0;
+    s.option<OptimizerInBackwardChoice>().on = true;
+    c.change(s);
+    try {
+      techniques().validate(s);
+      FAIL() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expected), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -117,6 +117,7 @@ void add_estimate_command(CLI::App& app, Command& run) {
   add_pattern_flag(*cmd, flags->train.device);
   add_model_flags(*cmd, flags->train);
   add_technique_flags(*cmd, flags->train);
+  add_optimizer_flags(*cmd, flags->train);
   add_data_flags(*cmd, flags->train);
   cmd->add_option("--world-size", flags->world_size,
                   "Ranks of data parallelism to estimate for (trainmem train takes them from mpirun -np N); "

@@ -159,6 +159,7 @@ void add_max_batch_command(CLI::App& app, Command& run) {
   add_device_flags(*cmd, flags->train.device);
   add_model_flags(*cmd, flags->train);
   add_technique_flags(*cmd, flags->train);
+  add_optimizer_flags(*cmd, flags->train);
   add_data_flags(*cmd, flags->train);
   cmd->add_option("--limit", flags->limit, "Search no further than this micro-batch")
       ->capture_default_str()

@@ -274,6 +274,7 @@ void add_train_command(CLI::App& app, Command& run) {
   add_model_flags(*train, *flags);
   add_technique_flags(*train, *flags);
   add_data_flags(*train, *flags);
+  add_optimizer_flags(*train, *flags);
   add_run_flags(*train, *flags);
   train->callback([flags, train, &run] {
     // What the ranks of mpirun compare first: every flag but the output paths, which may differ.

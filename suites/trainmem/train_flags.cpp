@@ -40,10 +40,9 @@ void add_data_flags(CLI::App& command, TrainFlags& flags) {
       ->capture_default_str();
 }
 
-void add_run_flags(CLI::App& command, TrainFlags& flags) {
+void add_optimizer_flags(CLI::App& command, TrainFlags& flags) {
   // lr, weight decay and the clip norm are floats: finite, and at most the largest float.
   constexpr double max_float = std::numeric_limits<float>::max();
-  command.add_option("--steps", flags.steps, "Optimizer steps")->capture_default_str()->check(whole_number(1, FlagLimits::max_steps));
   command.add_option("--lr", flags.lr, "AdamW learning rate")
       ->capture_default_str()
       ->check(real_number(0, Bound::exclusive, max_float, Bound::inclusive));
@@ -53,6 +52,10 @@ void add_run_flags(CLI::App& command, TrainFlags& flags) {
   command.add_option("--grad-clip", flags.grad_clip, "Clip the global gradient norm to this (0: off)")
       ->capture_default_str()
       ->check(real_number(0, Bound::inclusive, max_float, Bound::inclusive));
+}
+
+void add_run_flags(CLI::App& command, TrainFlags& flags) {
+  command.add_option("--steps", flags.steps, "Optimizer steps")->capture_default_str()->check(whole_number(1, FlagLimits::max_steps));
   command.add_option("--seed", flags.seed, "Seed for the initialization and the synthetic corpus")
       ->capture_default_str()
       ->check(whole_number(0, std::numeric_limits<std::uint64_t>::max()));

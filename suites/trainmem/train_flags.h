@@ -49,11 +49,13 @@ struct TrainFlags {
   // --- data (add_data_flags)
   std::string data = "synthetic";
 
-  // --- the run (add_run_flags; train only)
-  long steps = 50;
+  // --- the optimizer (add_optimizer_flags)
   float lr = 1e-3f;
   float weight_decay = 0.0f;
   float grad_clip = 1.0f;
+
+  // --- the run (add_run_flags; train only)
+  long steps = 50;
   std::uint64_t seed = 1;
   std::string json;
   std::string record_memory;
@@ -66,6 +68,8 @@ GPTConfig model_config(const TrainFlags& flags);
 void add_model_flags(CLI::App& command, TrainFlags& flags);      // --model, --layers ... --batch
 void add_technique_flags(CLI::App& command, TrainFlags& flags);  // every registered technique's flags
 void add_data_flags(CLI::App& command, TrainFlags& flags);       // --data
-void add_run_flags(CLI::App& command, TrainFlags& flags);        // --steps, --lr, ..., --json, --record-memory
+// --lr, --weight-decay, --grad-clip (every command: clipping decides what some techniques allow)
+void add_optimizer_flags(CLI::App& command, TrainFlags& flags);
+void add_run_flags(CLI::App& command, TrainFlags& flags);        // --steps, --seed, --json, --record-memory (train)
 
 }  // namespace trainmem::cli

@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))  # `reports.peers`, as from the root
 from reports.peers.token_file import HEADER, TokenFileError, read_token_file  # noqa: E402
+from peer_fixtures import trainmem  # noqa: E402,F401  (the fixture)
 
 
 def write(path: pathlib.Path, tokens: list[int], magic=b"TMTOKENS", version=1, dtype=1, count=None) -> pathlib.Path:

@@ -23,6 +23,7 @@ from reports.peers.token_file import read_token_file  # noqa: E402
 from reports.peers.torch_gpt import GPT, GPTConfig  # noqa: E402
 from reports.peers.torch_train import Batches  # noqa: E402
 from reports.peers.trainmem_program import model_shape, write_tokens  # noqa: E402
+from peer_fixtures import trainmem  # noqa: E402,F401  (the fixture)
 
 
 @pytest.fixture(scope="module")

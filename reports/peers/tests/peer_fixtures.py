@@ -1,4 +1,7 @@
-"""What the peer tests share: the trainmem program they run (skipped, with the reason, when there is none)."""
+"""What the peer tests share: the trainmem program they run (skipped, with the reason, when there is none).
+
+Imported by name (`from peer_fixtures import trainmem`), not a conftest.py: reports/tests has the
+conftest that `from conftest import ...` must find when both folders run in one pytest call."""
 import pathlib
 import sys
 

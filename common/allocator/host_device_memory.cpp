@@ -15,6 +15,15 @@ constexpr std::uintptr_t kAddressAlign = 2 * MiB;
 // MAP_NORESERVE). 1 TiB of segments over a run's life; past it, segments are mapped one by one.
 constexpr std::size_t kBackedAddressSpace = std::size_t{1} << 40;
 
+namespace {
+// The host takes the pages back (their contents are gone) and access is revoked, so a stale pointer
+// into them faults instead of reading garbage; the address range stays reserved.
+void decommit(void* ptr, std::size_t bytes) {
+  madvise(ptr, bytes, MADV_DONTNEED);
+  mprotect(ptr, bytes, PROT_NONE);
+}
+}  // namespace
+
 BudgetDeviceMemory::BudgetDeviceMemory(std::size_t budget_bytes, bool backed) : budget_(budget_bytes), backed_(backed) {
   if (!backed_) {
     base_ = kFakeAddressBase;
@@ -42,6 +51,13 @@ bool BudgetDeviceMemory::in_reservation(const void* ptr) const {
   return backed_ && base_ != 0 && p >= base_ && p < base_ + kBackedAddressSpace;
 }
 
+// A segment or reserved range given back: inside the reservation its pages are decommitted and the
+// range stays reserved, unused (addresses are never reused); a mapping of its own is unmapped.
+void BudgetDeviceMemory::give_back_range(void* ptr, std::size_t bytes) {
+  if (in_reservation(ptr)) decommit(ptr, bytes);
+  else if (backed_) munmap(ptr, bytes);
+}
+
 void* BudgetDeviceMemory::allocate(std::size_t bytes) {
   if (bytes == 0 || bytes > budget_ - in_use_) return nullptr;  // the emulated card is full
   void* ptr = reinterpret_cast<void*>(take_range(bytes));
@@ -59,12 +75,7 @@ void* BudgetDeviceMemory::allocate(std::size_t bytes) {
 
 void BudgetDeviceMemory::release(void* ptr, std::size_t bytes) {
   if (bytes > in_use_) throw std::logic_error("BudgetDeviceMemory::release: more bytes than were allocated");
-  if (in_reservation(ptr)) {  // the host takes the pages back; the range stays reserved, unused
-    madvise(ptr, bytes, MADV_DONTNEED);
-    mprotect(ptr, bytes, PROT_NONE);
-  } else if (backed_) {
-    munmap(ptr, bytes);
-  }
+  give_back_range(ptr, bytes);
   in_use_ -= bytes;
 }
 
@@ -79,14 +90,7 @@ void* BudgetDeviceMemory::reserve_address_range(std::size_t bytes) {
   return ptr == MAP_FAILED ? nullptr : ptr;
 }
 
-void BudgetDeviceMemory::release_address_range(void* ptr, std::size_t bytes) {
-  if (in_reservation(ptr)) {  // pages were decommitted by unmap_pages; make sure, and keep it unusable
-    madvise(ptr, bytes, MADV_DONTNEED);
-    mprotect(ptr, bytes, PROT_NONE);
-  } else if (backed_) {
-    munmap(ptr, bytes);
-  }
-}
+void BudgetDeviceMemory::release_address_range(void* ptr, std::size_t bytes) { give_back_range(ptr, bytes); }
 
 bool BudgetDeviceMemory::map_pages(void* ptr, std::size_t bytes, std::size_t page_bytes) {
   if (page_bytes == 0 || bytes % page_bytes != 0)
@@ -102,13 +106,8 @@ void BudgetDeviceMemory::unmap_pages(void* ptr, std::size_t bytes, std::size_t p
   if (page_bytes == 0 || bytes % page_bytes != 0)
     throw std::logic_error("BudgetDeviceMemory::unmap_pages: not a whole number of pages");
   if (bytes > in_use_) throw std::logic_error("BudgetDeviceMemory::unmap_pages: more bytes than are mapped");
-  // Decommit: the host takes the pages back (their contents are gone) and access is revoked, so a
-  // stale pointer into them faults instead of reading garbage. CPU streams are synchronous: there
-  // is no queued work to wait for.
-  if (backed_) {
-    madvise(ptr, bytes, MADV_DONTNEED);
-    mprotect(ptr, bytes, PROT_NONE);
-  }
+  // CPU streams are synchronous: there is no queued work to wait for.
+  if (backed_) decommit(ptr, bytes);
   in_use_ -= bytes;
 }
 

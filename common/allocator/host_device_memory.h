@@ -58,6 +58,7 @@ class BudgetDeviceMemory : public DeviceMemory {
   // The next `bytes` of address space (2 MiB aligned); 0 when a backed reservation is used up.
   std::uintptr_t take_range(std::size_t bytes);
   bool in_reservation(const void* ptr) const;
+  void give_back_range(void* ptr, std::size_t bytes);  // release() and release_address_range()
 };
 
 }  // namespace trainmem

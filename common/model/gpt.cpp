@@ -83,8 +83,7 @@ GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions opti
   std::vector<float> all_values;
   const float residual_std = 0.02f / std::sqrt(2.0f * L);
   for (const ParameterInfo& s : table.all()) {
-    Parameter p{s.name, make(s.shape, MemoryCategory::parameters, s.name),
-                make(s.shape, MemoryCategory::gradients, s.name + ".grad")};
+    Parameter p{s.name, make(s.shape, MemoryCategory::parameters, s.name), Tensor()};
     if (device_.computes()) {  // meta: no values to draw (a 1.5B model's would be 6 GB of host memory)
       std::vector<float> host(static_cast<std::size_t>(p.value.numel()));
       std::normal_distribution<float> normal(0.0f, s.init == ParameterInit::residual ? residual_std : 0.02f);
@@ -92,8 +91,8 @@ GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions opti
         x = s.init == ParameterInit::ones ? 1.0f : s.init == ParameterInit::zeros ? 0.0f : normal(rng);
       all_values.insert(all_values.end(), host.begin(), host.end());
     }
-    zero_device_memory(device_, p.grad.data(), p.grad.nbytes());
     params_.push_back(std::move(p));
+    grad_for_write(params_.size() - 1);  // zeroed, right after its value (persistent gradients)
   }
   store_parameter_values(device_.computes() ? all_values.data() : nullptr);  // rounds to the storage type
   acts_.resize(config_.layers);

@@ -9,6 +9,7 @@
 #include "common/device/device.h"
 #include "common/device/device_ops.h"
 #include "common/model/storage_type.h"
+#include "common/train/adamw_optimizer.h"
 #include "kernels/convert.h"
 #include "kernels/grad_norm.h"
 #include "suites/mixed_precision/master_weights.h"
@@ -87,13 +88,10 @@ void ShardedAdamW::add_shard(void* param, void* grad, std::size_t count, DType d
   s.count = count;
   s.dtype = dtype;
   const auto n = static_cast<std::int64_t>(count);
-  CachingAllocator& a = device_.allocator();
   if (offload_ == Offload::none) {
     // m and v start at zero; a 16-bit model's master weights start as its weights, widened.
-    s.m = Tensor(a, {n}, DType::f32, MemoryCategory::optimizer_state, name + ".adam_m");
-    s.v = Tensor(a, {n}, DType::f32, MemoryCategory::optimizer_state, name + ".adam_v");
-    zero_device_memory(device_, s.m.data(), s.m.nbytes());
-    zero_device_memory(device_, s.v.data(), s.v.nbytes());
+    s.m = make_adam_moment(device_, {n}, name + ".adam_m");
+    s.v = make_adam_moment(device_, {n}, name + ".adam_v");
     s.master = make_master_weights(device_, s.param_tensor(), name);  // 16 bits (suites/mixed_precision)
   } else {
     s.host_master.resize(count);

@@ -11,6 +11,12 @@
 
 namespace trainmem {
 
+Tensor make_adam_moment(Device& device, const std::vector<std::int64_t>& shape, const std::string& name) {
+  Tensor moment(device.allocator(), shape, DType::f32, MemoryCategory::optimizer_state, name);
+  zero_device_memory(device, moment.data(), moment.nbytes());  // m and v start at zero
+  return moment;
+}
+
 AdamWOptimizer::AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_grad_norm)
     : model_(model), hyper_(hyper), max_grad_norm_(max_grad_norm) {
   if (!needs_master_weights(model.dtype())) return;
@@ -55,10 +61,8 @@ AdamWOptimizer::StepOutcome AdamWOptimizer::step(double loss_scale) {
   auto& params = model_.parameters();
   if (m_.empty()) {
     for (Parameter& p : params) {
-      m_.emplace_back(device.allocator(), p.value.shape(), DType::f32, MemoryCategory::optimizer_state, p.name + ".adam_m");
-      v_.emplace_back(device.allocator(), p.value.shape(), DType::f32, MemoryCategory::optimizer_state, p.name + ".adam_v");
-      zero_device_memory(device, m_.back().data(), m_.back().nbytes());
-      zero_device_memory(device, v_.back().data(), v_.back().nbytes());
+      m_.push_back(make_adam_moment(device, p.value.shape(), p.name + ".adam_m"));
+      v_.push_back(make_adam_moment(device, p.value.shape(), p.name + ".adam_v"));
     }
   }
   const float grad_scale = unscaled.grad_scale;  // g = grad * grad_scale

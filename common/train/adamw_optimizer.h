@@ -15,6 +15,10 @@
 
 namespace trainmem {
 
+// One of Adam's moments (m or v) for a tensor of `shape`: fp32, zeroed, category optimizer_state,
+// named `name` (".adam_m", ".adam_v" appended by the callers). Every AdamW here makes them so.
+Tensor make_adam_moment(Device& device, const std::vector<std::int64_t>& shape, const std::string& name);
+
 class AdamWOptimizer : public Optimizer {
  public:
   AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_grad_norm);

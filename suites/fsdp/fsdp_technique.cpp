@@ -38,12 +38,6 @@ nlohmann::json fsdp_json(const FsdpStrategy& strategy, const RunFacts& run) {
              fsdp_comm_volume_per_step(run.setup.model, N, strategy.options(), run.setup.precision, run.setup.accum)}}}};
 }
 
-// A CLI11 check from one of fsdp_options.h's parsers, so the message is the suite's own.
-template <typename Parse>
-CLI::Validator checked_by(Parse parse) {
-  return cli::parses_with([parse](const std::string& text) { parse(text); });
-}
-
 class FsdpTechnique : public Technique {
  public:
   std::string name() const override { return "fsdp"; }
@@ -60,13 +54,13 @@ class FsdpTechnique : public Technique {
             },
             "Fully sharded data parallel over the ranks of mpirun: full (FULL_SHARD), grad_op "
             "(SHARD_GRAD_OP) or none (NO_SHARD: plain data parallel); not with --zero")
-        ->check(checked_by(parse_sharding_mode));
+        ->check(cli::parses_with(parse_sharding_mode));
     command
         .add_option_function<std::string>(
             "--fsdp-unit", [&choice](const std::string& text) { choice.options.layers_per_unit = parse_layers_per_unit(text); },
             "FSDP unit: layer, or K-layers (K consecutive layers, e.g. 2-layers)")
         ->default_str("layer")
-        ->check(checked_by(parse_layers_per_unit));
+        ->check(cli::parses_with(parse_layers_per_unit));
     command
         .add_option_function<std::string>(
             "--fsdp-prefetch",
@@ -74,7 +68,7 @@ class FsdpTechnique : public Technique {
             "FSDP: gather the next unit while the current one computes: on or off (the lazy loader's "
             "--prefetch N is another flag)")
         ->default_str("off")
-        ->check(checked_by([](const std::string& t) { return parse_on_off(t, "--fsdp-prefetch"); }));
+        ->check(cli::parses_with([](const std::string& t) { return parse_on_off(t, "--fsdp-prefetch"); }));
   }
 
   void validate(const TrainingSetup& setup, const Techniques& all) const override {

@@ -2,6 +2,7 @@
 
 #include "common/device/device_ops.h"
 #include "common/model/storage_type.h"
+#include "common/train/adamw_optimizer.h"
 #include "suites/mixed_precision/master_weights.h"
 
 namespace trainmem::gradient_memory {
@@ -19,11 +20,9 @@ OptimizerInBackward::OptimizerInBackward(GPT& model, kernels::AdamWHyper hyper)
 void OptimizerInBackward::update(std::size_t index, long step) {
   Parameter& p = model_.parameters()[index];
   Device& device = model_.device();
-  if (m_[index].data() == nullptr) {  // Adam's moments at the parameter's first update, zeroed
-    m_[index] = Tensor(device.allocator(), p.value.shape(), DType::f32, MemoryCategory::optimizer_state, p.name + ".adam_m");
-    v_[index] = Tensor(device.allocator(), p.value.shape(), DType::f32, MemoryCategory::optimizer_state, p.name + ".adam_v");
-    zero_device_memory(device, m_[index].data(), m_[index].nbytes());
-    zero_device_memory(device, v_[index].data(), v_[index].nbytes());
+  if (m_[index].data() == nullptr) {  // Adam's moments at the parameter's first update
+    m_[index] = make_adam_moment(device, p.value.shape(), p.name + ".adam_m");
+    v_[index] = make_adam_moment(device, p.value.shape(), p.name + ".adam_v");
   }
   with_storage_type(model_.dtype(), [&](auto tag) {
     using T = decltype(tag);

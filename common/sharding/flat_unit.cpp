@@ -13,9 +13,10 @@ std::byte* at(void* flat, std::size_t element, DType dtype) {
 }
 }  // namespace
 
-FlatUnit::FlatUnit(GPT& model, Communicator& comm, UnitLayout layout, Keep parameters, Keep gradients)
+FlatUnit::FlatUnit(GPT& model, Communicator& comm, UnitLayout layout, Keep parameters, Keep gradients,
+                   bool gradients_on_demand)
     : model_(model), comm_(comm), layout_(std::move(layout)), parameters_(parameters), gradients_(gradients),
-      dtype_(model.dtype()),
+      gradients_on_demand_(gradients_on_demand), dtype_(model.dtype()),
       first_owned_(layout_.shard_numel == layout_.padded_numel ? 0 : static_cast<std::size_t>(comm.rank()) * layout_.shard_numel) {
   if (gradients_ == Keep::host_shard) throw std::invalid_argument("FlatUnit: gradients are never kept on the host");
   std::vector<Parameter>& params = model_.parameters();
@@ -57,14 +58,22 @@ FlatUnit::FlatUnit(GPT& model, Communicator& comm, UnitLayout layout, Keep param
   forget_grads();
   if (parameters_ == Keep::whole) point_values_at(full_values_);
 
+  if (gradients_on_demand_) return;  // made in the first backward (open_gradients, reduce_scatter_gradients)
   if (gradients_ == Keep::whole) {
-    full_grads_ = Tensor(allocator, {P}, dtype_, MemoryCategory::gradients, layout_.name + ".grads");
-    zero_device_memory(device, full_grads_.data(), full_grads_.nbytes());
-    point_grads_at(full_grads_);
+    make_whole_gradients();
   } else {
     grad_shard_ = Tensor(allocator, {S}, dtype_, MemoryCategory::gradients, layout_.name + ".grads_shard");
     zero_device_memory(device, grad_shard_.data(), grad_shard_.nbytes());
   }
+}
+
+// The unit's flat gradients, zeroed (the backward accumulates into them), shown to the model.
+void FlatUnit::make_whole_gradients() {
+  Device& device = model_.device();
+  full_grads_ = Tensor(device.allocator(), {static_cast<std::int64_t>(layout_.padded_numel)}, dtype_,
+                       MemoryCategory::gradients, layout_.name + ".grads");
+  zero_device_memory(device, full_grads_.data(), full_grads_.nbytes());
+  point_grads_at(full_grads_);
 }
 
 std::byte* FlatUnit::my_slice(Tensor& flat) const {
@@ -137,18 +146,25 @@ void FlatUnit::release() {
 // ---------------------------------------------------------------------------------------------
 
 void FlatUnit::open_gradients(bool accumulate) {
-  if (gradients_ == Keep::whole) return;  // the flat gradient is permanent; the model accumulates into it
-  Device& device = model_.device();
-  full_grads_ = Tensor(device.allocator(), {static_cast<std::int64_t>(layout_.padded_numel)}, dtype_,
-                       MemoryCategory::gradients, layout_.name + ".grads");
-  zero_device_memory(device, full_grads_.data(), full_grads_.nbytes());
-  if (accumulate) copy_device_to_device(device, my_slice(full_grads_), grad_shard_.data(), grad_shard_.nbytes());
-  point_grads_at(full_grads_);
+  if (gradients_ == Keep::whole) {
+    // Persistent: the flat gradient exists for good and the model accumulates into it. On demand:
+    // made by the step's first backward of the unit, kept through the step's micro-batches.
+    if (full_grads_.data() == nullptr) make_whole_gradients();
+    return;
+  }
+  if (accumulate && grad_shard_.data() == nullptr)
+    throw std::logic_error("unit " + layout_.name + ": no gradient shard to accumulate into");
+  make_whole_gradients();  // the bucket
+  if (accumulate)
+    copy_device_to_device(model_.device(), my_slice(full_grads_), grad_shard_.data(), grad_shard_.nbytes());
 }
 
 void FlatUnit::reduce_scatter_gradients() {
   if (gradients_ == Keep::whole || full_grads_.data() == nullptr)
     throw std::logic_error("unit " + layout_.name + ": no gradient bucket to reduce-scatter");
+  if (grad_shard_.data() == nullptr)  // on demand: the step's first reduce-scatter writes all of it
+    grad_shard_ = Tensor(model_.device().allocator(), {static_cast<std::int64_t>(layout_.shard_numel)}, dtype_,
+                         MemoryCategory::gradients, layout_.name + ".grads_shard");
   comm_.reduce_scatter(full_grads_.data(), grad_shard_.data(), layout_.shard_numel, dtype_, MemoryCategory::gradients);
   forget_grads();
   full_grads_.reset();
@@ -172,6 +188,13 @@ void FlatUnit::all_reduce_gradients() {
 
 void FlatUnit::zero_gradients() { zero_device_memory(model_.device(), full_grads_.data(), full_grads_.nbytes()); }
 
+void FlatUnit::release_gradients() {
+  if (!gradients_on_demand_) throw std::logic_error("unit " + layout_.name + ": persistent gradients are never released");
+  forget_grads();
+  full_grads_.reset();
+  grad_shard_.reset();
+}
+
 // ---------------------------------------------------------------------------------------------
 
 void* FlatUnit::owned_parameters() {
@@ -184,7 +207,8 @@ void* FlatUnit::owned_parameters() {
 }
 
 void* FlatUnit::owned_gradients() {
-  return gradients_ == Keep::whole ? static_cast<void*>(my_slice(full_grads_)) : grad_shard_.data();
+  if (gradients_ == Keep::whole) return full_grads_.data() == nullptr ? nullptr : my_slice(full_grads_);
+  return grad_shard_.data();
 }
 
 }  // namespace trainmem

@@ -26,6 +26,11 @@
 //       reduce_scatter_gradients_in_place()   slice r of the gradients summed over the ranks
 //       all_gather_parameters_in_place()      every rank's updated slice, to every rank
 //     Unsharded (NO_SHARD): all_reduce_gradients() sums the whole gradient over the ranks.
+//   gradients on demand (--grads on-demand, PyTorch's set_to_none): no gradient storage exists
+//     between optimizer steps. Whole gradients are allocated, zeroed, by the step's first
+//     open_gradients; a shard by the step's first reduce-scatter, which writes all of it (the
+//     bucket is still alive then: both count at that moment). release_gradients() frees both
+//     after the optimizer step. Across micro-batches they stay, so accumulation is unchanged.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -45,7 +50,8 @@ class FlatUnit {
   // Takes the unit's parameters from the model: their current values (the same on every rank:
   // same seed) fill the flat vector or this rank's shard of it, and the model's own storage for
   // them (values and gradients) is freed.
-  FlatUnit(GPT& model, Communicator& comm, UnitLayout layout, Keep parameters, Keep gradients);
+  FlatUnit(GPT& model, Communicator& comm, UnitLayout layout, Keep parameters, Keep gradients,
+           bool gradients_on_demand = false);
 
   const UnitLayout& layout() const { return layout_; }
 
@@ -60,15 +66,18 @@ class FlatUnit {
   void all_gather_parameters_in_place();
   void all_reduce_gradients();
   void zero_gradients();  // whole gradients: the flat vector, padding and other ranks' slices too
+  void release_gradients();  // on demand, after the optimizer step: the unit's gradient storage freed
 
   // What this rank's optimizer updates: its S elements of the parameters (host memory for a
   // host_shard) and of their gradient. A unit cut into one slice (S = padded) is owned whole.
+  // With gradients on demand the gradient's address changes from step to step (nullptr while none).
   void* owned_parameters();
   void* owned_gradients();
   std::size_t host_bytes() const { return host_value_shard_.size(); }
 
  private:
   std::byte* my_slice(Tensor& flat) const;  // flat + first_owned_ elements
+  void make_whole_gradients();
   void point_values_at(Tensor& flat);
   void point_grads_at(Tensor& flat);
   void forget_values();
@@ -78,6 +87,7 @@ class FlatUnit {
   Communicator& comm_;
   UnitLayout layout_;
   Keep parameters_, gradients_;
+  bool gradients_on_demand_;
   DType dtype_;
   std::size_t first_owned_;  // r * S: rank r owns [r*S, (r+1)*S); 0 for a unit cut into one slice
   std::vector<std::vector<std::int64_t>> shapes_;  // of the unit's parameters (the views need them)

@@ -37,15 +37,20 @@ std::string to_string(Offload offload) {
 struct ShardedAdamW::Shard {
   std::string name;
   void* param = nullptr;  // device memory; host memory with Offload::params
-  void* grad = nullptr;   // device memory
+  GradientAt grad_at;     // where the gradient is now (device memory)
   std::size_t count = 0;
   DType dtype = DType::f32;
 
   Tensor master, m, v;  // device state; master only for a 16-bit model
   std::vector<float> host_master, host_m, host_v, host_grad;  // host state (offload)
 
+  void* grad() const {
+    void* g = grad_at();
+    if (g == nullptr) throw std::logic_error("ShardedAdamW: shard " + name + " has no gradient at the optimizer step");
+    return g;
+  }
   // The caller's buffers seen as tensors (for the device copies and conversions).
-  Tensor grad_tensor() const { return Tensor::view(grad, {static_cast<std::int64_t>(count)}, dtype, MemoryCategory::gradients, name + ".grad"); }
+  Tensor grad_tensor() const { return Tensor::view(grad(), {static_cast<std::int64_t>(count)}, dtype, MemoryCategory::gradients, name + ".grad"); }
   Tensor param_tensor() const { return Tensor::view(param, {static_cast<std::int64_t>(count)}, dtype, MemoryCategory::parameters, name); }
 };
 
@@ -78,13 +83,17 @@ void ShardedAdamW::copy_to_host_widened(float* out, const Tensor& t) {
 }
 
 void ShardedAdamW::add_shard(void* param, void* grad, std::size_t count, DType dtype, const std::string& name) {
+  add_shard(param, [grad] { return grad; }, count, dtype, name);
+}
+
+void ShardedAdamW::add_shard(void* param, GradientAt grad, std::size_t count, DType dtype, const std::string& name) {
   if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16)
     throw std::invalid_argument("ShardedAdamW::add_shard(" + name + "): parameters must be f32, bf16 or f16");
   if (count == 0) throw std::invalid_argument("ShardedAdamW::add_shard(" + name + "): empty shard");
   Shard s;
   s.name = name;
   s.param = param;
-  s.grad = grad;
+  s.grad_at = std::move(grad);
   s.count = count;
   s.dtype = dtype;
   const auto n = static_cast<std::int64_t>(count);
@@ -115,7 +124,7 @@ double ShardedAdamW::local_sum_of_squares() {
     for (Shard& s : shards_)
       with_storage_type(s.dtype, [&](auto tag) {
         using T = decltype(tag);
-        sum += kernels::cpu::sum_of_squares<T>(static_cast<const T*>(s.grad), s.count);
+        sum += kernels::cpu::sum_of_squares<T>(static_cast<const T*>(s.grad()), s.count);
       });
     return sum;
   }
@@ -127,7 +136,7 @@ double ShardedAdamW::local_sum_of_squares() {
       with_storage_type(s.dtype, [&](auto tag) {
         using T [[maybe_unused]] = decltype(tag);  // unused where CUDA is not compiled
         TRAINMEM_CUDA_KERNEL("sum_of_squares", kernels::cuda::sum_of_squares_accumulate<T>(
-                                                   nullptr, acc.data_as<float>(), static_cast<const T*>(s.grad), s.count));
+                                                   nullptr, acc.data_as<float>(), static_cast<const T*>(s.grad()), s.count));
       });
   float host = 0;
   copy_device_to_host(device_, &host, acc.data(), sizeof host);
@@ -155,7 +164,7 @@ ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
       with_storage_type(s.dtype, [&](auto tag) {
         using T = decltype(tag);
         float* master = needs_master_weights(s.dtype) ? s.master.data_as<float>() : nullptr;
-        kernels::adamw_update<T>(stream, static_cast<T*>(s.param), static_cast<const T*>(s.grad), s.m.data_as<float>(),
+        kernels::adamw_update<T>(stream, static_cast<T*>(s.param), static_cast<const T*>(s.grad()), s.m.data_as<float>(),
                                  s.v.data_as<float>(), s.count, hyper_, step_, grad_scale, master);
       });
       continue;

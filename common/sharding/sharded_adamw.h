@@ -32,6 +32,7 @@
 // Either way the gradient is read on the device, widened to fp32 in a workspace tensor.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,10 @@ class ShardedAdamW : public Optimizer {
   // Padding elements past the end of the flat vector are registered too (they are zeros and stay
   // zeros: their gradients are zero).
   void add_shard(void* param, void* grad, std::size_t count, DType dtype, const std::string& name);
+  // The same, for a gradient that is made and freed between steps (gradients on demand): where it
+  // is is asked at each step.
+  using GradientAt = std::function<void*()>;
+  void add_shard(void* param, GradientAt grad, std::size_t count, DType dtype, const std::string& name);
 
   StepOutcome step(double loss_scale) override;
   long steps_taken() const override { return step_; }

@@ -26,7 +26,8 @@ ShardingEngine::ShardingEngine(GPT& model, Communicator& comm, ShardingPlan plan
   const Keep parameters = plan_.offload == Offload::params ? Keep::host_shard : plan_.parameters;
   std::vector<UnitLayout> layouts = unit_layouts(config, plan_.shard_optimizer ? N : 1, plan_.layers_per_unit);
   units_.reserve(layouts.size());
-  for (UnitLayout& layout : layouts) units_.emplace_back(model_, comm_, std::move(layout), parameters, plan_.gradients);
+  for (UnitLayout& layout : layouts)
+    units_.emplace_back(model_, comm_, std::move(layout), parameters, plan_.gradients, plan_.gradients_on_demand);
 
   Device& device = model_.device();
   if (plan_.shard_optimizer) {
@@ -36,8 +37,9 @@ ShardingEngine::ShardingEngine(GPT& model, Communicator& comm, ShardingPlan plan
     adam_ = std::make_unique<ShardedAdamW>(device, *local_comm_, plan_.adam, plan_.max_grad_norm);
     replicated_ = std::make_unique<ReplicatedOptimizer>(*adam_, comm_.world_size());
   }
-  for (FlatUnit& u : units_)
-    adam_->add_shard(u.owned_parameters(), u.owned_gradients(), u.layout().shard_numel, model_.dtype(), u.layout().name);
+  for (FlatUnit& u : units_)  // (units_ is never resized again: &u stays valid)
+    adam_->add_shard(u.owned_parameters(), [&u] { return u.owned_gradients(); }, u.layout().shard_numel, model_.dtype(),
+                     u.layout().name);
   // Building the model whole is not training (header).
   device.allocator().reset_peak_stats();
 }
@@ -69,6 +71,10 @@ void ShardingEngine::note_gathered() {
   std::size_t gathered = 0;
   for (std::size_t u = 1; u < units_.size(); ++u) gathered += units_[u].gathered() ? 1 : 0;
   if (gathered > peak_gathered_) peak_gathered_ = gathered;
+}
+
+void ShardingEngine::release_gradients() {
+  for (FlatUnit& u : units_) u.release_gradients();
 }
 
 Optimizer& ShardingEngine::optimizer() {

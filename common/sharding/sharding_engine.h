@@ -55,6 +55,10 @@ struct ShardingPlan {
   Offload offload = Offload::none;  // optimizer: state and update on the host; params: the parameter shards too
   kernels::AdamWHyper adam;
   float max_grad_norm = 1.0f;       // 0 disables clipping
+  // --grads on-demand (common/train/gradient_mode.h): no gradient storage between optimizer
+  // steps; each unit's made by its first backward of a step (flat_unit.h), all freed by
+  // release_gradients() after the step.
+  bool gradients_on_demand = false;
 };
 
 class ShardingEngine {
@@ -76,6 +80,9 @@ class ShardingEngine {
   void start_gather(std::size_t u);
   void release(std::size_t u) { units_.at(u).release(); }
   std::size_t peak_gathered_layer_units() const { return peak_gathered_; }  // the root not counted
+
+  // On demand, after the optimizer step (updated or skipped: PyTorch's zero_grad runs either way).
+  void release_gradients();
 
   Optimizer& optimizer();  // give this to the Trainer
   std::size_t host_bytes() const;

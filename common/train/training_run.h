@@ -11,6 +11,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/comm/communicator.h"
@@ -45,6 +46,9 @@ class TrainingRun {
   std::string techniques() const;
   // The strategy `technique` added to this run (nullptr: none), e.g. to read its own figures.
   const Strategy* strategy_of(const Technique& technique) const;
+  Strategy* strategy_of(const Technique& technique) {
+    return const_cast<Strategy*>(std::as_const(*this).strategy_of(technique));
+  }
   // Each technique's part of `trainmem train --json` (config and result sections).
   void add_json(nlohmann::json& result, const MemoryStats& stats, long steps) const;
 

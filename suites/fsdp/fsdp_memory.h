@@ -30,6 +30,12 @@
 //   parameters = gradients = sum over units of blk(numel_u * b),
 //   optimizer state = sum over units of k * blk(4 * numel_u)
 //
+// --grads on-demand (common/sharding/flat_unit.h): no gradient is held between steps (gradients
+// at rest 0). The peak: NO_SHARD's as above (every unit's gradient exists by the end of the
+// backward); full and grad_op with one micro-batch per step the shards are made one unit at a
+// time, common/sharding/on_demand_gradient_peak.h; with more, the persistent peak (the first
+// micro-batch made them all).
+//
 // Exact while each buffer is at most 1 MiB (small pool: a block is split to exactly its rounded
 // size); a larger block may be handed out whole from the cache, which this formula does not model.
 #pragma once
@@ -40,7 +46,9 @@
 #include "common/allocator/allocator_config.h"
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
+#include "common/sharding/on_demand_gradient_peak.h"
 #include "common/sharding/unit_layout.h"
+#include "common/train/gradient_mode.h"
 #include "suites/fsdp/fsdp_options.h"
 
 namespace trainmem::fsdp {
@@ -54,6 +62,7 @@ inline std::vector<UnitLayout> fsdp_units(const GPTConfig& config, std::size_t w
 struct FsdpMemory {
   std::size_t sharded_parameter_bytes = 0;  // P_s (NO_SHARD: the whole flat parameters)
   std::size_t sharded_gradient_bytes = 0;   // G_s
+  std::size_t gradients_between_steps_bytes = 0;  // G_s (NO_SHARD: whole); 0 with gradients on demand
   std::size_t optimizer_state_bytes = 0;    // O
   std::size_t root_gathered_bytes = 0;      // F_root (0 for NO_SHARD: nothing is gathered)
   std::size_t largest_unit_gathered_bytes = 0;  // max_u F_u over the layer units
@@ -65,7 +74,8 @@ struct FsdpMemory {
 };
 
 inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const FsdpOptions& options,
-                              Precision precision) {
+                              Precision precision, GradientMode grads = GradientMode::persistent,
+                              std::size_t accumulation_steps = 1) {
   const std::size_t b = dtype_size(storage_dtype(precision));
   const std::size_t state_arrays = precision == Precision::fp32 ? 2 : 3;  // m, v (+ master)
   const std::vector<UnitLayout> units = fsdp_units(config, world, options);
@@ -77,6 +87,7 @@ inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const 
     m.optimizer_state_bytes += state_arrays * round_size(4 * u.shard_numel);
   }
   m.optimizer_state_peak_bytes = m.optimizer_state_bytes;
+  m.gradients_between_steps_bytes = grads == GradientMode::on_demand ? 0 : m.sharded_gradient_bytes;
 
   // The layer units' gathered sizes, F_u, in layer order (units[0] is the root).
   std::vector<std::size_t> gathered;
@@ -104,6 +115,14 @@ inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const 
   }
   m.parameters_peak_bytes = m.sharded_parameter_bytes + m.root_gathered_bytes + m.gathered_layer_bytes_at_peak;
   m.gradients_peak_bytes = m.sharded_gradient_bytes + m.root_gathered_bytes + m.largest_unit_gathered_bytes;
+  if (grads == GradientMode::on_demand && accumulation_steps == 1) {
+    std::vector<std::size_t> bucket, shard;
+    for (const UnitLayout& u : units) {
+      bucket.push_back(round_size(u.padded_numel * b));
+      shard.push_back(round_size(u.shard_numel * b));
+    }
+    m.gradients_peak_bytes = on_demand_sharded_gradients_peak(bucket, shard);
+  }
   return m;
 }
 

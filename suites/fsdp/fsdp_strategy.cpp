@@ -7,7 +7,7 @@ namespace trainmem::fsdp {
 namespace {
 
 // FULL_SHARD and SHARD_GRAD_OP shard everything; NO_SHARD keeps everything whole on every rank.
-ShardingPlan plan_of(const FsdpOptions& o, kernels::AdamWHyper hyper, float max_grad_norm) {
+ShardingPlan plan_of(const FsdpOptions& o, kernels::AdamWHyper hyper, float max_grad_norm, GradientMode grads) {
   const bool sharded = o.mode != ShardingMode::none;
   ShardingPlan plan;
   plan.layers_per_unit = o.layers_per_unit;
@@ -16,14 +16,15 @@ ShardingPlan plan_of(const FsdpOptions& o, kernels::AdamWHyper hyper, float max_
   plan.shard_optimizer = sharded;
   plan.adam = hyper;
   plan.max_grad_norm = max_grad_norm;
+  plan.gradients_on_demand = grads == GradientMode::on_demand;
   return plan;
 }
 
 }  // namespace
 
 FsdpStrategy::FsdpStrategy(GPT& model, Communicator& comm, FsdpOptions options, kernels::AdamWHyper hyper,
-                           float max_grad_norm)
-    : comm_(comm), options_(options), engine_(model, comm, plan_of(options, hyper, max_grad_norm)) {}
+                           float max_grad_norm, GradientMode grads)
+    : comm_(comm), options_(options), engine_(model, comm, plan_of(options, hyper, max_grad_norm, grads)) {}
 
 std::string FsdpStrategy::name() const {
   std::string s = "fsdp:";
@@ -77,5 +78,9 @@ void FsdpStrategy::after_layer_backward(StepContext&, std::size_t layer) {
 }
 
 void FsdpStrategy::after_backward(StepContext&) { finish_gradients(0); }
+
+void FsdpStrategy::after_optimizer_step(StepContext&) {
+  if (engine_.plan().gradients_on_demand) engine_.release_gradients();
+}
 
 }  // namespace trainmem::fsdp

@@ -48,6 +48,7 @@
 #include "common/comm/communicator.h"
 #include "common/model/gpt.h"
 #include "common/sharding/sharding_engine.h"
+#include "common/train/gradient_mode.h"
 #include "common/train/strategy.h"
 #include "suites/fsdp/fsdp_options.h"
 
@@ -56,8 +57,10 @@ namespace trainmem::fsdp {
 class FsdpStrategy : public Strategy {
  public:
   // Shards `model` now (every rank must have built it from the same seed); `comm` must outlive
-  // this strategy. hyper and max_grad_norm configure the AdamW it runs on its shards.
-  FsdpStrategy(GPT& model, Communicator& comm, FsdpOptions options, kernels::AdamWHyper hyper, float max_grad_norm);
+  // this strategy. hyper and max_grad_norm configure the AdamW it runs on its shards; grads says
+  // whether the units' gradients are kept between steps (--grads, common/train/gradient_mode.h).
+  FsdpStrategy(GPT& model, Communicator& comm, FsdpOptions options, kernels::AdamWHyper hyper, float max_grad_norm,
+               GradientMode grads = GradientMode::persistent);
 
   std::string name() const override;
   double loss_scale() const override { return 1.0 / comm_.world_size(); }  // this rank's share of the mean
@@ -70,6 +73,7 @@ class FsdpStrategy : public Strategy {
   void before_layer_backward(StepContext& ctx, std::size_t layer) override;
   void after_layer_backward(StepContext& ctx, std::size_t layer) override;
   void after_backward(StepContext& ctx) override;
+  void after_optimizer_step(StepContext& ctx) override;  // on demand: the gradients freed
 
   // Every parameter, whole, in parameters() order, widened to fp32: as stored, and the optimizer's
   // fp32 master weights. Collectives: every rank must call them.

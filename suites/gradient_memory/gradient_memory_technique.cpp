@@ -28,8 +28,6 @@ class GradientMemoryTechnique : public Technique {
                      "(needs --grad-clip 0, --accum 1, no fp16, no sharding)");
   }
 
-  // With sharding the gradients are the sharding engine's buffers (common/sharding), which already
-  // exist only while needed in ZeRO-2/3 and FSDP; on-demand over them is not written yet.
   void validate(const TrainingSetup& setup, const Techniques& all) const override {
     if (setup.option<OptimizerInBackwardChoice>().on) {  // what needs the whole gradient first (optimizer_in_backward.h)
       const std::string why = "--optimizer-in-backward updates each parameter before the whole gradient exists: ";
@@ -43,10 +41,6 @@ class GradientMemoryTechnique : public Technique {
         throw std::invalid_argument(why + "with " + all.sharding(setup)->describe(setup) +
                                     " the gradients are the sharding engine's; drop one of them");
     }
-    if (setup.option<GradientMode>() == GradientMode::on_demand && all.sharding(setup))
-      throw std::invalid_argument("--grads on-demand does not combine with " + all.sharding(setup)->describe(setup) +
-                                  " yet: the sharding engine owns the gradient buffers (ZeRO-2/3 and FSDP full/grad_op "
-                                  "already hold full gradients only during a unit's backward); drop --grads on-demand");
   }
 
   TechniqueInRun join(RunParts& run) const override {
@@ -57,6 +51,9 @@ class GradientMemoryTechnique : public Technique {
       joined.strategy = std::move(fused);
       return joined;
     }
+    // The model's own gradients. Under ZeRO-1-3 and FSDP they are views into the sharding
+    // engine's units, which read --grads themselves (ShardingPlan::gradients_on_demand): this
+    // strategy then only forgets the views the engine frees.
     if (run.setup.option<GradientMode>() != GradientMode::on_demand) return {};
     return {std::make_unique<OnDemandGradients>(run.model)};
   }

@@ -15,6 +15,10 @@
 // the last layer's MLP backward, 31.30 MiB against 34.14 persistent): `trainmem estimate --grads
 // on-demand` measures it, as it runs this code.
 //
+// Under ZeRO-1-3 and FSDP the model's gradients are views into the sharding engine's units, which
+// make and free their own storage with --grads on-demand (common/sharding/flat_unit.h); this
+// strategy then only forgets the views. ZeRO-0 trains the model's own tensors, as on one device.
+//
 // Correctness: the gradients are the same numbers in the same order of accumulation (a fresh
 // gradient is zeroed before the backward adds into it), so parameters after any number of steps
 // are bitwise the persistent run's on the CPU, with accumulation, clipping and loss scaling.

@@ -46,8 +46,10 @@
 #include "common/model/parameter_table.h"
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
+#include "common/sharding/on_demand_gradient_peak.h"
 #include "common/sharding/sharded_adamw.h"  // Offload
 #include "common/sharding/unit_layout.h"     // padded_numel
+#include "common/train/gradient_mode.h"
 #include "common/train/formula_bytes.h"
 
 namespace trainmem::zero {
@@ -157,8 +159,28 @@ struct ZeroExactBytes {
 
 // n_u = elements of a unit, e = bytes per element of the model's storage type, N ranks,
 // K = micro-batches per optimizer step (gradient accumulation).
+//
+// With --grads on-demand (flat_unit.h; stage 0: the model's own gradients) no gradient is held
+// between steps; within a step they all exist by the end of the backward, so the peak is the
+// persistent figure for whole gradients (stages 0-1) and, for shards (stages 2-3) with one
+// micro-batch, common/sharding/on_demand_gradient_peak.h's (the shards are made one unit at a time).
 inline ZeroExactBytes exact_model_states(const ZeroUnits& units, int world_size, int stage, Precision precision,
-                                         Offload offload = Offload::none, std::size_t accumulation_steps = 1) {
+                                         Offload offload = Offload::none, std::size_t accumulation_steps = 1,
+                                         GradientMode grads = GradientMode::persistent) {
+  if (grads == GradientMode::on_demand) {
+    ZeroExactBytes x = exact_model_states(units, world_size, stage, precision, offload, accumulation_steps);
+    if (stage >= 2 && accumulation_steps == 1) {
+      const auto N = static_cast<std::size_t>(world_size);
+      const std::uint64_t e = precision == Precision::fp32 ? 4 : 2;
+      const std::uint64_t P_root = padded_numel(sum(units.root), N), P_layer = padded_numel(sum(units.layer), N);
+      std::vector<std::size_t> bucket{round_size(P_root * e)}, shard{round_size(P_root / N * e)};
+      bucket.resize(1 + units.layers, round_size(P_layer * e));
+      shard.resize(1 + units.layers, round_size(P_layer / N * e));
+      x.gradients_peak = on_demand_sharded_gradients_peak(bucket, shard);
+    }
+    x.gradients = 0;
+    return x;
+  }
   check_stage(stage, world_size);
   const auto N = static_cast<std::size_t>(world_size);
   const std::uint64_t e = precision == Precision::fp32 ? 4 : 2;

@@ -27,6 +27,7 @@ ShardingPlan plan_of(const ZeroOptions& o) {
   plan.offload = o.offload;
   plan.adam = o.adam;
   plan.max_grad_norm = o.max_grad_norm;
+  plan.gradients_on_demand = o.gradients_on_demand;
   return plan;
 }
 
@@ -113,13 +114,15 @@ void ZeroStrategy::before_optimizer_step(StepContext&) {
 
 // Stages 1-2: every rank updated its slice; gather the whole unit again (volume P_u * e). Stage 1's
 // gradients start from zero again, padding and the other ranks' slices included (the in-place
-// reduce-scatter may have written them).
+// reduce-scatter may have written them) -- or, on demand, every stage's are freed.
 void ZeroStrategy::after_optimizer_step(StepContext&) {
-  if (options_.stage == 0 || options_.stage == 3) return;
-  for (FlatUnit& u : engine_->units()) {
-    u.all_gather_parameters_in_place();
-    if (options_.stage == 1) u.zero_gradients();
-  }
+  if (!engine_) return;
+  if (options_.stage <= 2)
+    for (FlatUnit& u : engine_->units()) {
+      u.all_gather_parameters_in_place();
+      if (options_.stage == 1 && !options_.gradients_on_demand) u.zero_gradients();
+    }
+  if (options_.gradients_on_demand) engine_->release_gradients();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -51,6 +51,9 @@ struct ZeroOptions {
   Offload offload = Offload::none;  // optimizer: stages 1-3; params: stage 3
   kernels::AdamWHyper adam;
   float max_grad_norm = 1.0f;       // 0 disables clipping
+  // --grads on-demand (stages 1-3; stage 0's gradients are the model's own, which the gradient
+  // memory suite's strategy frees): the engine's units hold no gradient between steps.
+  bool gradients_on_demand = false;
 };
 
 // Throws std::invalid_argument naming the flag to change.

@@ -1,0 +1,187 @@
+// Gradients on demand under every sharding mode (ctest runs this under mpirun with 2 CPU ranks;
+// alone it is a world of one). For each plan -- ZeRO 0-3 (with optimizer and parameter offload)
+// and FSDP full, grad_op and none -- each rank trains the same steps twice, with persistent and
+// with on-demand gradients, and checks:
+//
+//   1. The same training, bit for bit: every step's loss and gradient norm, and the fp32 master
+//      weights after the steps. On demand changes when a gradient's storage exists, not one
+//      operation on its numbers (a fresh gradient is zeroed before the backward adds into it; a
+//      shard is written whole by the reduce-scatter). fp32, bf16 and fp16 (whose first steps
+//      overflow and are skipped: the gradients are freed after a skipped step too), accumulation
+//      1 and 2, clipping on.
+//   2. Memory, to the byte, against the sharding suites' formulas with --grads on-demand
+//      (zero_memory.h, fsdp_memory.h, common/sharding/on_demand_gradient_peak.h): no gradient
+//      byte held between steps, allocated bytes between steps = persistent - the persistent
+//      gradients, and the peak of the gradients category.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/comm/communicator.h"
+#include "common/data/token_file.h"
+#include "common/tests/cpu_device.h"
+#include "common/train/training_run.h"
+#include "suites/fsdp/fsdp_memory.h"
+#include "suites/fsdp/fsdp_strategy.h"
+#include "suites/fsdp/fsdp_technique.h"
+#include "suites/gradient_memory/gradient_memory_technique.h"
+#include "suites/mixed_precision/mixed_precision_technique.h"
+#include "suites/zero/zero_memory.h"
+#include "suites/zero/zero_strategy.h"
+#include "suites/zero/zero_technique.h"
+
+namespace trainmem::gradient_memory {
+namespace {
+
+const Techniques& techniques() {
+  static const Techniques list{&mixed_precision_technique(), &gradient_memory_technique(), &zero::zero_technique(),
+                               &fsdp::fsdp_technique()};
+  return list;
+}
+
+struct Plan {
+  std::string name;
+  int zero_stage = -1;  // -1: FSDP
+  Offload offload = Offload::none;
+  fsdp::ShardingMode fsdp_mode = fsdp::ShardingMode::full;
+};
+
+const std::vector<Plan>& plans() {
+  static const std::vector<Plan> list{
+      {"zero0", 0},
+      {"zero1", 1},
+      {"zero2", 2},
+      {"zero3", 3},
+      {"zero2_offload_optimizer", 2, Offload::optimizer},
+      {"zero3_offload_params", 3, Offload::params},
+      {"fsdp_full", -1, Offload::none, fsdp::ShardingMode::full},
+      {"fsdp_grad_op", -1, Offload::none, fsdp::ShardingMode::grad_op},
+      {"fsdp_none", -1, Offload::none, fsdp::ShardingMode::none},
+  };
+  return list;
+}
+
+TrainingSetup setup_of(const Plan& plan, GradientMode grads, Precision precision, std::size_t accum) {
+  TrainingSetup s;
+  s.model = gpt_preset("tiny");
+  s.batch = 2;
+  s.accum = accum;
+  s.precision = precision;
+  s.max_grad_norm = 1.0f;
+  s.option<GradientMode>() = grads;
+  // fp16: a loss scale that overflows at first, so that skipped steps are part of the run
+  if (precision == Precision::fp16) s.option<LossScaling>().scaler.init_scale = 0x1p18;
+  if (plan.zero_stage >= 0) {
+    s.option<zero::ZeroChoice>().stage = plan.zero_stage;
+    s.option<zero::ZeroChoice>().offload = plan.offload;
+  } else {
+    s.option<fsdp::FsdpChoice>().enabled = true;
+    s.option<fsdp::FsdpChoice>().options.mode = plan.fsdp_mode;
+  }
+  return s;
+}
+
+struct Trained {
+  std::vector<StepResult> steps;
+  std::vector<float> masters;  // the fp32 master weights, whole, after the steps
+  std::vector<std::int64_t> allocated_between_steps, gradients_between_steps;
+  std::int64_t gradients_peak = 0;
+};
+
+Trained train(const TrainingSetup& s, int steps = 4) {
+  auto device = testing_support::cpu_device();
+  auto world = make_communicator(*device);
+  TrainingRun run(s, techniques(), *device, world.get(), HostTokens(synthetic_corpus(100000, 5)));
+  device->allocator().reset_peak_stats();  // training's peaks (the model was built whole, with its gradients)
+  Trained t;
+  for (int i = 0; i < steps; ++i) {
+    t.steps.push_back(run.step());
+    const MemoryStats stats = device->allocator().stats();
+    t.allocated_between_steps.push_back(t.steps.back().allocated_bytes);
+    t.gradients_between_steps.push_back(stats.by_category[index_of(MemoryCategory::gradients)].current);
+  }
+  t.gradients_peak = device->allocator().stats().by_category[index_of(MemoryCategory::gradients)].peak;
+  if (auto* zero = dynamic_cast<zero::ZeroStrategy*>(run.strategy_of(zero::zero_technique()))) {
+    t.masters = zero->master_values();
+  } else if (auto* fsdp = dynamic_cast<fsdp::FsdpStrategy*>(run.strategy_of(fsdp::fsdp_technique()))) {
+    t.masters = fsdp->master_values();
+  }
+  return t;
+}
+
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// The formulas' gradient bytes held between steps and their peak, per rank.
+struct GradientFigures {
+  std::int64_t between_steps = 0, peak = 0;
+};
+GradientFigures formula(const Plan& plan, const TrainingSetup& s, int world) {
+  if (plan.zero_stage >= 0) {
+    const zero::ZeroExactBytes x = zero::exact_model_states(zero::zero_units(s.model), world, plan.zero_stage, s.precision,
+                                                            plan.offload, s.accum, s.option<GradientMode>());
+    return {static_cast<std::int64_t>(x.gradients), static_cast<std::int64_t>(x.gradients_peak)};
+  }
+  const fsdp::FsdpMemory m = fsdp::fsdp_memory(s.model, static_cast<std::size_t>(world), s.option<fsdp::FsdpChoice>().options,
+                                               s.precision, s.option<GradientMode>(), s.accum);
+  return {static_cast<std::int64_t>(m.gradients_between_steps_bytes), static_cast<std::int64_t>(m.gradients_peak_bytes)};
+}
+
+class OnDemandUnderSharding : public ::testing::TestWithParam<Plan> {};
+
+TEST_P(OnDemandUnderSharding, TrainsBitForBitAsPersistentWithTheFormulasMemory) {
+  const Plan plan = GetParam();
+  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16})
+    for (std::size_t accum : {1u, 2u}) {
+      SCOPED_TRACE(to_string(precision) + " accum=" + std::to_string(accum));
+      const TrainingSetup persistent_setup = setup_of(plan, GradientMode::persistent, precision, accum);
+      const TrainingSetup on_demand_setup = setup_of(plan, GradientMode::on_demand, precision, accum);
+      const Trained persistent = train(persistent_setup);
+      const Trained on_demand = train(on_demand_setup);
+
+      ASSERT_EQ(persistent.steps.size(), on_demand.steps.size());
+      for (std::size_t i = 0; i < persistent.steps.size(); ++i) {
+        EXPECT_TRUE(same_bits(persistent.steps[i].loss, on_demand.steps[i].loss)) << "step " << i;
+        EXPECT_TRUE(same_bits(persistent.steps[i].grad_norm, on_demand.steps[i].grad_norm)) << "step " << i;
+        EXPECT_EQ(persistent.steps[i].skipped, on_demand.steps[i].skipped) << "step " << i;
+      }
+      if (precision == Precision::fp16) {
+        EXPECT_TRUE(on_demand.steps[0].skipped) << "the fp16 run should overflow at first";
+      }
+      ASSERT_FALSE(persistent.masters.empty());
+      ASSERT_EQ(persistent.masters.size(), on_demand.masters.size());
+      EXPECT_EQ(0, std::memcmp(persistent.masters.data(), on_demand.masters.data(), persistent.masters.size() * sizeof(float)));
+
+      int world = 1, rank = 0;
+      {
+        auto device = testing_support::cpu_device();
+        auto comm = make_communicator(*device);
+        world = comm->world_size();
+        rank = comm->rank();
+      }
+      const GradientFigures kept = formula(plan, persistent_setup, world), freed = formula(plan, on_demand_setup, world);
+      EXPECT_EQ(freed.between_steps, 0);
+      for (std::size_t i = 0; i < on_demand.steps.size(); ++i) {
+        EXPECT_EQ(persistent.gradients_between_steps[i], kept.between_steps) << "step " << i;
+        EXPECT_EQ(on_demand.gradients_between_steps[i], 0) << "step " << i;
+        EXPECT_EQ(on_demand.allocated_between_steps[i], persistent.allocated_between_steps[i] - kept.between_steps)
+            << "step " << i;
+      }
+      EXPECT_EQ(persistent.gradients_peak, kept.peak);
+      EXPECT_EQ(on_demand.gradients_peak, freed.peak);
+      EXPECT_LE(on_demand.gradients_peak, persistent.gradients_peak);
+      if (rank == 0)
+        std::printf("  %s %s accum=%zu N=%d: gradients between steps %lld -> 0 B, gradients peak %lld -> %lld B\n",
+                    plan.name.c_str(), to_string(precision).c_str(), accum, world,
+                    static_cast<long long>(kept.between_steps), static_cast<long long>(persistent.gradients_peak),
+                    static_cast<long long>(on_demand.gradients_peak));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, OnDemandUnderSharding, ::testing::ValuesIn(plans()),
+                         [](const ::testing::TestParamInfo<Plan>& i) { return i.param.name; });
+
+}  // namespace
+}  // namespace trainmem::gradient_memory

@@ -154,34 +154,38 @@ ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
   outcome.grad_norm = unscaled.grad_norm;
   outcome.skipped = unscaled.skipped;
   if (unscaled.skipped) return outcome;
-  const float grad_scale = unscaled.grad_scale;  // g = grad * grad_scale
   ++step_;
-  const auto stream = kernel_stream(device_);
-  for (Shard& s : shards_) {
-    if (offload_ == Offload::none) {
-      // fp32 weights are their own master copy, updated in place; 16-bit weights: the fp32 master
-      // weights are updated and rounded once into them (kernels/adamw.h).
-      with_storage_type(s.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        float* master = needs_master_weights(s.dtype) ? s.master.data_as<float>() : nullptr;
-        kernels::adamw_update<T>(stream, static_cast<T*>(s.param), static_cast<const T*>(s.grad()), s.m.data_as<float>(),
-                                 s.v.data_as<float>(), s.count, hyper_, step_, grad_scale, master);
-      });
-      continue;
-    }
-    // Offload: the gradient to the host (widened there), Adam on the CPU, weights back.
-    copy_to_host_widened(s.host_grad.data(), s.grad_tensor());
-    kernels::cpu::adamw_update(s.host_master.data(), s.host_grad.data(), s.host_m.data(), s.host_v.data(), s.count,
-                               hyper_, step_, grad_scale);
-    if (offload_ == Offload::params) {
-      host_narrow(s.param, s.host_master.data(), s.count, s.dtype);
-    } else {
-      std::vector<std::byte> stored(s.count * dtype_size(s.dtype));  // rounded on the host, then copied
-      host_narrow(stored.data(), s.host_master.data(), s.count, s.dtype);
-      copy_host_to_device(device_, s.param, stored.data(), stored.size());
-    }
-  }
+  for (Shard& s : shards_) update(s, step_, unscaled.grad_scale);  // g = grad * grad_scale
   return outcome;
+}
+
+void ShardedAdamW::update_shard(std::size_t index, long step, float grad_scale) {
+  update(shards_.at(index), step, grad_scale);
+}
+
+void ShardedAdamW::update(Shard& s, long step, float grad_scale) {
+  if (offload_ == Offload::none) {
+    // fp32 weights are their own master copy, updated in place; 16-bit weights: the fp32 master
+    // weights are updated and rounded once into them (kernels/adamw.h).
+    with_storage_type(s.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      float* master = needs_master_weights(s.dtype) ? s.master.data_as<float>() : nullptr;
+      kernels::adamw_update<T>(kernel_stream(device_), static_cast<T*>(s.param), static_cast<const T*>(s.grad()),
+                               s.m.data_as<float>(), s.v.data_as<float>(), s.count, hyper_, step, grad_scale, master);
+    });
+    return;
+  }
+  // Offload: the gradient to the host (widened there), Adam on the CPU, weights back.
+  copy_to_host_widened(s.host_grad.data(), s.grad_tensor());
+  kernels::cpu::adamw_update(s.host_master.data(), s.host_grad.data(), s.host_m.data(), s.host_v.data(), s.count, hyper_,
+                             step, grad_scale);
+  if (offload_ == Offload::params) {
+    host_narrow(s.param, s.host_master.data(), s.count, s.dtype);
+  } else {
+    std::vector<std::byte> stored(s.count * dtype_size(s.dtype));  // rounded on the host, then copied
+    host_narrow(stored.data(), s.host_master.data(), s.count, s.dtype);
+    copy_host_to_device(device_, s.param, stored.data(), stored.size());
+  }
 }
 
 std::vector<float> ShardedAdamW::master_values(std::size_t index) {

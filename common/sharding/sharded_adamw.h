@@ -69,6 +69,11 @@ class ShardedAdamW : public Optimizer {
   StepOutcome step(double loss_scale) override;
   long steps_taken() const override { return step_; }
 
+  // The optimizer in the backward (sharding_engine.h): the `index`-th shard's update of optimizer
+  // step `step` alone, g = grad * grad_scale, with no decision over the whole gradient (no
+  // clipping, no skip: the registration refuses what needs them). step() is then never called.
+  void update_shard(std::size_t index, long step, float grad_scale);
+
   std::size_t device_state_bytes() const;    // optimizer_state bytes in the device allocator (512-rounded)
   std::size_t host_state_bytes() const;      // bytes in host memory (offload): 16 per element
 
@@ -78,6 +83,7 @@ class ShardedAdamW : public Optimizer {
 
  private:
   struct Shard;
+  void update(Shard& s, long step, float grad_scale);
   double local_sum_of_squares();
   void copy_to_host_widened(float* out, const Tensor& t);
 

@@ -1,12 +1,36 @@
 #include "common/sharding/sharding_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "common/device/device_ops.h"
 #include "common/model/parameter_table.h"
 
 namespace trainmem {
+
+namespace {
+
+// The trainer's optimizer when the updates ran in the backward (gradients_reduced): it counts the
+// steps, and checks that the gradients carried no factor but the 1/N share of the mean, which
+// the N-rank reduction cancels (no loss scale: the updates used a factor of 1).
+class StepCounter : public Optimizer {
+ public:
+  explicit StepCounter(int world_size) : world_size_(world_size) {}
+  StepOutcome step(double loss_scale) override {
+    if (std::abs(loss_scale * world_size_ - 1.0) > 1e-9)
+      throw std::logic_error("the optimizer in the backward updated without a loss scale, but the step has one");
+    ++steps_;
+    return {};  // no whole gradient ever existed: its norm is not known (0)
+  }
+  long steps_taken() const override { return steps_; }
+
+ private:
+  int world_size_;
+  long steps_ = 0;
+};
+
+}  // namespace
 
 ShardingEngine::ShardingEngine(GPT& model, Communicator& comm, ShardingPlan plan)
     : model_(model), comm_(comm), plan_(plan) {
@@ -27,7 +51,8 @@ ShardingEngine::ShardingEngine(GPT& model, Communicator& comm, ShardingPlan plan
   std::vector<UnitLayout> layouts = unit_layouts(config, plan_.shard_optimizer ? N : 1, plan_.layers_per_unit);
   units_.reserve(layouts.size());
   for (UnitLayout& layout : layouts)
-    units_.emplace_back(model_, comm_, std::move(layout), parameters, plan_.gradients, plan_.gradients_on_demand);
+    units_.emplace_back(model_, comm_, std::move(layout), parameters, plan_.gradients,
+                        plan_.gradients_on_demand || plan_.optimizer_in_backward);
 
   Device& device = model_.device();
   if (plan_.shard_optimizer) {
@@ -36,6 +61,11 @@ ShardingEngine::ShardingEngine(GPT& model, Communicator& comm, ShardingPlan plan
     local_comm_ = make_communicator(device, "local");
     adam_ = std::make_unique<ShardedAdamW>(device, *local_comm_, plan_.adam, plan_.max_grad_norm);
     replicated_ = std::make_unique<ReplicatedOptimizer>(*adam_, comm_.world_size());
+  }
+  if (plan_.optimizer_in_backward) {
+    if (plan_.max_grad_norm > 0)
+      throw std::invalid_argument("ShardingPlan: the optimizer in the backward cannot clip by the global norm");
+    step_counter_ = std::make_unique<StepCounter>(comm_.world_size());
   }
   for (FlatUnit& u : units_)  // (units_ is never resized again: &u stays valid)
     adam_->add_shard(u.owned_parameters(), [&u] { return u.owned_gradients(); }, u.layout().shard_numel, model_.dtype(),
@@ -77,7 +107,14 @@ void ShardingEngine::release_gradients() {
   for (FlatUnit& u : units_) u.release_gradients();
 }
 
+void ShardingEngine::gradients_reduced(std::size_t u, long step) {
+  if (!plan_.optimizer_in_backward) return;
+  adam_->update_shard(u, step, 1.0f);  // the factor is 1 (header)
+  units_.at(u).release_gradients();
+}
+
 Optimizer& ShardingEngine::optimizer() {
+  if (step_counter_) return *step_counter_;
   if (replicated_) return *replicated_;
   return *adam_;
 }

@@ -25,6 +25,13 @@
 //                    buffer (outside training). Training allocates none, so its peak is 0.
 // Host memory (offloaded optimizer state, parameter shards) is outside the allocator: host_bytes().
 //
+// The optimizer in the backward (ShardingPlan::optimizer_in_backward, --optimizer-in-backward):
+// a policy calls gradients_reduced(u) as soon as unit u's gradients are complete and reduced on
+// this rank (after its reduce-scatter; unsharded, its all-reduce); the engine updates this rank's
+// shard of the unit at once and frees the unit's gradients. The optimizer given to the trainer then
+// only counts steps. No whole-gradient decision can be made (no clipping, no fp16 skip: refused by
+// the registration), and the factor is 1: each rank's loss carries 1/N, the reduction sums N.
+//
 // Averaging: the policies scale each rank's loss by 1/N (loss_scale()), so a reduced gradient is
 // the global batch's mean; ShardedAdamW divides by the trainer's factor times N (replicated: the
 // ReplicatedOptimizer multiplies it by N), net the user's loss scale alone.
@@ -59,6 +66,8 @@ struct ShardingPlan {
   // steps; each unit's made by its first backward of a step (flat_unit.h), all freed by
   // release_gradients() after the step.
   bool gradients_on_demand = false;
+  // --optimizer-in-backward: each unit's shard updated in the backward (above); implies on demand.
+  bool optimizer_in_backward = false;
 };
 
 class ShardingEngine {
@@ -83,6 +92,9 @@ class ShardingEngine {
 
   // On demand, after the optimizer step (updated or skipped: PyTorch's zero_grad runs either way).
   void release_gradients();
+  // Unit u's gradients are complete and reduced on this rank: with the optimizer in the backward,
+  // its shard is updated (optimizer step `step`) and the unit's gradients freed; otherwise nothing.
+  void gradients_reduced(std::size_t u, long step);
 
   Optimizer& optimizer();  // give this to the Trainer
   std::size_t host_bytes() const;
@@ -103,6 +115,7 @@ class ShardingEngine {
   std::unique_ptr<Communicator> local_comm_;  // replicated: the optimizer sees no other rank
   std::unique_ptr<ShardedAdamW> adam_;
   std::unique_ptr<ReplicatedOptimizer> replicated_;
+  std::unique_ptr<Optimizer> step_counter_;  // the trainer's optimizer with the update in the backward
   std::size_t peak_gathered_ = 0;
 };
 

@@ -38,6 +38,7 @@ class Device;
 class GPT;
 class HostTokens;
 class Optimizer;
+class Technique;
 
 // What a run is made of when a technique joins it.
 struct RunParts {
@@ -45,6 +46,7 @@ struct RunParts {
   Device& device;
   GPT& model;
   Communicator* world;  // nullptr: a single process
+  const Technique* sharding = nullptr;  // the run's data parallelism (Techniques::sharding), or none
 };
 
 // What a technique adds to one run (Technique::join).

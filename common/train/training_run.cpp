@@ -32,7 +32,7 @@ TrainingRun::TrainingRun(const TrainingSetup& setup, const Techniques& technique
   std::vector<const Technique*> in_hook_order(techniques_.begin(), techniques_.end());
   std::stable_sort(in_hook_order.begin(), in_hook_order.end(),
                    [](const Technique* a, const Technique* b) { return a->hook_order() < b->hook_order(); });
-  RunParts parts{setup_, device, *model_, world};
+  RunParts parts{setup_, device, *model_, world, techniques_.sharding(setup_)};
   std::vector<Strategy*> strategies;
   Optimizer* optimizer = nullptr;  // nullptr: the trainer's own AdamW
   for (const Technique* t : in_hook_order) {

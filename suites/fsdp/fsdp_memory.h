@@ -33,8 +33,9 @@
 // --grads on-demand (common/sharding/flat_unit.h): no gradient is held between steps (gradients
 // at rest 0). The peak: NO_SHARD's as above (every unit's gradient exists by the end of the
 // backward); full and grad_op with one micro-batch per step the shards are made one unit at a
-// time, common/sharding/on_demand_gradient_peak.h; with more, the persistent peak (the first
-// micro-batch made them all).
+// time, common/sharding/gradient_peaks.h; with more, the persistent peak (the first
+// micro-batch made them all). --optimizer-in-backward: at rest 0, the peak gradient_peaks.h's
+// in-backward formula (NO_SHARD: whole unit gradients, no shards).
 //
 // Exact while each buffer is at most 1 MiB (small pool: a block is split to exactly its rounded
 // size); a larger block may be handed out whole from the cache, which this formula does not model.
@@ -46,7 +47,7 @@
 #include "common/allocator/allocator_config.h"
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
-#include "common/sharding/on_demand_gradient_peak.h"
+#include "common/sharding/gradient_peaks.h"
 #include "common/sharding/unit_layout.h"
 #include "common/train/gradient_mode.h"
 #include "suites/fsdp/fsdp_options.h"
@@ -74,7 +75,7 @@ struct FsdpMemory {
 };
 
 inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const FsdpOptions& options,
-                              Precision precision, GradientMode grads = GradientMode::persistent,
+                              Precision precision, GradientLifetime grads = GradientLifetime::persistent,
                               std::size_t accumulation_steps = 1) {
   const std::size_t b = dtype_size(storage_dtype(precision));
   const std::size_t state_arrays = precision == Precision::fp32 ? 2 : 3;  // m, v (+ master)
@@ -87,7 +88,12 @@ inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const 
     m.optimizer_state_bytes += state_arrays * round_size(4 * u.shard_numel);
   }
   m.optimizer_state_peak_bytes = m.optimizer_state_bytes;
-  m.gradients_between_steps_bytes = grads == GradientMode::on_demand ? 0 : m.sharded_gradient_bytes;
+  m.gradients_between_steps_bytes = grads == GradientLifetime::persistent ? m.sharded_gradient_bytes : 0;
+  std::vector<std::size_t> bucket, shard;  // per unit, for the peaks of gradients not kept (gradient_peaks.h)
+  for (const UnitLayout& u : units) {
+    bucket.push_back(round_size(u.padded_numel * b));
+    shard.push_back(options.mode == ShardingMode::none ? 0 : round_size(u.shard_numel * b));
+  }
 
   // The layer units' gathered sizes, F_u, in layer order (units[0] is the root).
   std::vector<std::size_t> gathered;
@@ -98,6 +104,7 @@ inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const 
     m.layer_units_gathered_at_peak = gathered.size();
     m.parameters_peak_bytes = m.sharded_parameter_bytes;
     m.gradients_peak_bytes = m.sharded_gradient_bytes;
+    if (grads == GradientLifetime::until_update) m.gradients_peak_bytes = in_backward_gradients_peak(bucket, shard);
     return m;
   }
 
@@ -115,14 +122,9 @@ inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const 
   }
   m.parameters_peak_bytes = m.sharded_parameter_bytes + m.root_gathered_bytes + m.gathered_layer_bytes_at_peak;
   m.gradients_peak_bytes = m.sharded_gradient_bytes + m.root_gathered_bytes + m.largest_unit_gathered_bytes;
-  if (grads == GradientMode::on_demand && accumulation_steps == 1) {
-    std::vector<std::size_t> bucket, shard;
-    for (const UnitLayout& u : units) {
-      bucket.push_back(round_size(u.padded_numel * b));
-      shard.push_back(round_size(u.shard_numel * b));
-    }
+  if (grads == GradientLifetime::until_step && accumulation_steps == 1)
     m.gradients_peak_bytes = on_demand_sharded_gradients_peak(bucket, shard);
-  }
+  if (grads == GradientLifetime::until_update) m.gradients_peak_bytes = in_backward_gradients_peak(bucket, shard);
   return m;
 }
 

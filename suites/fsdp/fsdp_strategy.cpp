@@ -7,7 +7,8 @@ namespace trainmem::fsdp {
 namespace {
 
 // FULL_SHARD and SHARD_GRAD_OP shard everything; NO_SHARD keeps everything whole on every rank.
-ShardingPlan plan_of(const FsdpOptions& o, kernels::AdamWHyper hyper, float max_grad_norm, GradientMode grads) {
+ShardingPlan plan_of(const FsdpOptions& o, kernels::AdamWHyper hyper, float max_grad_norm, GradientMode grads,
+                     OptimizerInBackwardChoice in_backward) {
   const bool sharded = o.mode != ShardingMode::none;
   ShardingPlan plan;
   plan.layers_per_unit = o.layers_per_unit;
@@ -17,14 +18,15 @@ ShardingPlan plan_of(const FsdpOptions& o, kernels::AdamWHyper hyper, float max_
   plan.adam = hyper;
   plan.max_grad_norm = max_grad_norm;
   plan.gradients_on_demand = grads == GradientMode::on_demand;
+  plan.optimizer_in_backward = in_backward.on;
   return plan;
 }
 
 }  // namespace
 
 FsdpStrategy::FsdpStrategy(GPT& model, Communicator& comm, FsdpOptions options, kernels::AdamWHyper hyper,
-                           float max_grad_norm, GradientMode grads)
-    : comm_(comm), options_(options), engine_(model, comm, plan_of(options, hyper, max_grad_norm, grads)) {}
+                           float max_grad_norm, GradientMode grads, OptimizerInBackwardChoice in_backward)
+    : comm_(comm), options_(options), engine_(model, comm, plan_of(options, hyper, max_grad_norm, grads, in_backward)) {}
 
 std::string FsdpStrategy::name() const {
   std::string s = "fsdp:";
@@ -63,21 +65,26 @@ void FsdpStrategy::before_layer_backward(StepContext&, std::size_t layer) {
   engine_.unit(u).open_gradients(!first_micro_step_);
 }
 
-void FsdpStrategy::finish_gradients(std::size_t unit) {
+// Then, with the optimizer in the backward, the engine updates the unit's shard (gradients_reduced).
+void FsdpStrategy::finish_gradients(std::size_t unit, long step) {
   if (options_.mode == ShardingMode::none) {
     // Earlier micro-batches accumulate locally; the sum over ranks is taken once per step.
-    if (last_micro_step_) engine_.unit(unit).all_reduce_gradients();
+    if (last_micro_step_) {
+      engine_.unit(unit).all_reduce_gradients();
+      engine_.gradients_reduced(unit, step);
+    }
     return;
   }
   engine_.unit(unit).reduce_scatter_gradients();
+  engine_.gradients_reduced(unit, step);
   engine_.release(unit);
 }
 
-void FsdpStrategy::after_layer_backward(StepContext&, std::size_t layer) {
-  if (engine_.first_layer_of_unit(layer)) finish_gradients(engine_.unit_of_layer(layer));
+void FsdpStrategy::after_layer_backward(StepContext& ctx, std::size_t layer) {
+  if (engine_.first_layer_of_unit(layer)) finish_gradients(engine_.unit_of_layer(layer), ctx.step);
 }
 
-void FsdpStrategy::after_backward(StepContext&) { finish_gradients(0); }
+void FsdpStrategy::after_backward(StepContext& ctx) { finish_gradients(0, ctx.step); }
 
 void FsdpStrategy::after_optimizer_step(StepContext&) {
   if (engine_.plan().gradients_on_demand) engine_.release_gradients();

@@ -58,9 +58,10 @@ class FsdpStrategy : public Strategy {
  public:
   // Shards `model` now (every rank must have built it from the same seed); `comm` must outlive
   // this strategy. hyper and max_grad_norm configure the AdamW it runs on its shards; grads says
-  // whether the units' gradients are kept between steps (--grads, common/train/gradient_mode.h).
+  // whether the units' gradients are kept between steps (--grads, common/train/gradient_mode.h),
+  // in_backward whether each unit's shard is updated as soon as its gradients are reduced.
   FsdpStrategy(GPT& model, Communicator& comm, FsdpOptions options, kernels::AdamWHyper hyper, float max_grad_norm,
-               GradientMode grads = GradientMode::persistent);
+               GradientMode grads = GradientMode::persistent, OptimizerInBackwardChoice in_backward = {});
 
   std::string name() const override;
   double loss_scale() const override { return 1.0 / comm_.world_size(); }  // this rank's share of the mean
@@ -84,7 +85,7 @@ class FsdpStrategy : public Strategy {
   std::size_t peak_gathered_layer_units() const { return engine_.peak_gathered_layer_units(); }
 
  private:
-  void finish_gradients(std::size_t unit);  // reduce (and free) a unit's gradient after its backward
+  void finish_gradients(std::size_t unit, long step);  // reduce (and free) a unit's gradient after its backward
 
   Communicator& comm_;
   FsdpOptions options_;

@@ -17,7 +17,7 @@ nlohmann::json fsdp_json(const FsdpStrategy& strategy, const RunFacts& run) {
   const Communicator& world = *run.world;
   const auto N = static_cast<std::size_t>(world.world_size());
   const FsdpMemory x = fsdp_memory(run.setup.model, N, strategy.options(), run.setup.precision,
-                                   run.setup.option<GradientMode>(), run.setup.accum);
+                                   gradient_lifetime(run.setup), run.setup.accum);
   auto peak = [&](MemoryCategory c) { return run.stats.by_category[index_of(c)].peak; };
   const bool sharded = strategy.options().mode != ShardingMode::none;
   const double steps = static_cast<double>(run.steps);
@@ -89,7 +89,8 @@ class FsdpTechnique : public Technique {
     if (!shards(run.setup)) return {};
     auto strategy = std::make_unique<FsdpStrategy>(run.model, *run.world, run.setup.option<FsdpChoice>().options,
                                                    run.setup.adam, run.setup.max_grad_norm,
-                                                   run.setup.option<GradientMode>());
+                                                   run.setup.option<GradientMode>(),
+                                                   run.setup.option<OptimizerInBackwardChoice>());
     return data_parallel_in_run(std::move(strategy));
   }
 
@@ -114,7 +115,7 @@ class FsdpTechnique : public Technique {
   void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
     const FsdpChoice& choice = s.option<FsdpChoice>();
     if (!choice.enabled) return;
-    const FsdpMemory m = fsdp_memory(s.model, s.world_size, choice.options, s.precision, s.option<GradientMode>(), s.accum);
+    const FsdpMemory m = fsdp_memory(s.model, s.world_size, choice.options, s.precision, gradient_lifetime(s), s.accum);
     ShardedFormulas sharded;
     sharded.scheme = "FSDP " + to_string(choice.options.mode) + " over " + std::to_string(s.world_size) +
                      (s.world_size == 1 ? " rank" : " ranks");

@@ -25,10 +25,10 @@ class GradientMemoryTechnique : public Technique {
         ->check(cli::parses_with(parse_gradient_mode));
     command.add_flag("--optimizer-in-backward", setup.option<OptimizerInBackwardChoice>().on,
                      "Update each parameter as soon as its gradient is complete and free that gradient at once "
-                     "(needs --grad-clip 0, --accum 1, no fp16, no sharding)");
+                     "(needs --grad-clip 0, --accum 1, no fp16; with --zero 1-3 or --fsdp each unit's shard)");
   }
 
-  void validate(const TrainingSetup& setup, const Techniques& all) const override {
+  void validate(const TrainingSetup& setup, const Techniques&) const override {
     if (setup.option<OptimizerInBackwardChoice>().on) {  // what needs the whole gradient first (optimizer_in_backward.h)
       const std::string why = "--optimizer-in-backward updates each parameter before the whole gradient exists: ";
       if (setup.max_grad_norm > 0)
@@ -37,13 +37,13 @@ class GradientMemoryTechnique : public Technique {
         throw std::invalid_argument(why + "with --accum the gradient is complete only after the last micro-batch; use --accum 1");
       if (setup.precision == Precision::fp16)
         throw std::invalid_argument(why + "an fp16 overflow must skip the whole step; use --precision bf16");
-      if (all.sharding(setup))
-        throw std::invalid_argument(why + "with " + all.sharding(setup)->describe(setup) +
-                                    " the gradients are the sharding engine's; drop one of them");
     }
   }
 
   TechniqueInRun join(RunParts& run) const override {
+    // Under sharding (ZeRO 1-3, FSDP; ZeRO-0 refuses the flag) the sharding engine updates each
+    // unit's shard after its reduction (common/sharding/sharding_engine.h).
+    if (run.setup.option<OptimizerInBackwardChoice>().on && run.sharding) return {};
     if (run.setup.option<OptimizerInBackwardChoice>().on) {  // also the trainer's optimizer
       auto fused = std::make_unique<OptimizerInBackward>(run.model, run.setup.adam);
       TechniqueInRun joined;

@@ -1,13 +1,16 @@
-// Gradient memory's registration (common/train/technique.h): --grads persistent|on-demand.
+// Gradient memory's registration (common/train/technique.h): --grads persistent|on-demand and
+// --optimizer-in-backward.
 //
-//   flags      --grads (gradient_mode.h)
-//   strategy   OnDemandGradients (on_demand_gradients.h), with on-demand
+//   flags      --grads, --optimizer-in-backward (their values: common/train/gradient_mode.h)
+//   strategy   OnDemandGradients (on_demand_gradients.h) with on-demand; OptimizerInBackward
+//              (optimizer_in_backward.h) with the fused update on one device (under sharding the
+//              engine runs it: common/sharding/sharding_engine.h)
 //   remedy     --grads on-demand: the gradients exist only from their first write to the update
 //              (no time cost)
-//   formula    gradients held after a step: none with on-demand
+//   formula    gradients held after a step: none with either
 #pragma once
+#include "common/train/gradient_mode.h"
 #include "common/train/technique.h"
-#include "suites/gradient_memory/gradient_mode.h"
 
 namespace trainmem::gradient_memory {
 

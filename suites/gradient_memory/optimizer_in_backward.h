@@ -11,9 +11,11 @@
 //   global-norm clipping  needs the norm of the WHOLE gradient before the first update
 //   accumulation          a gradient is complete only after the step's last micro-batch
 //   fp16 loss scaling     an overflow must skip the WHOLE step, known only at the end
-//   sharding              the gradients are the sharding engine's buckets
 // With those off the update of each parameter is the same kernel on the same numbers as the
 // trainer's AdamW (grad_scale 1: no loss scale, no clip), so parameters are bitwise equal.
+// This class updates the model's own tensors (one device). Under ZeRO 1-3 and FSDP the sharding
+// engine updates each unit's shard after the unit's reduction (common/sharding/sharding_engine.h);
+// ZeRO-0 refuses the flag.
 #pragma once
 #include <vector>
 

@@ -1,7 +1,7 @@
-// Gradients on demand under every sharding mode (ctest runs this under mpirun with 2 CPU ranks;
-// alone it is a world of one). For each plan -- ZeRO 0-3 (with optimizer and parameter offload)
-// and FSDP full, grad_op and none -- each rank trains the same steps twice, with persistent and
-// with on-demand gradients, and checks:
+// Gradients on demand and the optimizer in the backward under every sharding mode (ctest runs
+// this under mpirun with 2 CPU ranks; alone it is a world of one). For each plan -- ZeRO 0-3 (with
+// optimizer and parameter offload) and FSDP full, grad_op and none -- each rank trains the same
+// steps with persistent gradients and with the technique, and checks:
 //
 //   1. The same training, bit for bit: every step's loss and gradient norm, and the fp32 master
 //      weights after the steps. On demand changes when a gradient's storage exists, not one
@@ -10,14 +10,19 @@
 //      overflow and are skipped: the gradients are freed after a skipped step too), accumulation
 //      1 and 2, clipping on.
 //   2. Memory, to the byte, against the sharding suites' formulas with --grads on-demand
-//      (zero_memory.h, fsdp_memory.h, common/sharding/on_demand_gradient_peak.h): no gradient
+//      (zero_memory.h, fsdp_memory.h, common/sharding/gradient_peaks.h): no gradient
 //      byte held between steps, allocated bytes between steps = persistent - the persistent
 //      gradients, and the peak of the gradients category.
+//   3. The optimizer in the backward (each unit's shard updated right after its reduction): the
+//      same losses and master weights, bit for bit, as persistent gradients without clipping
+//      (fp32, bf16; the update is the same kernel on the same reduced numbers, only earlier), no
+//      gradient between steps, the gradients' peak as the formulas say; ZeRO-0 refuses it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/comm/communicator.h"
@@ -64,14 +69,16 @@ const std::vector<Plan>& plans() {
   return list;
 }
 
-TrainingSetup setup_of(const Plan& plan, GradientMode grads, Precision precision, std::size_t accum) {
+TrainingSetup setup_of(const Plan& plan, GradientMode grads, Precision precision, std::size_t accum,
+                       bool in_backward = false) {
   TrainingSetup s;
   s.model = gpt_preset("tiny");
   s.batch = 2;
   s.accum = accum;
   s.precision = precision;
-  s.max_grad_norm = 1.0f;
+  s.max_grad_norm = in_backward ? 0.0f : 1.0f;
   s.option<GradientMode>() = grads;
+  s.option<OptimizerInBackwardChoice>().on = in_backward;
   // fp16: a loss scale that overflows at first, so that skipped steps are part of the run
   if (precision == Precision::fp16) s.option<LossScaling>().scaler.init_scale = 0x1p18;
   if (plan.zero_stage >= 0) {
@@ -121,18 +128,26 @@ struct GradientFigures {
 GradientFigures formula(const Plan& plan, const TrainingSetup& s, int world) {
   if (plan.zero_stage >= 0) {
     const zero::ZeroExactBytes x = zero::exact_model_states(zero::zero_units(s.model), world, plan.zero_stage, s.precision,
-                                                            plan.offload, s.accum, s.option<GradientMode>());
+                                                            plan.offload, s.accum, gradient_lifetime(s));
     return {static_cast<std::int64_t>(x.gradients), static_cast<std::int64_t>(x.gradients_peak)};
   }
   const fsdp::FsdpMemory m = fsdp::fsdp_memory(s.model, static_cast<std::size_t>(world), s.option<fsdp::FsdpChoice>().options,
-                                               s.precision, s.option<GradientMode>(), s.accum);
+                                               s.precision, gradient_lifetime(s), s.accum);
   return {static_cast<std::int64_t>(m.gradients_between_steps_bytes), static_cast<std::int64_t>(m.gradients_peak_bytes)};
+}
+
+// The world this process is part of: {size, rank}.
+std::pair<int, int> world_and_rank() {
+  auto device = testing_support::cpu_device();
+  auto comm = make_communicator(*device);
+  return {comm->world_size(), comm->rank()};
 }
 
 class OnDemandUnderSharding : public ::testing::TestWithParam<Plan> {};
 
 TEST_P(OnDemandUnderSharding, TrainsBitForBitAsPersistentWithTheFormulasMemory) {
   const Plan plan = GetParam();
+  const auto [world, rank] = world_and_rank();
   for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16})
     for (std::size_t accum : {1u, 2u}) {
       SCOPED_TRACE(to_string(precision) + " accum=" + std::to_string(accum));
@@ -154,13 +169,6 @@ TEST_P(OnDemandUnderSharding, TrainsBitForBitAsPersistentWithTheFormulasMemory) 
       ASSERT_EQ(persistent.masters.size(), on_demand.masters.size());
       EXPECT_EQ(0, std::memcmp(persistent.masters.data(), on_demand.masters.data(), persistent.masters.size() * sizeof(float)));
 
-      int world = 1, rank = 0;
-      {
-        auto device = testing_support::cpu_device();
-        auto comm = make_communicator(*device);
-        world = comm->world_size();
-        rank = comm->rank();
-      }
       const GradientFigures kept = formula(plan, persistent_setup, world), freed = formula(plan, on_demand_setup, world);
       EXPECT_EQ(freed.between_steps, 0);
       for (std::size_t i = 0; i < on_demand.steps.size(); ++i) {
@@ -178,6 +186,52 @@ TEST_P(OnDemandUnderSharding, TrainsBitForBitAsPersistentWithTheFormulasMemory) 
                     static_cast<long long>(kept.between_steps), static_cast<long long>(persistent.gradients_peak),
                     static_cast<long long>(on_demand.gradients_peak));
     }
+}
+
+TEST_P(OnDemandUnderSharding, OptimizerInBackwardTrainsAsPersistentWithoutClipping) {
+  const Plan plan = GetParam();
+  const auto [world, rank] = world_and_rank();
+  if (plan.zero_stage == 0) {
+    auto device = testing_support::cpu_device();
+    auto comm = make_communicator(*device);
+    try {
+      TrainingRun run(setup_of(plan, GradientMode::persistent, Precision::fp32, 1, true), techniques(), *device,
+                      comm.get(), HostTokens(synthetic_corpus(100000, 5)));
+      FAIL() << "ZeRO-0 with the optimizer in the backward was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--optimizer-in-backward needs --zero 1, 2 or 3"), std::string::npos)
+          << e.what();
+    }
+    return;
+  }
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(to_string(precision));
+    TrainingSetup persistent_setup = setup_of(plan, GradientMode::persistent, precision, 1);
+    persistent_setup.max_grad_norm = 0;
+    const TrainingSetup fused_setup = setup_of(plan, GradientMode::persistent, precision, 1, true);
+    const Trained persistent = train(persistent_setup);
+    const Trained fused = train(fused_setup);
+    ASSERT_EQ(persistent.steps.size(), fused.steps.size());
+    for (std::size_t i = 0; i < persistent.steps.size(); ++i)
+      EXPECT_TRUE(same_bits(persistent.steps[i].loss, fused.steps[i].loss)) << "step " << i;
+    ASSERT_EQ(persistent.masters.size(), fused.masters.size());
+    EXPECT_EQ(0, std::memcmp(persistent.masters.data(), fused.masters.data(), persistent.masters.size() * sizeof(float)));
+
+    const GradientFigures kept = formula(plan, persistent_setup, world), freed = formula(plan, fused_setup, world);
+    EXPECT_EQ(freed.between_steps, 0);
+    for (std::size_t i = 0; i < fused.steps.size(); ++i) {
+      EXPECT_EQ(fused.gradients_between_steps[i], 0) << "step " << i;
+      EXPECT_EQ(fused.allocated_between_steps[i], persistent.allocated_between_steps[i] - kept.between_steps)
+          << "step " << i;
+    }
+    EXPECT_EQ(persistent.gradients_peak, kept.peak);
+    EXPECT_EQ(fused.gradients_peak, freed.peak);
+    EXPECT_LT(fused.gradients_peak, persistent.gradients_peak);
+    if (rank == 0)
+      std::printf("  %s %s in backward N=%d: gradients between steps %lld -> 0 B, gradients peak %lld -> %lld B\n",
+                  plan.name.c_str(), to_string(precision).c_str(), world, static_cast<long long>(kept.between_steps),
+                  static_cast<long long>(persistent.gradients_peak), static_cast<long long>(fused.gradients_peak));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, OnDemandUnderSharding, ::testing::ValuesIn(plans()),

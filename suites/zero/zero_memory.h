@@ -46,7 +46,7 @@
 #include "common/model/parameter_table.h"
 #include "common/model/gpt_config.h"
 #include "common/model/precision.h"
-#include "common/sharding/on_demand_gradient_peak.h"
+#include "common/sharding/gradient_peaks.h"
 #include "common/sharding/sharded_adamw.h"  // Offload
 #include "common/sharding/unit_layout.h"     // padded_numel
 #include "common/train/gradient_mode.h"
@@ -160,24 +160,26 @@ struct ZeroExactBytes {
 // n_u = elements of a unit, e = bytes per element of the model's storage type, N ranks,
 // K = micro-batches per optimizer step (gradient accumulation).
 //
-// With --grads on-demand (flat_unit.h; stage 0: the model's own gradients) no gradient is held
-// between steps; within a step they all exist by the end of the backward, so the peak is the
-// persistent figure for whole gradients (stages 0-1) and, for shards (stages 2-3) with one
-// micro-batch, common/sharding/on_demand_gradient_peak.h's (the shards are made one unit at a time).
+// Gradients not held between steps (`grads`, common/train/gradient_mode.h; flat_unit.h): at rest 0.
+// Their peak (common/sharding/gradient_peaks.h): with --grads on-demand every gradient exists by the
+// end of the backward, so whole gradients (stages 0-1) peak at the persistent figure and shards
+// (stages 2-3, one micro-batch) at the on-demand formula; with the optimizer in the backward
+// (stages 1-3) at the in-backward formula (stage 1: whole flat gradients, no shards).
 inline ZeroExactBytes exact_model_states(const ZeroUnits& units, int world_size, int stage, Precision precision,
                                          Offload offload = Offload::none, std::size_t accumulation_steps = 1,
-                                         GradientMode grads = GradientMode::persistent) {
-  if (grads == GradientMode::on_demand) {
+                                         GradientLifetime grads = GradientLifetime::persistent) {
+  if (grads != GradientLifetime::persistent) {
     ZeroExactBytes x = exact_model_states(units, world_size, stage, precision, offload, accumulation_steps);
-    if (stage >= 2 && accumulation_steps == 1) {
-      const auto N = static_cast<std::size_t>(world_size);
-      const std::uint64_t e = precision == Precision::fp32 ? 4 : 2;
-      const std::uint64_t P_root = padded_numel(sum(units.root), N), P_layer = padded_numel(sum(units.layer), N);
-      std::vector<std::size_t> bucket{round_size(P_root * e)}, shard{round_size(P_root / N * e)};
-      bucket.resize(1 + units.layers, round_size(P_layer * e));
-      shard.resize(1 + units.layers, round_size(P_layer / N * e));
+    const auto N = static_cast<std::size_t>(world_size);
+    const std::uint64_t e = precision == Precision::fp32 ? 4 : 2;
+    const std::uint64_t P_root = padded_numel(sum(units.root), N), P_layer = padded_numel(sum(units.layer), N);
+    const bool shards = stage >= 2;
+    std::vector<std::size_t> bucket{round_size(P_root * e)}, shard{shards ? round_size(P_root / N * e) : 0};
+    bucket.resize(1 + units.layers, round_size(P_layer * e));
+    shard.resize(1 + units.layers, shards ? round_size(P_layer / N * e) : 0);
+    if (grads == GradientLifetime::until_update && stage >= 1) x.gradients_peak = in_backward_gradients_peak(bucket, shard);
+    if (grads == GradientLifetime::until_step && shards && accumulation_steps == 1)
       x.gradients_peak = on_demand_sharded_gradients_peak(bucket, shard);
-    }
     x.gradients = 0;
     return x;
   }

@@ -15,6 +15,9 @@ void validate(const ZeroOptions& options) {
   if (options.offload == Offload::params && options.stage != 3)
     throw std::invalid_argument("--offload params needs --zero 3: only stage 3 partitions the parameters "
                                 "(use --offload optimizer with stages 1 and 2)");
+  if (options.optimizer_in_backward && options.stage == 0)
+    throw std::invalid_argument("--optimizer-in-backward needs --zero 1, 2 or 3 (or --fsdp): they update each unit's "
+                                "shard in the backward; stage 0 keeps a whole optimizer per rank");
 }
 
 namespace {
@@ -28,6 +31,7 @@ ShardingPlan plan_of(const ZeroOptions& o) {
   plan.adam = o.adam;
   plan.max_grad_norm = o.max_grad_norm;
   plan.gradients_on_demand = o.gradients_on_demand;
+  plan.optimizer_in_backward = o.optimizer_in_backward;
   return plan;
 }
 
@@ -87,28 +91,36 @@ void ZeroStrategy::before_layer_backward(StepContext&, std::size_t layer) {
   engine_->unit(1 + layer).open_gradients(!first_micro_step_);
 }
 
-void ZeroStrategy::after_layer_backward(StepContext&, std::size_t layer) {
+void ZeroStrategy::after_layer_backward(StepContext& ctx, std::size_t layer) {
   // DDP: a layer's gradients are complete; on a GPU this reduction overlaps the next layer's backward.
   if (!engine_) {
     if (last_micro_step_) all_reduce_gradients(table_.layer_indices(layer));
     return;
   }
-  if (options_.stage >= 2) engine_->unit(1 + layer).reduce_scatter_gradients();
+  reduce_unit_in_backward(1 + layer, ctx.step);
   engine_->release(1 + layer);
 }
 
-void ZeroStrategy::after_backward(StepContext&) {
+void ZeroStrategy::after_backward(StepContext& ctx) {
   if (!engine_) {
     if (last_micro_step_) all_reduce_gradients(table_.root_indices());
     return;
   }
-  if (options_.stage >= 2) engine_->unit(0).reduce_scatter_gradients();
+  reduce_unit_in_backward(0, ctx.step);
   engine_->release(0);
+}
+
+// Stages 2-3 reduce-scatter every unit's bucket after its backward; stage 1 only with the optimizer
+// in the backward (else once, before the update). Then the engine may update the unit's shard.
+void ZeroStrategy::reduce_unit_in_backward(std::size_t u, long step) {
+  if (options_.stage >= 2) engine_->unit(u).reduce_scatter_gradients();
+  else if (options_.optimizer_in_backward) engine_->unit(u).reduce_scatter_gradients_in_place();
+  engine_->gradients_reduced(u, step);
 }
 
 // Stage 1: this rank's slice of each unit's summed gradients, in place (volume P_u * e).
 void ZeroStrategy::before_optimizer_step(StepContext&) {
-  if (options_.stage != 1) return;
+  if (options_.stage != 1 || options_.optimizer_in_backward) return;
   for (FlatUnit& u : engine_->units()) u.reduce_scatter_gradients_in_place();
 }
 
@@ -120,7 +132,7 @@ void ZeroStrategy::after_optimizer_step(StepContext&) {
   if (options_.stage <= 2)
     for (FlatUnit& u : engine_->units()) {
       u.all_gather_parameters_in_place();
-      if (options_.stage == 1 && !options_.gradients_on_demand) u.zero_gradients();
+      if (options_.stage == 1 && !options_.gradients_on_demand && !options_.optimizer_in_backward) u.zero_gradients();
     }
   if (options_.gradients_on_demand) engine_->release_gradients();
 }

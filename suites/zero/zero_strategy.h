@@ -54,6 +54,9 @@ struct ZeroOptions {
   // --grads on-demand (stages 1-3; stage 0's gradients are the model's own, which the gradient
   // memory suite's strategy frees): the engine's units hold no gradient between steps.
   bool gradients_on_demand = false;
+  // --optimizer-in-backward (stages 1-3): each unit's shard updated as soon as its gradients are
+  // reduced (sharding_engine.h); stage 1 then reduce-scatters each unit in the backward.
+  bool optimizer_in_backward = false;
 };
 
 // Throws std::invalid_argument naming the flag to change.
@@ -87,6 +90,7 @@ class ZeroStrategy : public Strategy {
 
  private:
   void all_reduce_gradients(const std::vector<std::size_t>& parameters);  // stage 0, tensor by tensor
+  void reduce_unit_in_backward(std::size_t u, long step);                  // stages 1-3
 
   GPT& model_;
   Communicator& comm_;

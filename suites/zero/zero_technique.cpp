@@ -22,7 +22,7 @@ nlohmann::json zero_json(const ZeroStrategy& strategy, const RunFacts& run) {
   const ZeroOptions& o = strategy.options();
   const Precision precision = run.setup.precision;
   const ZeroExactBytes x = exact_model_states(zero_units(run.setup.model), N, o.stage, precision, o.offload,
-                                              run.setup.accum, run.setup.option<GradientMode>());
+                                              run.setup.accum, gradient_lifetime(run.setup));
   const ModelStateBytes paper = paper_model_states(static_cast<double>(run.setup.model.num_parameters()), N, o.stage,
                                                    precision, o.offload);
   auto current = [&](MemoryCategory c) { return run.stats.by_category[index_of(c)].current; };
@@ -126,7 +126,7 @@ class ZeroTechnique : public Technique {
     if (choice.stage < 0) return;
     const int N = static_cast<int>(s.world_size);
     const ZeroExactBytes x =
-        exact_model_states(zero_units(s.model), N, choice.stage, s.precision, choice.offload, s.accum, s.option<GradientMode>());
+        exact_model_states(zero_units(s.model), N, choice.stage, s.precision, choice.offload, s.accum, gradient_lifetime(s));
     ShardedFormulas sharded;
     sharded.scheme = stage_name(choice.stage) + (choice.offload != Offload::none ? ", offload " + to_string(choice.offload) : "") +
                      " over " + std::to_string(N) + (N == 1 ? " rank" : " ranks");
@@ -147,6 +147,7 @@ class ZeroTechnique : public Technique {
     o.adam = setup.adam;
     o.max_grad_norm = setup.max_grad_norm;
     o.gradients_on_demand = setup.option<GradientMode>() == GradientMode::on_demand;
+    o.optimizer_in_backward = setup.option<OptimizerInBackwardChoice>().on;
     return o;
   }
 };

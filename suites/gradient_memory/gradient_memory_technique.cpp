@@ -67,12 +67,23 @@ class GradientMemoryTechnique : public Technique {
     config["optimizer_in_backward"] = setup.option<OptimizerInBackwardChoice>().on;
   }
 
+  // On demand first, then the fused update (which holds less at the backward's peak). The fused
+  // update applies only where its rules hold (no clipping, no accumulation, no fp16): the advice
+  // tries each variant through validate and skips one that is refused.
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {{kCostDataOffDevice, true, [](const TrainingSetup& failed) {
-               if (failed.option<GradientMode>() == GradientMode::on_demand) return std::vector<Remedy::Variant>{};
-               Remedy::Variant v{"--grads on-demand", failed};
-               v.setup.option<GradientMode>() = GradientMode::on_demand;
-               return std::vector<Remedy::Variant>{v};
+               std::vector<Remedy::Variant> variants;
+               if (failed.option<OptimizerInBackwardChoice>().on) return variants;
+               if (failed.option<GradientMode>() != GradientMode::on_demand) {
+                 Remedy::Variant v{"--grads on-demand", failed};
+                 v.setup.option<GradientMode>() = GradientMode::on_demand;
+                 variants.push_back(v);
+               }
+               Remedy::Variant fused{"--optimizer-in-backward", failed};
+               fused.setup.option<OptimizerInBackwardChoice>().on = true;
+               fused.setup.option<GradientMode>() = GradientMode::persistent;  // the flag frees them anyway
+               variants.push_back(fused);
+               return variants;
              }}};
   }
 

@@ -5,8 +5,8 @@
 //   strategy   OnDemandGradients (on_demand_gradients.h) with on-demand; OptimizerInBackward
 //              (optimizer_in_backward.h) with the fused update on one device (under sharding the
 //              engine runs it: common/sharding/sharding_engine.h)
-//   remedy     --grads on-demand: the gradients exist only from their first write to the update
-//              (no time cost)
+//   remedies   --grads on-demand (the gradients exist only from their first write to the update),
+//              then --optimizer-in-backward where its rules hold (no time cost)
 //   formula    gradients held after a step: none with either
 #pragma once
 #include "common/train/gradient_mode.h"

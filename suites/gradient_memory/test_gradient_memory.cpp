@@ -173,5 +173,25 @@ TEST(GradientMemory, BothCombineWithShardingTheFusedUpdatesRulesStillHold) {
   }
 }
 
+// The OOM advice's remedies: on demand first, then the fused update; the fused update passes
+// validation only where its rules hold (the advice skips a refused variant).
+TEST(GradientMemory, RemediesAreOnDemandThenTheFusedUpdate) {
+  TrainingSetup failed;
+  failed.model = gpt_preset("tiny");
+  const std::vector<Remedy> remedies = gradient_memory_technique().remedies(failed);
+  ASSERT_EQ(remedies.size(), 1u);
+  const std::vector<Remedy::Variant> variants = remedies[0].variants(failed);
+  ASSERT_EQ(variants.size(), 2u);
+  EXPECT_EQ(variants[0].flags, "--grads on-demand");
+  EXPECT_EQ(variants[1].flags, "--optimizer-in-backward");
+  EXPECT_NO_THROW(techniques().validate(variants[0].setup));
+  EXPECT_THROW(techniques().validate(variants[1].setup), std::invalid_argument);  // clipping is on
+  failed.max_grad_norm = 0;
+  EXPECT_NO_THROW(techniques().validate(remedies[0].variants(failed)[1].setup));
+  failed.option<GradientMode>() = GradientMode::on_demand;
+  ASSERT_EQ(remedies[0].variants(failed).size(), 1u);
+  EXPECT_EQ(remedies[0].variants(failed)[0].flags, "--optimizer-in-backward");
+}
+
 }  // namespace
 }  // namespace trainmem::gradient_memory

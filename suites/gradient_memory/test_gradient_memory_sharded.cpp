@@ -143,11 +143,34 @@ std::pair<int, int> world_and_rank() {
   return {comm->world_size(), comm->rank()};
 }
 
+// A run whose gradients are not kept between steps (`freed`) against persistent gradients
+// (`kept`): no gradient byte between steps, allocated bytes between steps lower by exactly the
+// persistent gradients, and both gradients' peaks as the formulas say.
+void expect_memory_as_the_formulas(const Plan& plan, const TrainingSetup& kept_setup, const Trained& kept,
+                                   const TrainingSetup& freed_setup, const Trained& freed, const std::string& label) {
+  const auto [world, rank] = world_and_rank();
+  const GradientFigures kept_formula = formula(plan, kept_setup, world), freed_formula = formula(plan, freed_setup, world);
+  EXPECT_EQ(freed_formula.between_steps, 0);
+  for (std::size_t i = 0; i < freed.steps.size(); ++i) {
+    EXPECT_EQ(kept.gradients_between_steps[i], kept_formula.between_steps) << "step " << i;
+    EXPECT_EQ(freed.gradients_between_steps[i], 0) << "step " << i;
+    EXPECT_EQ(freed.allocated_between_steps[i], kept.allocated_between_steps[i] - kept_formula.between_steps)
+        << "step " << i;
+  }
+  EXPECT_EQ(kept.gradients_peak, kept_formula.peak);
+  EXPECT_EQ(freed.gradients_peak, freed_formula.peak);
+  EXPECT_LE(freed.gradients_peak, kept.gradients_peak);
+  if (rank == 0)
+    std::printf("  %s %s %s N=%d: gradients between steps %lld -> 0 B, gradients peak %lld -> %lld B\n",
+                plan.name.c_str(), to_string(kept_setup.precision).c_str(), label.c_str(), world,
+                static_cast<long long>(kept_formula.between_steps), static_cast<long long>(kept.gradients_peak),
+                static_cast<long long>(freed.gradients_peak));
+}
+
 class OnDemandUnderSharding : public ::testing::TestWithParam<Plan> {};
 
 TEST_P(OnDemandUnderSharding, TrainsBitForBitAsPersistentWithTheFormulasMemory) {
   const Plan plan = GetParam();
-  const auto [world, rank] = world_and_rank();
   for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16})
     for (std::size_t accum : {1u, 2u}) {
       SCOPED_TRACE(to_string(precision) + " accum=" + std::to_string(accum));
@@ -169,28 +192,13 @@ TEST_P(OnDemandUnderSharding, TrainsBitForBitAsPersistentWithTheFormulasMemory) 
       ASSERT_EQ(persistent.masters.size(), on_demand.masters.size());
       EXPECT_EQ(0, std::memcmp(persistent.masters.data(), on_demand.masters.data(), persistent.masters.size() * sizeof(float)));
 
-      const GradientFigures kept = formula(plan, persistent_setup, world), freed = formula(plan, on_demand_setup, world);
-      EXPECT_EQ(freed.between_steps, 0);
-      for (std::size_t i = 0; i < on_demand.steps.size(); ++i) {
-        EXPECT_EQ(persistent.gradients_between_steps[i], kept.between_steps) << "step " << i;
-        EXPECT_EQ(on_demand.gradients_between_steps[i], 0) << "step " << i;
-        EXPECT_EQ(on_demand.allocated_between_steps[i], persistent.allocated_between_steps[i] - kept.between_steps)
-            << "step " << i;
-      }
-      EXPECT_EQ(persistent.gradients_peak, kept.peak);
-      EXPECT_EQ(on_demand.gradients_peak, freed.peak);
-      EXPECT_LE(on_demand.gradients_peak, persistent.gradients_peak);
-      if (rank == 0)
-        std::printf("  %s %s accum=%zu N=%d: gradients between steps %lld -> 0 B, gradients peak %lld -> %lld B\n",
-                    plan.name.c_str(), to_string(precision).c_str(), accum, world,
-                    static_cast<long long>(kept.between_steps), static_cast<long long>(persistent.gradients_peak),
-                    static_cast<long long>(on_demand.gradients_peak));
+      expect_memory_as_the_formulas(plan, persistent_setup, persistent, on_demand_setup, on_demand,
+                                    "accum=" + std::to_string(accum));
     }
 }
 
 TEST_P(OnDemandUnderSharding, OptimizerInBackwardTrainsAsPersistentWithoutClipping) {
   const Plan plan = GetParam();
-  const auto [world, rank] = world_and_rank();
   if (plan.zero_stage == 0) {
     auto device = testing_support::cpu_device();
     auto comm = make_communicator(*device);
@@ -217,20 +225,7 @@ TEST_P(OnDemandUnderSharding, OptimizerInBackwardTrainsAsPersistentWithoutClippi
     ASSERT_EQ(persistent.masters.size(), fused.masters.size());
     EXPECT_EQ(0, std::memcmp(persistent.masters.data(), fused.masters.data(), persistent.masters.size() * sizeof(float)));
 
-    const GradientFigures kept = formula(plan, persistent_setup, world), freed = formula(plan, fused_setup, world);
-    EXPECT_EQ(freed.between_steps, 0);
-    for (std::size_t i = 0; i < fused.steps.size(); ++i) {
-      EXPECT_EQ(fused.gradients_between_steps[i], 0) << "step " << i;
-      EXPECT_EQ(fused.allocated_between_steps[i], persistent.allocated_between_steps[i] - kept.between_steps)
-          << "step " << i;
-    }
-    EXPECT_EQ(persistent.gradients_peak, kept.peak);
-    EXPECT_EQ(fused.gradients_peak, freed.peak);
-    EXPECT_LT(fused.gradients_peak, persistent.gradients_peak);
-    if (rank == 0)
-      std::printf("  %s %s in backward N=%d: gradients between steps %lld -> 0 B, gradients peak %lld -> %lld B\n",
-                  plan.name.c_str(), to_string(precision).c_str(), world, static_cast<long long>(kept.between_steps),
-                  static_cast<long long>(persistent.gradients_peak), static_cast<long long>(fused.gradients_peak));
+    expect_memory_as_the_formulas(plan, persistent_setup, persistent, fused_setup, fused, "in backward");
   }
 }
 

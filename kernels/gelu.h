@@ -1,6 +1,11 @@
 // GELU, tanh approximation (as GPT-2):
 //   gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 //   gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+// The CPU computes the same function in its sigmoid form, with s = sigma(2u) = 1 / (1 + e),
+// e = exp(-2u):  0.5 (1 + tanh u) = s  and  0.5 (1 - tanh(u)^2) = 2 s (1 - s) = 2 e s^2, so
+//   gelu(x) = x s,   gelu'(x) = s + x (2 e s^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+// (kernels/cpu/elementwise.cpp: one exp per element, vectorized; error bounds in
+// kernels/tests/test_kernels_cpu.cpp). CUDA computes the tanh form.
 // Storage type T (kernels/dtype.h): float, bf16 or fp16 (and double on the CPU); computed in fp32
 // (double for double), each output rounded once. In 16 bits the CPU result is bit for bit the
 // fp32 kernel's on the widened inputs, rounded.

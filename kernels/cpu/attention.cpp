@@ -10,7 +10,8 @@
 // cores (kernels/cpu/parallel_for.h), each thread with its own scratch: the same bits as one loop.
 // The dot products q . k[u] and dout . v[u] are made for every key u at once from k and v
 // transposed (one row per feature i): each is still summed over i in order, the same bits as one
-// dot at a time, and the loop over u vectorizes.
+// dot at a time, and the loop over u vectorizes. Each head's backward is compiled per instruction
+// set (kernels/cpu/simd_clones.h: 4, 8 or 16 floats a vector, the same bits).
 #include "kernels/attention.h"
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/simd_clones.h"
 
 namespace trainmem::kernels::cpu {
 
@@ -55,6 +57,66 @@ void dots_with_rows(F* dots, const F* x, const std::vector<F>& rows_t, std::size
     const F* column = &rows_t[i * Tn];
     for (std::size_t u = 0; u < count; ++u) dots[u] += xi * column[u];
   }
+}
+
+// One thread's scratch for the backward: this head's dq, dk, dv for every time step
+// (acc[(t * 3 + part) * hs + i], part 0 = q, 1 = k, 2 = v); one row of datt and dpreatt; one row
+// of att and of dout, widened; this head's q, k, v widened, and v transposed.
+template <typename T>
+struct BackwardScratch {
+  BackwardScratch(std::size_t Tn, std::size_t hs) : acc(Tn * 3 * hs), da(Tn), dpre(Tn), a(Tn), d(hs) {}
+  std::vector<compute_t<T>> acc, da, dpre, a, d, heads[3], v_t;
+};
+
+// One (batch, head) of the backward, with one thread's scratch (one copy per instruction set).
+template <typename T>
+TRAINMEM_SIMD_CLONES void backward_head(T* dqkv, T* dscores, const T* dout, const T* qkv, const T* att,
+                                        std::size_t b, std::size_t h, std::size_t Tn, std::size_t C,
+                                        std::size_t NH, BackwardScratch<T>& s) {
+  using F = compute_t<T>;
+  const std::size_t hs = C / NH;
+  const F scale = F(1) / std::sqrt(static_cast<F>(hs));
+  std::vector<F>&acc = s.acc, &da = s.da, &dpre = s.dpre, &a = s.a, &d = s.d;
+  std::fill(acc.begin(), acc.end(), F(0));
+  widen_head(s.heads, qkv, b, h, Tn, C, hs);
+  transpose_head(s.v_t, s.heads[2], Tn, hs);
+  for (std::size_t t = 0; t < Tn; ++t) {
+    const T* att_row = att + ((b * NH + h) * Tn + t) * Tn;
+    const T* dout_row = dout + (b * Tn + t) * C + h * hs;
+    for (std::size_t u = 0; u <= t; ++u) a[u] = load(att_row[u]);
+    for (std::size_t i = 0; i < hs; ++i) d[i] = load(dout_row[i]);
+    // out = att @ v:  datt[u] = dout . v[u];  dv[u] += att[u] * dout
+    for (std::size_t u = 0; u < Tn; ++u) da[u] = dpre[u] = 0;
+    dots_with_rows(da.data(), d.data(), s.v_t, t + 1, Tn, hs);
+    for (std::size_t u = 0; u <= t; ++u) {
+      F* dv = &acc[(u * 3 + 2) * hs];
+      for (std::size_t i = 0; i < hs; ++i) dv[i] += a[u] * d[i];
+    }
+    // softmax backward: dpre[u] = att[u] * (datt[u] - sum_w att[w] datt[w])
+    F weighted = 0;
+    for (std::size_t u = 0; u <= t; ++u) weighted += a[u] * da[u];
+    for (std::size_t u = 0; u <= t; ++u) dpre[u] = a[u] * (da[u] - weighted);
+    // preatt = q . k * scale:  dq += dpre[u] k[u] scale;  dk[u] += dpre[u] q scale
+    const F* q = &s.heads[0][t * hs];
+    F* dq = &acc[(t * 3 + 0) * hs];
+    for (std::size_t u = 0; u <= t; ++u) {
+      const F* k = &s.heads[1][u * hs];
+      F* dk = &acc[(u * 3 + 1) * hs];
+      for (std::size_t i = 0; i < hs; ++i) {
+        dq[i] += dpre[u] * k[i] * scale;
+        dk[i] += dpre[u] * q[i] * scale;
+      }
+    }
+    // the row of dscores ends as dpreatt's (the row's datt lived in `da` only)
+    T* dscores_row = dscores + ((b * NH + h) * Tn + t) * Tn;
+    for (std::size_t u = 0; u < Tn; ++u) dscores_row[u] = store<T>(dpre[u]);
+  }
+  // this head's slice of dqkv, written once
+  for (std::size_t t = 0; t < Tn; ++t)
+    for (std::size_t part = 0; part < 3; ++part) {
+      T* dst = dqkv + (b * Tn + t) * 3 * C + part * C + h * hs;
+      for (std::size_t i = 0; i < hs; ++i) dst[i] = store<T>(acc[(t * 3 + part) * hs + i]);
+    }
 }
 }  // namespace
 
@@ -109,57 +171,10 @@ void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, s
 template <typename T>
 void attention_backward(T* dqkv, T* dscores, const T* dout, const T* qkv, const T* att, std::size_t B, std::size_t Tn,
                         std::size_t C, std::size_t NH) {
-  using F = compute_t<T>;
-  const std::size_t hs = C / NH;
-  const F scale = F(1) / std::sqrt(static_cast<F>(hs));
   parallel_for(B * NH, 1, [&](std::size_t bh_begin, std::size_t bh_end) {
-    // This head's dq, dk, dv for every time step: acc[(t * 3 + part) * hs + i], part 0 = q, 1 = k, 2 = v.
-    std::vector<F> acc(Tn * 3 * hs), da(Tn), dpre(Tn);
-    std::vector<F> heads[3], a(Tn), d(hs);  // this head's q, k, v; one row of att and of dout: widened
-    std::vector<F> v_t;                     // v transposed
-    for (std::size_t bh = bh_begin; bh < bh_end; ++bh) {
-      const std::size_t b = bh / NH, h = bh % NH;
-      std::fill(acc.begin(), acc.end(), F(0));
-      widen_head(heads, qkv, b, h, Tn, C, hs);
-      transpose_head(v_t, heads[2], Tn, hs);
-      for (std::size_t t = 0; t < Tn; ++t) {
-        const T* att_row = att + ((b * NH + h) * Tn + t) * Tn;
-        const T* dout_row = dout + (b * Tn + t) * C + h * hs;
-        for (std::size_t u = 0; u <= t; ++u) a[u] = load(att_row[u]);
-        for (std::size_t i = 0; i < hs; ++i) d[i] = load(dout_row[i]);
-        // out = att @ v:  datt[u] = dout . v[u];  dv[u] += att[u] * dout
-        for (std::size_t u = 0; u < Tn; ++u) da[u] = dpre[u] = 0;
-        dots_with_rows(da.data(), d.data(), v_t, t + 1, Tn, hs);
-        for (std::size_t u = 0; u <= t; ++u) {
-          F* dv = &acc[(u * 3 + 2) * hs];
-          for (std::size_t i = 0; i < hs; ++i) dv[i] += a[u] * d[i];
-        }
-        // softmax backward: dpre[u] = att[u] * (datt[u] - sum_w att[w] datt[w])
-        F weighted = 0;
-        for (std::size_t u = 0; u <= t; ++u) weighted += a[u] * da[u];
-        for (std::size_t u = 0; u <= t; ++u) dpre[u] = a[u] * (da[u] - weighted);
-        // preatt = q . k * scale:  dq += dpre[u] k[u] scale;  dk[u] += dpre[u] q scale
-        const F* q = &heads[0][t * hs];
-        F* dq = &acc[(t * 3 + 0) * hs];
-        for (std::size_t u = 0; u <= t; ++u) {
-          const F* k = &heads[1][u * hs];
-          F* dk = &acc[(u * 3 + 1) * hs];
-          for (std::size_t i = 0; i < hs; ++i) {
-            dq[i] += dpre[u] * k[i] * scale;
-            dk[i] += dpre[u] * q[i] * scale;
-          }
-        }
-        // the row of dscores ends as dpreatt's (the row's datt lived in `da` only)
-        T* dscores_row = dscores + ((b * NH + h) * Tn + t) * Tn;
-        for (std::size_t u = 0; u < Tn; ++u) dscores_row[u] = store<T>(dpre[u]);
-      }
-      // this head's slice of dqkv, written once
-      for (std::size_t t = 0; t < Tn; ++t)
-        for (std::size_t part = 0; part < 3; ++part) {
-          T* dst = dqkv + (b * Tn + t) * 3 * C + part * C + h * hs;
-          for (std::size_t i = 0; i < hs; ++i) dst[i] = store<T>(acc[(t * 3 + part) * hs + i]);
-        }
-    }
+    BackwardScratch<T> scratch(Tn, C / NH);
+    for (std::size_t bh = bh_begin; bh < bh_end; ++bh)
+      backward_head(dqkv, dscores, dout, qkv, att, bh / NH, bh % NH, Tn, C, NH, scratch);
   });
 }
 

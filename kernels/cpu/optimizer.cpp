@@ -1,16 +1,41 @@
 // CPU reference: AdamW and the sum of squares for gradient clipping (formulas in adamw.h and
 // grad_norm.h). Every value is loaded into fp32 (kernels/dtype.h); the parameter is stored once.
 // AdamW's elements are split over the cores (kernels/cpu/parallel_for.h: the same bits as one
-// loop); the sum of squares stays one loop (its order is part of its value).
+// loop) and its loop is compiled per instruction set (kernels/cpu/simd_clones.h: the same bits);
+// the sum of squares stays one loop (its order is part of its value).
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/adamw.h"
 #include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/simd_clones.h"
 #include "kernels/grad_norm.h"
 
 namespace trainmem::kernels::cpu {
+
+namespace {
+// Elements [begin, end): the loop, one copy per instruction set (simd_clones.h), and one with and
+// one without a master copy (a test inside the loop would keep it scalar). The five arrays never
+// overlap (__restrict: without it the compiler needs more overlap checks than it makes).
+template <bool kMaster, typename T>
+TRAINMEM_SIMD_CLONES void adamw_range(T* __restrict param, const T* __restrict grad, float* __restrict m,
+                                      float* __restrict v, const AdamWHyper h, float bias1, float bias2,
+                                      float grad_scale, float* __restrict master, std::size_t begin,
+                                      std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) {
+    const float g = load(grad[i]) * grad_scale;
+    m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g;
+    v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g * g;
+    const float mhat = m[i] / bias1;
+    const float vhat = v[i] / bias2;
+    const float p = kMaster ? master[i] : load(param[i]);  // without master, param is its own (fp32) master
+    const float updated = p - h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * p);
+    if constexpr (kMaster) master[i] = updated;
+    param[i] = store<T>(updated);
+  }
+}
+}  // namespace
 
 template <typename T>
 void adamw_update(T* param, const T* grad, float* m, float* v, std::size_t n, const AdamWHyper& h, long step,
@@ -22,17 +47,8 @@ void adamw_update(T* param, const T* grad, float* m, float* v, std::size_t n, co
   const float bias2 = 1.0f - std::pow(h.beta2, static_cast<float>(step));
   constexpr std::size_t kMinPerThread = 65536;  // elements (a few ns each)
   parallel_for(n, kMinPerThread, [&](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i) {
-      const float g = load(grad[i]) * grad_scale;
-      m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g;
-      v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g * g;
-      const float mhat = m[i] / bias1;
-      const float vhat = v[i] / bias2;
-      const float p = master ? master[i] : load(param[i]);  // without master, param is its own (fp32) master
-      const float updated = p - h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * p);
-      if (master) master[i] = updated;
-      param[i] = store<T>(updated);
-    }
+    if (master) adamw_range<true>(param, grad, m, v, h, bias1, bias2, grad_scale, master, begin, end);
+    else adamw_range<false>(param, grad, m, v, h, bias1, bias2, grad_scale, master, begin, end);
   });
 }
 

@@ -3,16 +3,23 @@
   .venv-torch/bin/python -m reports.peers.compare_torch --model small --batch 4 --out reports/out/DIR
   .venv-torch/bin/python -m reports.peers.compare_torch --model gpt2-124m --layers 2 --seq 256 --batch 4
 
+Two pairings of how long a gradient lives, each side's way (--grads both, the default, runs both):
+  persistent  trainmem --grads persistent  beside  PyTorch zero_grad(set_to_none=False) (torch_train --keep-grads)
+  on-demand   trainmem --grads on-demand   beside  PyTorch zero_grad(set_to_none=True), PyTorch's default
+
 1. `trainmem tokens` writes the tokens (--data synthetic: train's own generator and seed; or any
    file) as a .tok file in the output folder; both trainers read that file.
 2. One `trainmem train --record-memory` run, not timed, gives trainmem's saved activations.
-3. --rounds rounds of `trainmem train --json` then `torch_train.py` (interleaved, so that a change of
-   the machine's load falls on both); each reports the median of its steps after --warmup, and the
-   file keeps every round and their median. Memory figures do not change between rounds (trainmem's
-   are exact; PyTorch's are checked to be the same).
-4. peer-torch-<label>.json: both sides' peak allocated, bytes by category, saved activations by
-   part of the model (with PyTorch's extras named), step time, and trainmem / PyTorch ratios.
-   `python3 -m reports.trainmem_report render DIR` shows it as "trainmem beside PyTorch".
+3. --rounds rounds; each runs, for every pairing, `trainmem train --json` then `torch_train.py`
+   (interleaved, so that a change of the machine's load falls on both), after noting the load
+   average (os.getloadavg). Each run reports the median of its steps after --warmup; the file keeps
+   every round and their median. Memory figures do not change between rounds (trainmem's are
+   exact; both sides' per-round peaks are kept to show it).
+4. peer-torch-<label>.json: per pairing, both sides' peak allocated, bytes by category, what is
+   held between steps, step time and the ratios; the saved activations by part of the model (with
+   PyTorch's extras named); and issue 18's goals (GOALS below), each with its ratio and whether it
+   is met: figures, not asserts. `python3 -m reports.trainmem_report render DIR` shows it as
+   "trainmem beside PyTorch".
 
 Both use --threads threads (torch.set_num_threads; OPENBLAS_NUM_THREADS for trainmem's BLAS).
 PyTorch runs with OMP_WAIT_POLICY=PASSIVE unless --omp-wait-policy says otherwise: its OpenMP threads
@@ -32,9 +39,16 @@ import tempfile
 
 from ..trainmem_report.output_file import write_file
 from . import trainmem_saved
-from .trainmem_program import REPO, SHAPE_FLAGS, TrainmemError, find_trainmem, run_trainmem, write_tokens
+from .trainmem_program import REPO, SHAPE_FLAGS, TrainmemError, find_trainmem, write_tokens
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "data", "other")
+
+# trainmem's --grads and the PyTorch zero_grad(set_to_none=...) that does the same: the pairings.
+PAIRINGS = {"persistent": False, "on-demand": True}
+
+# Issue 18's goals, per pairing: trainmem's figure at most LIMIT times PyTorch's. (measure, its words)
+GOALS = (("peak_allocated_bytes", "peak allocated"), ("step_ms_median", "step time"))
+LIMIT = 1.0
 
 
 def pytorch_extra(t: dict) -> str | None:
@@ -67,6 +81,22 @@ def median_after(steps: list[dict], warmup: int) -> float:
     return statistics.median(s["ms"] for s in steps[warmup:])
 
 
+def goals(pairings: dict[str, dict], device_kind: str) -> list[dict]:
+    """Every goal of every pairing measured: the two figures, their ratio, and whether it is met
+    (trainmem / PyTorch <= LIMIT). On the CPU the time goal is the CPU step time's."""
+    out = []
+    for name, p in pairings.items():
+        for measure, words in GOALS:
+            if measure == "step_ms_median" and device_kind == "cpu":
+                words = "CPU step time"
+            tm, pt = p["trainmem"][measure], p["pytorch"][measure]
+            ratio = tm / pt if pt else None
+            out.append({"goal": f"{words} <= {LIMIT:.2f}x PyTorch's: --grads {name} vs set_to_none={PAIRINGS[name]}",
+                        "pairing": name, "measure": measure, "trainmem": tm, "pytorch": pt, "ratio": ratio,
+                        "at_most": LIMIT, "met": ratio is not None and ratio <= LIMIT})
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m reports.peers.compare_torch", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,7 +105,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.add_argument(f"--{flag}", type=int)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--keep-grads", action="store_true", help="PyTorch: zero_grad(set_to_none=False)")
+    p.add_argument("--grads", choices=("both",) + tuple(PAIRINGS), default="both",
+                   help="the pairings to run: persistent (PyTorch set_to_none=False), on-demand "
+                        "(set_to_none=True) or both [both]")
     p.add_argument("--data", default="synthetic", help="synthetic or any file, through `trainmem tokens`")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
@@ -85,7 +117,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--omp-wait-policy", choices=("PASSIVE", "ACTIVE", "inherit"), default="PASSIVE",
                    help="OMP_WAIT_POLICY for PyTorch (inherit: as this shell has it) [PASSIVE]")
     p.add_argument("--out", type=pathlib.Path, default=REPO / "reports" / "out" / "peers")
-    p.add_argument("--label", help="the file is peer-torch-LABEL.json [model-B<batch>-<precision>]")
+    p.add_argument("--label", help="the file is peer-torch-LABEL.json [model-B<batch>-<precision>[-<grads>]]")
     p.add_argument("--trainmem", help="the trainmem program (default: the build folder's)")
     p.add_argument("--python", default=sys.executable, help="the Python with torch [this one]")
     a = p.parse_args(argv)
@@ -112,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     shape = [f for flag in SHAPE_FLAGS if getattr(a, flag) is not None for f in (f"--{flag}", str(getattr(a, flag)))]
     label = a.label or f"{a.model}{''.join(shape).replace('--', '-')}-B{a.batch}-{a.precision}" + \
-        ("-keep-grads" if a.keep_grads else "")
+        ("" if a.grads == "both" else f"-{a.grads}")
+    names = list(PAIRINGS) if a.grads == "both" else [a.grads]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": str(a.threads)}
     if a.omp_wait_policy != "inherit":
         env["OMP_WAIT_POLICY"] = a.omp_wait_policy
@@ -121,35 +154,39 @@ def main(argv: list[str] | None = None) -> int:
         common = ["--model", a.model, *shape, "--batch", str(a.batch), "--data", str(tokens)]
         tm_base = [str(trainmem), "train", *common, "--precision", a.precision, "--seed", str(a.seed),
                    "--device", "cpu"]
-        tm_cmd = tm_base + ["--steps", str(a.warmup + a.steps)]
-        pt_cmd = [a.python, "-m", "reports.peers.torch_train", *common, "--precision", a.precision,
-                  "--warmup", str(a.warmup), "--steps", str(a.steps), "--threads", str(a.threads),
-                  "--seed", str(a.seed), "--trainmem", str(trainmem)] + (["--keep-grads"] if a.keep_grads else [])
+        pt_base = [a.python, "-m", "reports.peers.torch_train", *common, "--precision", a.precision,
+                   "--warmup", str(a.warmup), "--steps", str(a.steps), "--threads", str(a.threads),
+                   "--seed", str(a.seed), "--trainmem", str(trainmem)]
+        commands = {name: {"trainmem": tm_base + ["--steps", str(a.warmup + a.steps), "--grads", name],
+                           "pytorch": pt_base + ([] if PAIRINGS[name] else ["--keep-grads"])} for name in names}
+        runs = {name: {"trainmem": [], "pytorch": []} for name in names}
+        loads = []
         with tempfile.TemporaryDirectory(dir=a.out, prefix=".peer-torch-") as tmp:
             tmp = pathlib.Path(tmp)
             print(f"compare_torch: {label}: trainmem --record-memory (saved activations)", file=sys.stderr)
             run(tm_base + ["--steps", "1", "--record-memory", str(tmp / "trace.json")], env)
             tm_saved = trainmem_saved.saved_activations(json.loads((tmp / "trace.json").read_text()))
-            tm_runs, pt_runs = [], []
             for r in range(a.rounds):
-                print(f"compare_torch: {label}: round {r + 1}/{a.rounds}", file=sys.stderr)
-                run(tm_cmd + ["--json", str(tmp / "tm.json")], env)
-                tm_runs.append(json.loads((tmp / "tm.json").read_text()))
-                run(pt_cmd + ["--json", str(tmp / "pt.json")], env)
-                pt_runs.append(json.loads((tmp / "pt.json").read_text()))
+                loads.append(list(os.getloadavg()))
+                print(f"compare_torch: {label}: round {r + 1}/{a.rounds} (load average {loads[-1][0]:.1f})",
+                      file=sys.stderr)
+                for name in names:
+                    for side in ("trainmem", "pytorch"):
+                        run(commands[name][side] + ["--json", str(tmp / "run.json")], env)
+                        runs[name][side].append(json.loads((tmp / "run.json").read_text()))
     except (TrainmemError, RunFailed, ValueError, OSError) as e:
         print(f"compare_torch: error: {e}", file=sys.stderr)
         return 1
-    result = combine(a, label, tm_cmd, pt_cmd, tm_saved, tm_runs, pt_runs)
+    result = combine(a, label, commands, runs, tm_saved)
     # Other work on the machine slows both sides (times only; memory figures do not depend on it).
     result["machine"] = {"cpu_cores": os.cpu_count(), "load_avg_before": list(load_before),
-                         "load_avg_after": list(os.getloadavg())}
+                         "load_avg_per_round": loads, "load_avg_after": list(os.getloadavg())}
     path = a.out / f"peer-torch-{label}.json"
     write_file(path, lambda p: p.write_text(json.dumps(result, indent=2) + "\n"))
-    r = result["ratios"]
-    print(f"compare_torch: {path}: trainmem / PyTorch: peak allocated {r['peak_allocated']:.3f}, "
-          f"step time {r['step_time']:.2f}; saved activations equal but for PyTorch's extras: "
+    print(f"compare_torch: {path}: saved activations equal but for PyTorch's extras: "
           f"{result['saved_activations']['equal']}", file=sys.stderr)
+    for g in result["goals"]:
+        print(f"compare_torch: {g['goal']}: {g['ratio']:.3f} ({'met' if g['met'] else 'not met'})", file=sys.stderr)
     return 0
 
 
@@ -170,50 +207,75 @@ def shown(arg: str) -> str:
     return str(path.relative_to(REPO)) if path.is_absolute() and path.is_relative_to(REPO) else arg
 
 
-def combine(a, label, tm_cmd, pt_cmd, tm_saved, tm_runs, pt_runs) -> dict:
-    tm, pt = tm_runs[0], pt_runs[0]
-    peaks = {p["memory"]["peak_allocated_bytes"] for p in pt_runs}
-    tm_ms = [median_after(t["steps"], a.warmup) for t in tm_runs]
-    pt_ms = [p["step_ms_median"] for p in pt_runs]
-    trainmem_side = {
+def trainmem_side(runs: list[dict], warmup: int) -> dict:
+    """trainmem's figures from its rounds' `train --json` results."""
+    tm = runs[0]
+    ms = [median_after(t["steps"], warmup) for t in runs]
+    return {
+        "grads": tm["config"]["grads"],
         "peak_allocated_bytes": tm["memory"]["peak_allocated_bytes"],
         "peak_reserved_bytes": tm["memory"]["peak_reserved_bytes"],
+        "peak_allocated_bytes_per_round": sorted({t["memory"]["peak_allocated_bytes"] for t in runs}),
         "by_category": {c: tm["memory"]["by_category"].get(c, {}).get("peak_bytes", 0) for c in CATEGORIES},
-        "step_ms_per_round": tm_ms, "step_ms_median": statistics.median(tm_ms),
-        "saved_activations": {"bytes": sum(t["bytes"] for t in tm_saved),
-                              "by_region": trainmem_saved.bytes_by_region(tm_saved), "tensors": tm_saved},
-        "final_loss": tm["steps"][-1]["loss"], "first_loss": tm["steps"][0]["loss"],
+        # after the last step: what one step leaves for the next
+        "held_between_steps": {"allocated_bytes": tm["steps"][-1]["allocated_bytes"],
+                               "gradients_bytes": tm["memory"]["by_category"]["gradients"]["current_bytes"]},
+        "step_ms_per_round": ms, "step_ms_median": statistics.median(ms),
+        "first_loss": tm["steps"][0]["loss"], "final_loss": tm["steps"][-1]["loss"],
     }
-    torch_side = {
+
+
+def pytorch_side(runs: list[dict]) -> dict:
+    """PyTorch's figures from its rounds' torch_train.py results."""
+    pt = runs[0]
+    ms = [p["step_ms_median"] for p in runs]
+    return {
         "version": pt["framework"]["version"], "threads": pt["framework"]["threads"],
+        "set_to_none": pt["config"]["set_to_none"],
         "peak_allocated_bytes": pt["memory"]["peak_allocated_bytes"],
         "peak_reserved_bytes": pt["memory"].get("peak_reserved_bytes"),
-        "peak_allocated_bytes_per_round": sorted(peaks),
+        "peak_allocated_bytes_per_round": sorted({p["memory"]["peak_allocated_bytes"] for p in runs}),
         "memory_source": pt["memory"]["source"],
         "by_category": {c: pt["memory"]["by_category"][c]["peak_bytes"] for c in CATEGORIES},
         "torch_categories": pt["memory"]["torch_categories"],
-        "step_ms_per_round": pt_ms, "step_ms_median": statistics.median(pt_ms),
-        "saved_activations": pt["saved_activations"],
-        "final_loss": pt["steps"][-1]["loss"], "first_loss": pt["steps"][0]["loss"],
+        # the measured step's start: what the step before it left
+        "held_between_steps": {"allocated_bytes": pt["memory"]["at_start_bytes"],
+                               "gradients_bytes": pt["memory"]["by_category"]["gradients"]["at_start_bytes"]},
+        "step_ms_per_round": ms, "step_ms_median": statistics.median(ms),
+        "first_loss": pt["steps"][0]["loss"], "final_loss": pt["steps"][-1]["loss"],
     }
-    ratio = lambda x, y: x / y if y else None  # noqa: E731
+
+
+def combine(a, label, commands, runs, tm_saved) -> dict:
+    pairings = {}
+    for name, sides in runs.items():
+        tm, pt = trainmem_side(sides["trainmem"], a.warmup), pytorch_side(sides["pytorch"])
+        pairings[name] = {
+            "commands": {"trainmem": " ".join(["trainmem"] + commands[name]["trainmem"][1:]),
+                         "pytorch": " ".join(["python"] + [shown(arg) for arg in commands[name]["pytorch"][1:]])},
+            "trainmem": tm, "pytorch": pt,  # each side's settings as its own result states them
+        }
+    first = next(iter(runs.values()))
+    tm_run, pt_run = first["trainmem"][0], first["pytorch"][0]
+    # The saved activations do not depend on how long the gradients live: one trace, one PyTorch run.
+    pt_saved = pt_run["saved_activations"]
+    tm_saved_bytes = sum(t["bytes"] for t in tm_saved)
     return {
         "kind": "trainmem beside PyTorch",
         "label": label,
-        "config": {"model": tm["config"]["model"], "batch": a.batch, "precision": a.precision,
-                   "set_to_none": not a.keep_grads, "data": a.data, "seed": a.seed, "rounds": a.rounds,
-                   "warmup": a.warmup, "steps": a.steps, "threads": a.threads,
-                   "omp_wait_policy": pt["framework"]["omp_wait_policy"]},
-        "device": {**pt["device"], "trainmem": tm.get("device", {})},
-        "commands": {"trainmem": " ".join(["trainmem"] + tm_cmd[1:]),
-                     "pytorch": " ".join(["python"] + [shown(arg) for arg in pt_cmd[1:]])},
-        "trainmem": trainmem_side,
-        "pytorch": torch_side,
-        "saved_activations": saved_comparison(tm_saved, pt["saved_activations"]),
-        "ratios": {"peak_allocated": ratio(trainmem_side["peak_allocated_bytes"], torch_side["peak_allocated_bytes"]),
-                   "step_time": ratio(trainmem_side["step_ms_median"], torch_side["step_ms_median"]),
-                   "saved_activations": ratio(trainmem_side["saved_activations"]["bytes"],
-                                              torch_side["saved_activations"]["bytes"])},
+        "config": {"model": tm_run["config"]["model"], "batch": a.batch, "precision": a.precision,
+                   "data": a.data, "seed": a.seed, "rounds": a.rounds, "warmup": a.warmup, "steps": a.steps,
+                   "threads": a.threads, "omp_wait_policy": pt_run["framework"]["omp_wait_policy"]},
+        "device": {**pt_run["device"], "trainmem": tm_run.get("device", {})},
+        "pairings": pairings,
+        "goals": goals(pairings, pt_run["device"]["kind"]),
+        "saved_activations": {
+            **saved_comparison(tm_saved, pt_saved),
+            "trainmem": {"bytes": tm_saved_bytes, "by_region": trainmem_saved.bytes_by_region(tm_saved),
+                         "tensors": tm_saved},
+            "pytorch": pt_saved,
+            "ratio": tm_saved_bytes / pt_saved["bytes"],
+        },
     }
 
 

@@ -6,7 +6,10 @@ gives, after every allocator event of the step, the live bytes of each category 
 from the data flow: PARAMETER, OPTIMIZER_STATE, INPUT, TEMPORARY, ACTIVATION, GRADIENT,
 AUTOGRAD_DETAIL, and unknown. Tensors that were allocated before the step and touched in it
 (parameters, Adam's moments, kept gradients) are counted from its start. The peak is the largest
-sum over the step; the bytes are the tensors' own (the CPU allocator does not round).
+sum over the step; the bytes are the tensors' own (the CPU allocator does not round). The first
+row of the timeline holds only those earlier tensors (the profiler's PREEXISTING allocations, at
+time -1): `at_start_bytes` is what the previous step left, what is held between steps (with
+zero_grad(set_to_none=True), no gradients).
 CUDA: the same timeline for the categories, and torch.cuda.memory_stats() for the caching
 allocator's peak allocated and peak reserved (its bytes are rounded, as trainmem's are).
 
@@ -47,7 +50,9 @@ def timeline_figures(times: list[int], sizes: list[list[int]]) -> dict:
     by_trainmem = [mapped(row) for row in sizes]
     return {
         "peak_allocated_bytes": totals[at],
-        "by_category": {c: {"peak_bytes": max(r[c] for r in by_trainmem), "at_peak_bytes": by_trainmem[at][c]}
+        "at_start_bytes": totals[0],
+        "by_category": {c: {"peak_bytes": max(r[c] for r in by_trainmem), "at_peak_bytes": by_trainmem[at][c],
+                            "at_start_bytes": by_trainmem[0][c]}
                         for c in by_trainmem[at]},
         "torch_categories": {name: {"peak_bytes": max(r[col] for r in sizes), "at_peak_bytes": sizes[at][col]}
                              for name, col in COLUMNS.items()},

@@ -53,3 +53,23 @@ def fixture_copy(tmp_path) -> pathlib.Path:
         elif target.exists():
             target.unlink()
     return copy
+
+
+def section_tables(summary: str, section: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every table of one section of summary.md (`## <section>`), in order: (header, rows of cells)."""
+    text = summary.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    out: list[tuple[list[str], list[list[str]]]] = []
+    in_table = False
+    for line in text.splitlines():
+        if line.startswith("|---"):
+            continue
+        if line.startswith("| "):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            if in_table:
+                out[-1][1].append(cells)
+            else:
+                out.append((cells, []))
+            in_table = True
+        else:
+            in_table = False
+    return out

@@ -94,7 +94,7 @@ def test_the_expected_plots_exist(rendered):
                      "attention-train-activations.png", "precision-loss.png", "zero-per-rank.png",
                      "fsdp-parameters-peak.png", "fsdp-peak-allocated.png", "allocator-alloc-cost.png",
                      "allocator-growingsequence.png", "allocator-growingwithkepttensors.png",
-                     "allocator-reservedgrowth.png"):
+                     "allocator-reservedgrowth.png", "gradient_memory-tradeoff.png"):
         assert expected in names
     assert any(n.startswith("checkpointing-categories-") for n in names)
 
@@ -128,8 +128,8 @@ def test_summary_numbers_equal_the_json(rendered):
     """Every time and byte cell of every suite table, against the Google Benchmark JSON read here
     with the json module alone (not the renderer's loader)."""
     tables = md_tables((rendered / "summary.md").read_text())
-    assert {"bench_baseline", "bench_checkpointing", "bench_mixed_precision", "bench_allocator", "bench_zero",
-            "bench_fsdp"} <= set(tables)
+    assert {"bench_baseline", "bench_checkpointing", "bench_gradient_memory", "bench_mixed_precision",
+            "bench_allocator", "bench_zero", "bench_fsdp"} <= set(tables)
     byte_columns = {"peak allocated": "peak_allocated_bytes", "peak reserved": "peak_reserved_bytes",
                     "activations peak": "activations_peak_bytes", "saved for backward": "saved_bytes"}
     checked = 0

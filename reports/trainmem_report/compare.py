@@ -147,7 +147,7 @@ def time_bars(folders: list[ResultFolder], suite: Suite, out: pathlib.Path) -> l
 
 
 def suite_section(folders: list[ResultFolder], suite: Suite, out: pathlib.Path) -> Section:
-    s = Section(f"{suite.title} ({suite.bench})", [suite.what], figures_per_row=len(folders))
+    s = Section(f"{suite.title} ({suite.bench})", suite.paragraphs(), figures_per_row=len(folders))
     s.tables.append(suite_table(folders, suite))
     for f, name in zip(folders, labels(folders)):  # each device's own plots, side by side
         mine = out / slug(f.name)

@@ -19,6 +19,7 @@ TRADEOFF_SUITES = {  # suite -> (memory counter on the y axis, its axis label)
     "checkpointing": ("activations_peak_bytes", "activations peak (MiB)"),
     "accumulation": ("peak_allocated_bytes", "peak allocated (MiB)"),
     "mixed_precision": ("peak_allocated_bytes", "peak allocated (MiB)"),
+    "gradient_memory": ("peak_allocated_bytes", "peak allocated (MiB)"),
 }
 
 
@@ -188,6 +189,29 @@ def fsdp_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
     return figures
 
 
+def gradient_memory_table(folder: ResultFolder) -> list[Table]:
+    """Each mode against persistent gradients in the same group: what it saves at the peak and
+    between steps, beside G (persistent's gradients peak: every gradient at once), and its time."""
+    suite = suite_for("bench_gradient_memory")
+    rows = []
+    for group, runs in grouped(folder, suite).items():
+        base = dict(runs).get("persistent")
+        if base is None:
+            continue
+        for setting, b in runs:
+            if b is base:
+                continue
+            saved = [base.counter(key) - b.counter(key) for key in ("peak_allocated_bytes", "held_between_steps_bytes")]
+            rows.append([group, setting, *map(fmt_bytes, saved), fmt_bytes(base.counter("gradients_peak_bytes")),
+                         f"{b.real_time_ms / base.real_time_ms:.2f}"])
+    if not rows:
+        return []
+    return [Table(["group", "mode", "peak allocated saved", "held between steps saved", "G (all gradients)",
+                   "time / persistent's"], rows,
+                  caption="Against persistent gradients (a mode that frees every gradient after the step saves "
+                          "exactly G between steps)")]
+
+
 def allocator_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
     """The cost of one alloc+free against the block size per mode, and the growing workloads'
     allocated vs reserved bytes per allocator configuration."""
@@ -250,11 +274,13 @@ def claims_table(claims: list[claims_mod.Claim]) -> Table:
 
 
 def suite_section(folder: ResultFolder, suite: Suite, claims: list[claims_mod.Claim], out: pathlib.Path) -> Section:
-    s = Section(f"{suite.title} ({suite.bench})", [suite.what])
+    s = Section(f"{suite.title} ({suite.bench})", suite.paragraphs())
     s.tables.append(suite_table(folder, suite))
     s.tables += detail_tables(folder, suite)
     if suite.key == "zero":
         s.tables += zero_formula_table(folder)
+    if suite.key == "gradient_memory":
+        s.tables += gradient_memory_table(folder)
     s.figures += suite_figures(folder, suite, out)
     mine = [c for c in claims if c.suite == suite.key]
     if mine:

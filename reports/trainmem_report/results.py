@@ -179,7 +179,10 @@ def load_folder(path: str | pathlib.Path) -> ResultFolder:
             folder.problems.append("memory-trace.json: not a recorder trace (no 'events' list)")
     for path in sorted(folder.path.glob("peer-torch-*.json")):
         data = _read_json(path, folder.problems)
-        if isinstance(data, dict) and data.get("kind") == "trainmem beside PyTorch":
+        if isinstance(data, dict) and data.get("kind") == "trainmem beside PyTorch" and "pairings" not in data:
+            folder.problems.append(f"{path.name}: written by an earlier compare_torch.py (one pairing, no goals): "
+                                   "run reports/peers/compare_torch.py again")
+        elif isinstance(data, dict) and data.get("kind") == "trainmem beside PyTorch":
             folder.peers[path.stem[len("peer-torch-"):]] = data
         elif data is not None:
             folder.problems.append(f"{path.name}: not a reports/peers/compare_torch.py result")

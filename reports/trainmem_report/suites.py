@@ -49,6 +49,7 @@ class Suite:
     title: str
     bench: str                      # the Google Benchmark file's stem, e.g. "bench_checkpointing"
     what: str                       # one line: what the suite compares
+    explain: str = ""               # the technique and its formula, where the suite's page gives them
     group: Callable[[Benchmark], str] = generic_group
     setting: Callable[[Benchmark], str] = generic_setting
     columns: list = field(default_factory=lambda: list(MEMORY_COLUMNS))
@@ -56,6 +57,10 @@ class Suite:
     # Further tables after the main one, for benchmark families with counters of their own:
     # (title, name prefix of the family, columns).
     details: list = field(default_factory=list)
+
+    def paragraphs(self) -> list[str]:
+        """What the suite's section says before its tables."""
+        return [self.what] + ([self.explain] if self.explain else [])
 
 
 def _attention_group(b: Benchmark) -> str:
@@ -147,6 +152,25 @@ SUITES: list[Suite] = [
           columns=MEMORY_COLUMNS + [("activations_peak_bytes", "activations peak", "bytes"),
                                     ("predicted_activations_peak_bytes", "predicted activations", "bytes"),
                                     ("tokens_per_s", "tokens/s", "rate")]),
+    # BM_Grads/<model>/<mode>, one case per way of holding the gradients (persistent, on-demand, and
+    # whatever mode the benchmark adds, e.g. in-backward); the label names the batch: "small B=4 grads=...".
+    Suite("gradient_memory", "Gradient memory", "bench_gradient_memory",
+          "how long a gradient lives, per mode: peak, bytes held between steps, step time",
+          group=lambda b: b.label.split(" grads=")[0] if " grads=" in b.label else words(b)[1],
+          setting=lambda b: words(b)[-1],
+          columns=MEMORY_COLUMNS + [("gradients_peak_bytes", "gradients peak", "bytes"),
+                                    ("held_between_steps_bytes", "held between steps", "bytes"),
+                                    ("tokens_per_s", "tokens/s", "rate")],
+          explain="persistent: the gradients are allocated with the model and zeroed after each step "
+                  "(PyTorch's zero_grad(set_to_none=False)), G bytes at every moment. on-demand: each gradient "
+                  "is made, zeroed, at its first write in the backward and freed after the optimizer step "
+                  "(set_to_none=True): nothing between steps, and at a moment in the backward only the "
+                  "gradients written so far; while the peak stays at the LM head's backward (which writes the "
+                  "tied wte's gradient first), peak = persistent's peak - G + round(wte's gradient). "
+                  "in-backward (--optimizer-in-backward): each parameter's AdamW update runs as soon as its "
+                  "gradient is complete and frees it, so at most the root's and one layer's gradients exist "
+                  "together. G is the gradients' bytes: 4 per parameter in fp32, 2 in bf16/fp16, each tensor "
+                  "rounded to 512 bytes (persistent's gradients peak). Proofs and figures: suites/gradient_memory/README.md."),
     Suite("mixed_precision", "Mixed precision", "bench_mixed_precision",
           "fp32, bf16 and fp16 (with dynamic loss scaling)",
           group=lambda b: words(b)[1] if len(words(b)) > 1 else "model", setting=lambda b: words(b)[-1],

@@ -127,3 +127,26 @@ def test_torch_train_bad_input_is_one_line(tmp_path):
                           "--dim", "4", "--seq", "8", "--vocab", "16", "--data", str(bad)],
                          cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 2 and "not divisible by --heads 3" in run.stderr
+
+
+def test_compare_torch_pairs_each_gradient_lifetime_with_pytorchs(trainmem, tmp_path):
+    """One command, both pairings: trainmem --grads persistent beside PyTorch set_to_none=False keeps
+    every gradient between steps on both sides; --grads on-demand beside set_to_none=True keeps none
+    on either (PyTorch's gradients category is 0 when a step starts). A swapped pairing fails here."""
+    run = subprocess.run([sys.executable, "-m", "reports.peers.compare_torch", "--model", "tiny", "--batch", "2",
+                          "--rounds", "1", "--warmup", "1", "--steps", "1", "--out", str(tmp_path),
+                          "--trainmem", str(trainmem)], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    c = json.loads((tmp_path / "peer-torch-tiny-B2-fp32.json").read_text())
+    parameters = c["config"]["model"]["parameters"]
+    persistent, on_demand = c["pairings"]["persistent"], c["pairings"]["on-demand"]
+    assert (persistent["trainmem"]["grads"], persistent["pytorch"]["set_to_none"]) == ("persistent", False)
+    assert (on_demand["trainmem"]["grads"], on_demand["pytorch"]["set_to_none"]) == ("on-demand", True)
+    assert persistent["pytorch"]["held_between_steps"]["gradients_bytes"] == 4 * parameters
+    assert persistent["trainmem"]["held_between_steps"]["gradients_bytes"] >= 4 * parameters  # 512-byte blocks
+    assert on_demand["pytorch"]["held_between_steps"]["gradients_bytes"] == 0
+    assert on_demand["trainmem"]["held_between_steps"]["gradients_bytes"] == 0
+    for side in ("trainmem", "pytorch"):
+        assert on_demand[side]["peak_allocated_bytes"] < persistent[side]["peak_allocated_bytes"]
+    assert len(c["goals"]) == 4 and len(c["machine"]["load_avg_per_round"]) == 1
+    assert c["saved_activations"]["equal"]

@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 
+#include "kernels/cpu/blas_gemm.h"
 #include "kernels/cpu/blas_threads.h"
 
 #include <algorithm>
@@ -14,18 +15,16 @@
 namespace trainmem::kernels::cpu {
 
 namespace {
-// One name for sgemm and dgemm, so the templates below read as the formulas.
+// The product on as many OpenBLAS threads as the policy gives its size (blas_threads.h).
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t M, std::size_t N, std::size_t K, float alpha,
           const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
   use_blas_threads_for(M, N, K);
-  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
-              static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+  blas_gemm(ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t M, std::size_t N, std::size_t K, double alpha,
           const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta, double* C, std::size_t ldc) {
   use_blas_threads_for(M, N, K);
-  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
-              static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+  blas_gemm(ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // dst[r * cols + c] = src[r * ld + c] widened, for a rows x cols block of a row-major matrix.

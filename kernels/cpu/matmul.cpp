@@ -17,15 +17,24 @@
 namespace trainmem::kernels::cpu {
 
 namespace {
-// Rows of an output per block when a product is split over the cores by rows (see gemm).
-constexpr std::size_t kGemmRowBlock = 64;
+// When a product is split over the cores by rows (see gemm): into at most kGemmBlocks blocks, of at
+// least kGemmMinBlockRows rows, a multiple of 16 (sgemm's register tile is 16 rows on Haswell).
+// Each block repacks all of op(B), so fewer, larger blocks cost less on one thread (64-row blocks
+// made small's step 5% slower on one thread than one call per product; 4 blocks fill 2 or 4 cores).
+constexpr std::size_t kGemmBlocks = 4, kGemmMinBlockRows = 64;
+
+// The rows of one block, a function of M alone (so the bits do not depend on the thread count).
+std::size_t gemm_block_rows(std::size_t M) {
+  const std::size_t quarter = (M + kGemmBlocks - 1) / kGemmBlocks;
+  return std::max(kGemmMinBlockRows, (quarter + 15) / 16 * 16);
+}
 // Multiply-adds below which a thread is not worth starting (about 80 us of sgemm; a thread's start
 // costs tens of microseconds, kernels/cpu/parallel_for.h).
 constexpr double kGemmMinMnkPerThread = 2.0 * 1024 * 1024;
 
 // C[M, N] = alpha op(A) @ op(B) + beta C. A product that the policy of blas_threads.h gives
 // OpenBLAS's threads is made by one threaded call. A smaller one is split by us instead, as
-// OpenBLAS would leave the second core idle: C's rows in blocks of kGemmRowBlock, each block
+// OpenBLAS would leave the second core idle: C's rows in blocks (gemm_block_rows), each block
 // its own one-thread product (its rows of op(A) with all of op(B)), the blocks over the cores
 // (parallel_for). The blocks depend on M alone and each block's sum over K is OpenBLAS's for that
 // shape, so the bits do not depend on the thread count.
@@ -39,12 +48,12 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t M, std::size_t N, 
     return;
   }
   use_one_blas_thread();
-  const std::size_t blocks = (M + kGemmRowBlock - 1) / kGemmRowBlock;
-  const double block_mnk = static_cast<double>(kGemmRowBlock) * static_cast<double>(N) * static_cast<double>(K);
+  const std::size_t block_rows = gemm_block_rows(M), blocks = (M + block_rows - 1) / block_rows;
+  const double block_mnk = static_cast<double>(block_rows) * static_cast<double>(N) * static_cast<double>(K);
   const auto min_blocks_per_thread = static_cast<std::size_t>(kGemmMinMnkPerThread / std::max(block_mnk, 1.0)) + 1;
   parallel_for(blocks, min_blocks_per_thread, [&](std::size_t begin, std::size_t end) {
     for (std::size_t block = begin; block < end; ++block) {
-      const std::size_t m0 = block * kGemmRowBlock, rows = std::min(kGemmRowBlock, M - m0);
+      const std::size_t m0 = block * block_rows, rows = std::min(block_rows, M - m0);
       const F* a_rows = trans_a ? A + m0 : A + m0 * lda;  // rows m0.. of op(A): stored columns if transposed
       blas_gemm(trans_a, trans_b, rows, N, K, alpha, a_rows, lda, B, ldb, beta, C + m0 * ldc, ldc);
     }

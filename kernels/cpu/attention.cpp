@@ -9,8 +9,8 @@
 //              dS = P * (dP - rowsum(P * dP))      (elementwise; the softmax's backward)
 //              dQ = s dS K                  dK = s dS^T Q
 //
-// The products are made over the whole T x T square (the masked half included: P and dS are 0
-// there, so it adds nothing), as plain BLAS calls; the softmax rows are our loops.
+// The products are made by blocks of kCausalBlock query rows, each up to its last key (the rest of
+// its rows is masked: P and dS are 0 there), as plain BLAS calls; the softmax rows are our loops.
 //
 // Compute type F (kernels/dtype.h): fp32, or double for double. float and double are read and written
 // in place (a head's block of qkv is T rows of hs values, 3C apart). bf16 and fp16 are widened
@@ -24,6 +24,7 @@
 // use_one_blas_thread), so the results do not depend on the thread count.
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -102,6 +103,11 @@ TRAINMEM_SIMD_CLONES void softmax_backward_row(F* dp, const F* p, std::size_t t,
   for (std::size_t u = t + 1; u < Tn; ++u) dp[u] = 0;
 }
 
+// Rows (queries) per block of the causal products: a block of rows [r0, r0 + R) sees the keys
+// u < r0 + R only, so its products stop there; the T x T square costs (1 + 1/n) / 2 of itself
+// for n blocks. Fewer, larger blocks make fewer BLAS calls (each costs microseconds).
+constexpr std::size_t kCausalBlock = 64;
+
 // One thread's scratch (used by bf16 and fp16 only): a head's blocks in F.
 template <typename F>
 struct HeadScratch {
@@ -129,11 +135,16 @@ void forward_head(T* out, T* preatt, T* att, const T* qkv, std::size_t b, std::s
   const auto S = write_block(pre_head, Tn, Tn, Tn, s.scores);
   const auto P = write_block(att_head, Tn, Tn, Tn, s.probs);
   const auto O = write_block(out_head, C, Tn, hs, s.out);
-  // S = s Q K^T
-  blas_gemm(false, true, Tn, Tn, hs, scale, q.data, q.ld, k.data, k.ld, F(0), S.data, S.ld);
-  for (std::size_t t = 0; t < Tn; ++t) softmax_row(&P.data[t * P.ld], &S.data[t * S.ld], t, Tn);
-  // O = P V
-  blas_gemm(false, false, Tn, hs, Tn, F(1), P.data, P.ld, v.data, v.ld, F(0), O.data, O.ld);
+  for (std::size_t r0 = 0; r0 < Tn; r0 += kCausalBlock) {
+    const std::size_t rows = std::min(kCausalBlock, Tn - r0), keys = r0 + rows;  // rows r0.. see keys < `keys`
+    // S[rows, :keys] = s Q[rows] K[:keys]^T
+    blas_gemm(false, true, rows, keys, hs, scale, &q.data[r0 * q.ld], q.ld, k.data, k.ld, F(0), &S.data[r0 * S.ld],
+              S.ld);
+    for (std::size_t t = r0; t < keys; ++t) softmax_row(&P.data[t * P.ld], &S.data[t * S.ld], t, Tn);
+    // O[rows] = P[rows, :keys] V[:keys]
+    blas_gemm(false, false, rows, hs, keys, F(1), &P.data[r0 * P.ld], P.ld, v.data, v.ld, F(0), &O.data[r0 * O.ld],
+              O.ld);
+  }
   store_block(pre_head, Tn, S, Tn, Tn);
   store_block(att_head, Tn, P, Tn, Tn);
   store_block(out_head, C, O, Tn, hs);
@@ -158,14 +169,25 @@ void backward_head(T* dqkv, T* dscores, const T* dout, const T* qkv, const T* at
   const auto dQ = write_block(dq_head, ld_qkv, Tn, hs, s.dq);
   const auto dK = write_block(dk_head, ld_qkv, Tn, hs, s.dk);
   const auto dV = write_block(dv_head, ld_qkv, Tn, hs, s.dv);
-  // dP = dO V^T;  dV = P^T dO
-  blas_gemm(false, true, Tn, Tn, hs, F(1), dO.data, dO.ld, v.data, v.ld, F(0), dS.data, dS.ld);
-  blas_gemm(true, false, Tn, hs, Tn, F(1), P.data, P.ld, dO.data, dO.ld, F(0), dV.data, dV.ld);
-  // dS = P * (dP - rowsum(P * dP))
-  for (std::size_t t = 0; t < Tn; ++t) softmax_backward_row(&dS.data[t * dS.ld], &P.data[t * P.ld], t, Tn);
-  // dQ = s dS K;  dK = s dS^T Q
-  blas_gemm(false, false, Tn, hs, Tn, scale, dS.data, dS.ld, k.data, k.ld, F(0), dQ.data, dQ.ld);
-  blas_gemm(true, false, Tn, hs, Tn, scale, dS.data, dS.ld, q.data, q.ld, F(0), dK.data, dK.ld);
+  // By blocks of query rows: dP[rows, :keys] = dO[rows] V[:keys]^T; dS = P * (dP - rowsum(P * dP));
+  // dQ[rows] = s dS[rows, :keys] K[:keys].
+  for (std::size_t r0 = 0; r0 < Tn; r0 += kCausalBlock) {
+    const std::size_t rows = std::min(kCausalBlock, Tn - r0), keys = r0 + rows;
+    blas_gemm(false, true, rows, keys, hs, F(1), &dO.data[r0 * dO.ld], dO.ld, v.data, v.ld, F(0),
+              &dS.data[r0 * dS.ld], dS.ld);
+    for (std::size_t t = r0; t < keys; ++t) softmax_backward_row(&dS.data[t * dS.ld], &P.data[t * P.ld], t, Tn);
+    blas_gemm(false, false, rows, hs, keys, scale, &dS.data[r0 * dS.ld], dS.ld, k.data, k.ld, F(0),
+              &dQ.data[r0 * dQ.ld], dQ.ld);
+  }
+  // By blocks of keys u (seen by the queries t >= u0): dV[keys] = P[u0:, keys]^T dO[u0:];
+  // dK[keys] = s dS[u0:, keys]^T Q[u0:].
+  for (std::size_t u0 = 0; u0 < Tn; u0 += kCausalBlock) {
+    const std::size_t keys = std::min(kCausalBlock, Tn - u0), queries = Tn - u0;
+    blas_gemm(true, false, keys, hs, queries, F(1), &P.data[u0 * P.ld + u0], P.ld, &dO.data[u0 * dO.ld], dO.ld, F(0),
+              &dV.data[u0 * dV.ld], dV.ld);
+    blas_gemm(true, false, keys, hs, queries, scale, &dS.data[u0 * dS.ld + u0], dS.ld, &q.data[u0 * q.ld], q.ld, F(0),
+              &dK.data[u0 * dK.ld], dK.ld);
+  }
   store_block(ds_head, Tn, dS, Tn, Tn);
   store_block(dq_head, ld_qkv, dQ, Tn, hs);
   store_block(dk_head, ld_qkv, dK, Tn, hs);

@@ -10,11 +10,13 @@
 // return. One buffer, not two: the probabilities' gradient is dead once the scores' is made.
 //
 // Storage type T (kernels/dtype.h) for every array: float, bf16 or fp16 (and double on the CPU).
-// CPU: each row's scores, probabilities and gradients are kept in fp32 (double for double) while
-// the row is computed and rounded once when stored, and dqkv is summed in fp32 per (batch, head)
-// and rounded once: in 16 bits, bit for bit the fp32 kernel's result on the widened inputs,
-// rounded. Private host scratch (outside the emulated device): one head's q, k, v widened
-// (3*T*hs values), a row of T, and the backward's per-head fp32 dqkv sums (3*T*hs). CUDA: the GEMMs (cuBLAS, fp32 accumulation) write preatt, out, dqkv, datt in the
+// CPU: each (batch, head)'s products on OpenBLAS (sgemm; dgemm for double) and its softmax rows
+// in fp32 (double for double); in 16 bits the inputs are widened to fp32, computed by the same
+// calls and each output rounded once when stored: bit for bit the fp32 kernel's result on the
+// widened inputs, rounded. Private host scratch (outside the emulated device), per thread and
+// only in 16 bits: one head's q, k, v, dout, dq, dk, dv (T*hs values each), and its scores,
+// probabilities and their gradient (T*T each).
+// CUDA: the GEMMs (cuBLAS, fp32 accumulation) write preatt, out, dqkv, datt in the
 // storage type, and the softmax kernels read those rounded values back: in 16 bits that is one
 // more rounding per chained step than on the CPU (a few units in the last 16-bit place).
 #pragma once

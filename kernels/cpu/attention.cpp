@@ -1,178 +1,217 @@
-// CPU reference: naive causal self-attention (formulas in kernels/attention.h). The loops are
-// the definition, written to be read: one (batch, head, query row) at a time. Each element is
-// loaded into the compute type F (fp32, or double for double; kernels/dtype.h). A row's scores,
-// probabilities and gradients stay in F while the row is computed and are stored once; dqkv is
-// summed in F for one (batch, head) at a time (its slice of dqkv belongs to that head alone) and
-// stored once. Each (batch, head)'s q, k and v are widened once into host scratch of 3*T*hs values
-// (exact, so the results are the same bits as loading them in the inner loops, which converted
-// each 16-bit value T times over: fp16 ran 3x slower). The (batch, head) pairs are independent
-// (each writes its own rows of att and its own columns of out and dqkv): they are split over the
-// cores (kernels/cpu/parallel_for.h), each thread with its own scratch: the same bits as one loop.
-// The dot products q . k[u] and dout . v[u] are made for every key u at once from k and v
-// transposed (one row per feature i): each is still summed over i in order, the same bits as one
-// dot at a time, and the loop over u vectorizes. Each head's backward is compiled per instruction
-// set (kernels/cpu/simd_clones.h: 4, 8 or 16 floats a vector, the same bits).
+// CPU reference: naive causal self-attention (formulas in kernels/attention.h), one (batch, head) at
+// a time, its products on OpenBLAS (kernels/cpu/blas_gemm.h). For one head, with Q, K, V, dO its
+// T x hs blocks of qkv and dout, P its T x T probabilities and s = 1/sqrt(hs):
+//
+//   forward    S  = s Q K^T                 (the scores; u > t masked afterwards)
+//              P  = softmax of each row of S over u <= t, 0 for u > t
+//              O  = P V
+//   backward   dP = dO V^T                  dV = P^T dO
+//              dS = P * (dP - rowsum(P * dP))      (elementwise; the softmax's backward)
+//              dQ = s dS K                  dK = s dS^T Q
+//
+// The products are made by blocks of kCausalBlock query rows, each up to its last key (the rest of
+// its rows is masked: P and dS are 0 there), as plain BLAS calls; the softmax rows are our loops.
+//
+// Compute type F (kernels/dtype.h): fp32, or double for double. float and double are read and written
+// in place (a head's block of qkv is T rows of hs values, 3C apart). bf16 and fp16 are widened
+// into F scratch (exact), computed by the same calls, and each result rounded once when stored: in
+// 16 bits, bit for bit the fp32 kernel's result on the widened inputs, rounded. The scratch is the
+// host's (outside the emulated device): per thread, one head's inputs and outputs in F.
+//
+// The (batch, head) pairs are independent (each writes its own T x T block of preatt, att and
+// dscores, and its own columns of out and dqkv): they are split over the cores
+// (kernels/cpu/parallel_for.h), each product on one OpenBLAS thread (blas_threads.h,
+// use_one_blas_thread), so the results do not depend on the thread count.
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/blas_gemm.h"
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/simd_clones.h"
+#include "kernels/cpu/vector_exp.h"
 
 namespace trainmem::kernels::cpu {
 
 namespace {
-// One (batch, head)'s q, k and v rows, widened to the compute type: row t of part p (0 q, 1 k,
-// 2 v) at heads[p][t * hs ...].
-template <typename T>
-void widen_head(std::vector<compute_t<T>> (&heads)[3], const T* qkv, std::size_t b, std::size_t h, std::size_t Tn,
-                std::size_t C, std::size_t hs) {
-  for (std::size_t part = 0; part < 3; ++part) {
-    heads[part].resize(Tn * hs);
-    for (std::size_t t = 0; t < Tn; ++t) {
-      const T* row = qkv + (b * Tn + t) * 3 * C + part * C + h * hs;
-      for (std::size_t i = 0; i < hs; ++i) heads[part][t * hs + i] = load(row[i]);
-    }
-  }
-}
-
-// dst[i * Tn + u] = src[u * hs + i]: a head's keys or values, one row per feature.
+// A rows x cols block of a row-major matrix in the compute type F: data[r * ld + c].
 template <typename F>
-void transpose_head(std::vector<F>& dst, const std::vector<F>& src, std::size_t Tn, std::size_t hs) {
-  dst.resize(hs * Tn);
-  for (std::size_t u = 0; u < Tn; ++u)
-    for (std::size_t i = 0; i < hs; ++i) dst[i * Tn + u] = src[u * hs + i];
-}
-
-// dots[u] = x . rows[u] for u < count, rows given transposed (rows_t[i * Tn + u]); each summed
-// over i in order.
-template <typename F>
-void dots_with_rows(F* dots, const F* x, const std::vector<F>& rows_t, std::size_t count, std::size_t Tn,
-                    std::size_t hs) {
-  for (std::size_t u = 0; u < count; ++u) dots[u] = 0;
-  for (std::size_t i = 0; i < hs; ++i) {
-    const F xi = x[i];
-    const F* column = &rows_t[i * Tn];
-    for (std::size_t u = 0; u < count; ++u) dots[u] += xi * column[u];
-  }
-}
-
-// One thread's scratch for the backward: this head's dq, dk, dv for every time step
-// (acc[(t * 3 + part) * hs + i], part 0 = q, 1 = k, 2 = v); one row of datt and dpreatt; one row
-// of att and of dout, widened; this head's q, k, v widened, and v transposed.
-template <typename T>
-struct BackwardScratch {
-  BackwardScratch(std::size_t Tn, std::size_t hs) : acc(Tn * 3 * hs), da(Tn), dpre(Tn), a(Tn), d(hs) {}
-  std::vector<compute_t<T>> acc, da, dpre, a, d, heads[3], v_t;
+struct Block {
+  F* data;
+  std::size_t ld;  // elements from one row to the next
 };
 
-// One (batch, head) of the backward, with one thread's scratch (one copy per instruction set).
+// The block at src (leading dimension ld) to read: the storage itself when T is F, else a widened
+// copy in scratch.
 template <typename T>
-TRAINMEM_SIMD_CLONES void backward_head(T* dqkv, T* dscores, const T* dout, const T* qkv, const T* att,
-                                        std::size_t b, std::size_t h, std::size_t Tn, std::size_t C,
-                                        std::size_t NH, BackwardScratch<T>& s) {
-  using F = compute_t<T>;
-  const std::size_t hs = C / NH;
-  const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-  std::vector<F>&acc = s.acc, &da = s.da, &dpre = s.dpre, &a = s.a, &d = s.d;
-  std::fill(acc.begin(), acc.end(), F(0));
-  widen_head(s.heads, qkv, b, h, Tn, C, hs);
-  transpose_head(s.v_t, s.heads[2], Tn, hs);
-  for (std::size_t t = 0; t < Tn; ++t) {
-    const T* att_row = att + ((b * NH + h) * Tn + t) * Tn;
-    const T* dout_row = dout + (b * Tn + t) * C + h * hs;
-    for (std::size_t u = 0; u <= t; ++u) a[u] = load(att_row[u]);
-    for (std::size_t i = 0; i < hs; ++i) d[i] = load(dout_row[i]);
-    // out = att @ v:  datt[u] = dout . v[u];  dv[u] += att[u] * dout
-    for (std::size_t u = 0; u < Tn; ++u) da[u] = dpre[u] = 0;
-    dots_with_rows(da.data(), d.data(), s.v_t, t + 1, Tn, hs);
-    for (std::size_t u = 0; u <= t; ++u) {
-      F* dv = &acc[(u * 3 + 2) * hs];
-      for (std::size_t i = 0; i < hs; ++i) dv[i] += a[u] * d[i];
-    }
-    // softmax backward: dpre[u] = att[u] * (datt[u] - sum_w att[w] datt[w])
-    F weighted = 0;
-    for (std::size_t u = 0; u <= t; ++u) weighted += a[u] * da[u];
-    for (std::size_t u = 0; u <= t; ++u) dpre[u] = a[u] * (da[u] - weighted);
-    // preatt = q . k * scale:  dq += dpre[u] k[u] scale;  dk[u] += dpre[u] q scale
-    const F* q = &s.heads[0][t * hs];
-    F* dq = &acc[(t * 3 + 0) * hs];
-    for (std::size_t u = 0; u <= t; ++u) {
-      const F* k = &s.heads[1][u * hs];
-      F* dk = &acc[(u * 3 + 1) * hs];
-      for (std::size_t i = 0; i < hs; ++i) {
-        dq[i] += dpre[u] * k[i] * scale;
-        dk[i] += dpre[u] * q[i] * scale;
-      }
-    }
-    // the row of dscores ends as dpreatt's (the row's datt lived in `da` only)
-    T* dscores_row = dscores + ((b * NH + h) * Tn + t) * Tn;
-    for (std::size_t u = 0; u < Tn; ++u) dscores_row[u] = store<T>(dpre[u]);
+Block<const compute_t<T>> read_block(const T* src, std::size_t ld, std::size_t rows, std::size_t cols,
+                                     std::vector<compute_t<T>>& scratch) {
+  if constexpr (std::is_same_v<T, compute_t<T>>) {
+    return {src, ld};
+  } else {
+    scratch.resize(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c) scratch[r * cols + c] = load(src[r * ld + c]);
+    return {scratch.data(), cols};
   }
-  // this head's slice of dqkv, written once
-  for (std::size_t t = 0; t < Tn; ++t)
-    for (std::size_t part = 0; part < 3; ++part) {
-      T* dst = dqkv + (b * Tn + t) * 3 * C + part * C + h * hs;
-      for (std::size_t i = 0; i < hs; ++i) dst[i] = store<T>(acc[(t * 3 + part) * hs + i]);
-    }
+}
+
+// The block at dst to write: the storage itself when T is F, else scratch that store_block rounds
+// into dst.
+template <typename T>
+Block<compute_t<T>> write_block(T* dst, std::size_t ld, std::size_t rows, std::size_t cols,
+                                std::vector<compute_t<T>>& scratch) {
+  if constexpr (std::is_same_v<T, compute_t<T>>) {
+    return {dst, ld};
+  } else {
+    scratch.resize(rows * cols);
+    return {scratch.data(), cols};
+  }
+}
+template <typename T>
+void store_block(T* dst, std::size_t ld, Block<compute_t<T>> block, std::size_t rows, std::size_t cols) {
+  if constexpr (!std::is_same_v<T, compute_t<T>>)
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c) dst[r * ld + c] = store<T>(block.data[r * block.ld + c]);
+}
+
+// One row of the softmax: p[u] = exp(s[u] - max) / sum_w exp(s[w] - max) for u <= t, and the
+// masked future p[u] = s[u] = 0 for t < u < Tn (one copy per instruction set: the exp vectorizes).
+template <typename F>
+TRAINMEM_SIMD_CLONES void softmax_row(F* p, F* s, std::size_t t, std::size_t Tn) {
+  F maxval = -std::numeric_limits<F>::infinity();  // subtracted for a stable exp
+  for (std::size_t u = 0; u <= t; ++u) maxval = s[u] > maxval ? s[u] : maxval;
+  for (std::size_t u = 0; u <= t; ++u) p[u] = exp_of(s[u] - maxval);
+  F sum = 0;
+  for (std::size_t u = 0; u <= t; ++u) sum += p[u];
+  for (std::size_t u = 0; u <= t; ++u) p[u] /= sum;
+  for (std::size_t u = t + 1; u < Tn; ++u) p[u] = s[u] = 0;
+}
+
+// One row of the softmax's backward, in place: dp[u] becomes p[u] (dp[u] - sum_w p[w] dp[w]) for
+// u <= t, and 0 beyond (the masked future).
+template <typename F>
+TRAINMEM_SIMD_CLONES void softmax_backward_row(F* dp, const F* p, std::size_t t, std::size_t Tn) {
+  F weighted = 0;
+  for (std::size_t u = 0; u <= t; ++u) weighted += p[u] * dp[u];
+  for (std::size_t u = 0; u <= t; ++u) dp[u] = p[u] * (dp[u] - weighted);
+  for (std::size_t u = t + 1; u < Tn; ++u) dp[u] = 0;
+}
+
+// Rows (queries) per block of the causal products: a block of rows [r0, r0 + R) sees the keys
+// u < r0 + R only, so its products stop there; the T x T square costs (1 + 1/n) / 2 of itself
+// for n blocks. Fewer, larger blocks make fewer BLAS calls (each costs microseconds).
+constexpr std::size_t kCausalBlock = 64;
+
+// One thread's scratch (used by bf16 and fp16 only): a head's blocks in F.
+template <typename F>
+struct HeadScratch {
+  std::vector<F> q, k, v, scores, probs, out, dout, dq, dk, dv;
+};
+
+// The offset of head h's block of part (0 q, 1 k, 2 v) in qkv[B, Tn, 3C] for batch b (rows 3C apart).
+inline std::size_t qkv_offset(std::size_t b, std::size_t h, std::size_t part, std::size_t Tn, std::size_t C,
+                              std::size_t hs) {
+  return b * Tn * 3 * C + part * C + h * hs;
+}
+
+template <typename T>
+void forward_head(T* out, T* preatt, T* att, const T* qkv, std::size_t b, std::size_t h, std::size_t Tn,
+                  std::size_t C, std::size_t NH, HeadScratch<compute_t<T>>& s) {
+  using F = compute_t<T>;
+  const std::size_t hs = C / NH, ld_qkv = 3 * C;
+  const F scale = F(1) / std::sqrt(static_cast<F>(hs));
+  const auto q = read_block(qkv + qkv_offset(b, h, 0, Tn, C, hs), ld_qkv, Tn, hs, s.q);
+  const auto k = read_block(qkv + qkv_offset(b, h, 1, Tn, C, hs), ld_qkv, Tn, hs, s.k);
+  const auto v = read_block(qkv + qkv_offset(b, h, 2, Tn, C, hs), ld_qkv, Tn, hs, s.v);
+  T* pre_head = preatt + (b * NH + h) * Tn * Tn;
+  T* att_head = att + (b * NH + h) * Tn * Tn;
+  T* out_head = out + b * Tn * C + h * hs;
+  const auto S = write_block(pre_head, Tn, Tn, Tn, s.scores);
+  const auto P = write_block(att_head, Tn, Tn, Tn, s.probs);
+  const auto O = write_block(out_head, C, Tn, hs, s.out);
+  for (std::size_t r0 = 0; r0 < Tn; r0 += kCausalBlock) {
+    const std::size_t rows = std::min(kCausalBlock, Tn - r0), keys = r0 + rows;  // rows r0.. see keys < `keys`
+    // S[rows, :keys] = s Q[rows] K[:keys]^T
+    blas_gemm(false, true, rows, keys, hs, scale, &q.data[r0 * q.ld], q.ld, k.data, k.ld, F(0), &S.data[r0 * S.ld],
+              S.ld);
+    for (std::size_t t = r0; t < keys; ++t) softmax_row(&P.data[t * P.ld], &S.data[t * S.ld], t, Tn);
+    // O[rows] = P[rows, :keys] V[:keys]
+    blas_gemm(false, false, rows, hs, keys, F(1), &P.data[r0 * P.ld], P.ld, v.data, v.ld, F(0), &O.data[r0 * O.ld],
+              O.ld);
+  }
+  store_block(pre_head, Tn, S, Tn, Tn);
+  store_block(att_head, Tn, P, Tn, Tn);
+  store_block(out_head, C, O, Tn, hs);
+}
+
+template <typename T>
+void backward_head(T* dqkv, T* dscores, const T* dout, const T* qkv, const T* att, std::size_t b, std::size_t h,
+                   std::size_t Tn, std::size_t C, std::size_t NH, HeadScratch<compute_t<T>>& s) {
+  using F = compute_t<T>;
+  const std::size_t hs = C / NH, ld_qkv = 3 * C;
+  const F scale = F(1) / std::sqrt(static_cast<F>(hs));
+  const auto q = read_block(qkv + qkv_offset(b, h, 0, Tn, C, hs), ld_qkv, Tn, hs, s.q);
+  const auto k = read_block(qkv + qkv_offset(b, h, 1, Tn, C, hs), ld_qkv, Tn, hs, s.k);
+  const auto v = read_block(qkv + qkv_offset(b, h, 2, Tn, C, hs), ld_qkv, Tn, hs, s.v);
+  const auto P = read_block(att + (b * NH + h) * Tn * Tn, Tn, Tn, Tn, s.probs);
+  const auto dO = read_block(dout + b * Tn * C + h * hs, C, Tn, hs, s.dout);
+  T* ds_head = dscores + (b * NH + h) * Tn * Tn;
+  T* dq_head = dqkv + qkv_offset(b, h, 0, Tn, C, hs);
+  T* dk_head = dqkv + qkv_offset(b, h, 1, Tn, C, hs);
+  T* dv_head = dqkv + qkv_offset(b, h, 2, Tn, C, hs);
+  const auto dS = write_block(ds_head, Tn, Tn, Tn, s.scores);  // dP first, then dS in place
+  const auto dQ = write_block(dq_head, ld_qkv, Tn, hs, s.dq);
+  const auto dK = write_block(dk_head, ld_qkv, Tn, hs, s.dk);
+  const auto dV = write_block(dv_head, ld_qkv, Tn, hs, s.dv);
+  // By blocks of query rows: dP[rows, :keys] = dO[rows] V[:keys]^T; dS = P * (dP - rowsum(P * dP));
+  // dQ[rows] = s dS[rows, :keys] K[:keys].
+  for (std::size_t r0 = 0; r0 < Tn; r0 += kCausalBlock) {
+    const std::size_t rows = std::min(kCausalBlock, Tn - r0), keys = r0 + rows;
+    blas_gemm(false, true, rows, keys, hs, F(1), &dO.data[r0 * dO.ld], dO.ld, v.data, v.ld, F(0),
+              &dS.data[r0 * dS.ld], dS.ld);
+    for (std::size_t t = r0; t < keys; ++t) softmax_backward_row(&dS.data[t * dS.ld], &P.data[t * P.ld], t, Tn);
+    blas_gemm(false, false, rows, hs, keys, scale, &dS.data[r0 * dS.ld], dS.ld, k.data, k.ld, F(0),
+              &dQ.data[r0 * dQ.ld], dQ.ld);
+  }
+  // By blocks of keys u (seen by the queries t >= u0): dV[keys] = P[u0:, keys]^T dO[u0:];
+  // dK[keys] = s dS[u0:, keys]^T Q[u0:].
+  for (std::size_t u0 = 0; u0 < Tn; u0 += kCausalBlock) {
+    const std::size_t keys = std::min(kCausalBlock, Tn - u0), queries = Tn - u0;
+    blas_gemm(true, false, keys, hs, queries, F(1), &P.data[u0 * P.ld + u0], P.ld, &dO.data[u0 * dO.ld], dO.ld, F(0),
+              &dV.data[u0 * dV.ld], dV.ld);
+    blas_gemm(true, false, keys, hs, queries, scale, &dS.data[u0 * dS.ld + u0], dS.ld, &q.data[u0 * q.ld], q.ld, F(0),
+              &dK.data[u0 * dK.ld], dK.ld);
+  }
+  store_block(ds_head, Tn, dS, Tn, Tn);
+  store_block(dq_head, ld_qkv, dQ, Tn, hs);
+  store_block(dk_head, ld_qkv, dK, Tn, hs);
+  store_block(dv_head, ld_qkv, dV, Tn, hs);
 }
 }  // namespace
 
 template <typename T>
 void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, std::size_t Tn, std::size_t C,
                        std::size_t NH) {
-  using F = compute_t<T>;
-  const std::size_t hs = C / NH;
-  const F scale = F(1) / std::sqrt(static_cast<F>(hs));
+  use_one_blas_thread();
   parallel_for(B * NH, 1, [&](std::size_t bh_begin, std::size_t bh_end) {
-    std::vector<F> pre(Tn), a(Tn), o(hs);  // one row of scores and probabilities, one head of out
-    std::vector<F> heads[3], k_t;           // this head's q, k, v, widened; k transposed
-    for (std::size_t bh = bh_begin; bh < bh_end; ++bh) {
-      const std::size_t b = bh / NH, h = bh % NH;
-      widen_head(heads, qkv, b, h, Tn, C, hs);
-      transpose_head(k_t, heads[1], Tn, hs);
-      for (std::size_t t = 0; t < Tn; ++t) {
-        const F* q = &heads[0][t * hs];
-        // scores for keys u <= t, and their max (for a stable softmax)
-        dots_with_rows(pre.data(), q, k_t, t + 1, Tn, hs);
-        F maxval = -std::numeric_limits<F>::infinity();
-        for (std::size_t u = 0; u <= t; ++u) {
-          pre[u] *= scale;
-          if (pre[u] > maxval) maxval = pre[u];
-        }
-        F sum = 0;
-        for (std::size_t u = 0; u <= t; ++u) {
-          a[u] = std::exp(pre[u] - maxval);
-          sum += a[u];
-        }
-        for (std::size_t u = 0; u <= t; ++u) a[u] /= sum;
-        for (std::size_t u = t + 1; u < Tn; ++u) a[u] = pre[u] = 0;  // masked: the future
-        // out = att @ v
-        for (std::size_t i = 0; i < hs; ++i) o[i] = 0;
-        for (std::size_t u = 0; u <= t; ++u) {
-          const F* v = &heads[2][u * hs];
-          for (std::size_t i = 0; i < hs; ++i) o[i] += a[u] * v[i];
-        }
-        T* pre_row = preatt + ((b * NH + h) * Tn + t) * Tn;
-        T* att_row = att + ((b * NH + h) * Tn + t) * Tn;
-        for (std::size_t u = 0; u < Tn; ++u) {
-          pre_row[u] = store<T>(pre[u]);
-          att_row[u] = store<T>(a[u]);
-        }
-        T* out_row = out + (b * Tn + t) * C + h * hs;
-        for (std::size_t i = 0; i < hs; ++i) out_row[i] = store<T>(o[i]);
-      }
-    }
+    HeadScratch<compute_t<T>> scratch;
+    for (std::size_t bh = bh_begin; bh < bh_end; ++bh)
+      forward_head(out, preatt, att, qkv, bh / NH, bh % NH, Tn, C, NH, scratch);
   });
 }
 
 template <typename T>
 void attention_backward(T* dqkv, T* dscores, const T* dout, const T* qkv, const T* att, std::size_t B, std::size_t Tn,
                         std::size_t C, std::size_t NH) {
+  use_one_blas_thread();
   parallel_for(B * NH, 1, [&](std::size_t bh_begin, std::size_t bh_end) {
-    BackwardScratch<T> scratch(Tn, C / NH);
+    HeadScratch<compute_t<T>> scratch;
     for (std::size_t bh = bh_begin; bh < bh_end; ++bh)
       backward_head(dqkv, dscores, dout, qkv, att, bh / NH, bh % NH, Tn, C, NH, scratch);
   });

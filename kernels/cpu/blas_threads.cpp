@@ -52,12 +52,17 @@ int blas_threads_for(std::size_t m, std::size_t n, std::size_t k) {
   return mnk >= p.min_mnk ? p.max_threads : 1;
 }
 
-void use_blas_threads_for(std::size_t m, std::size_t n, std::size_t k) {
-  const int threads = blas_threads_for(m, n, k);
+namespace {
+void use_blas_threads(int threads) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (threads == g_current) return;
   openblas_set_num_threads(threads);
   g_current = threads;
 }
+}  // namespace
+
+void use_blas_threads_for(std::size_t m, std::size_t n, std::size_t k) { use_blas_threads(blas_threads_for(m, n, k)); }
+
+void use_one_blas_thread() { use_blas_threads(1); }
 
 }  // namespace trainmem::kernels::cpu

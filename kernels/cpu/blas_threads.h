@@ -37,5 +37,9 @@ void set_blas_thread_policy(const BlasThreadPolicy& policy);
 int blas_threads_for(std::size_t m, std::size_t n, std::size_t k);
 // Tells OpenBLAS that count before the product is made (only when it changes).
 void use_blas_threads_for(std::size_t m, std::size_t n, std::size_t k);
+// Tells OpenBLAS to use one thread, whatever the policy: for the products a kernel makes inside
+// parallel_for (attention's, one (batch, head) per call), whose threads already use the cores. Their
+// bits then depend on nothing but their shapes. Call it before parallel_for, not inside.
+void use_one_blas_thread();
 
 }  // namespace trainmem::kernels::cpu

@@ -22,10 +22,6 @@ constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double kGeluCubic = 0.044715;
 constexpr std::size_t kGeluMinPerThread = 32768;  // elements; each costs about 1 ns
 
-// exp in the compute type: the vectorizable fp32 exp (within 1 ulp), or the library's in double.
-inline float exp_of(float x) { return exp_vectorizable(x); }
-inline double exp_of(double x) { return std::exp(x); }
-
 // u = sqrt(2/pi) (x + 0.044715 x^3)
 template <typename F>
 F gelu_u(F x) {

@@ -1,12 +1,15 @@
 // CPU reference: the linear layer on OpenBLAS (row-major GEMMs; formulas in kernels/matmul.h).
 // float and double call sgemm/dgemm on the buffers themselves; bf16 and fp16 go through the
-// bounded fp32 staging tiles described in matmul.h (gemm_staged below). Each product runs on as
-// many OpenBLAS threads as kernels/cpu/blas_threads.h gives its size.
+// bounded fp32 staging tiles described in matmul.h (gemm_staged below). A large product runs on
+// as many OpenBLAS threads as kernels/cpu/blas_threads.h gives its size; a smaller one is split
+// over the cores by us, in blocks of rows fixed by its shape (gemm below).
 #include "kernels/matmul.h"
 
 #include <cblas.h>
 
+#include "kernels/cpu/blas_gemm.h"
 #include "kernels/cpu/blas_threads.h"
+#include "kernels/cpu/parallel_for.h"
 
 #include <algorithm>
 #include <vector>
@@ -14,18 +17,47 @@
 namespace trainmem::kernels::cpu {
 
 namespace {
-// One name for sgemm and dgemm, so the templates below read as the formulas.
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t M, std::size_t N, std::size_t K, float alpha,
-          const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
-  use_blas_threads_for(M, N, K);
-  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
-              static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+// When a product is split over the cores by rows (see gemm): into at most kGemmBlocks blocks, of at
+// least kGemmMinBlockRows rows, a multiple of 16 (sgemm's register tile is 16 rows on Haswell).
+// Each block repacks all of op(B), so fewer, larger blocks cost less on one thread (64-row blocks
+// made small's step 5% slower on one thread than one call per product; 4 blocks fill 2 or 4 cores).
+constexpr std::size_t kGemmBlocks = 4, kGemmMinBlockRows = 64;
+
+// The rows of one block, a function of M alone (so the bits do not depend on the thread count).
+std::size_t gemm_block_rows(std::size_t M) {
+  const std::size_t quarter = (M + kGemmBlocks - 1) / kGemmBlocks;
+  return std::max(kGemmMinBlockRows, (quarter + 15) / 16 * 16);
 }
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t M, std::size_t N, std::size_t K, double alpha,
-          const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta, double* C, std::size_t ldc) {
-  use_blas_threads_for(M, N, K);
-  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
-              static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+// Multiply-adds below which a thread is not worth starting (about 80 us of sgemm; a thread's start
+// costs tens of microseconds, kernels/cpu/parallel_for.h).
+constexpr double kGemmMinMnkPerThread = 2.0 * 1024 * 1024;
+
+// C[M, N] = alpha op(A) @ op(B) + beta C. A product that the policy of blas_threads.h gives
+// OpenBLAS's threads is made by one threaded call. A smaller one is split by us instead, as
+// OpenBLAS would leave the second core idle: C's rows in blocks (gemm_block_rows), each block
+// its own one-thread product (its rows of op(A) with all of op(B)), the blocks over the cores
+// (parallel_for). The blocks depend on M alone and each block's sum over K is OpenBLAS's for that
+// shape, so the bits do not depend on the thread count.
+template <typename F>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::size_t M, std::size_t N, std::size_t K, F alpha, const F* A,
+          std::size_t lda, const F* B, std::size_t ldb, F beta, F* C, std::size_t ldc) {
+  const bool trans_a = ta == CblasTrans, trans_b = tb == CblasTrans;
+  if (blas_threads_for(M, N, K) > 1) {
+    use_blas_threads_for(M, N, K);
+    blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  use_one_blas_thread();
+  const std::size_t block_rows = gemm_block_rows(M), blocks = (M + block_rows - 1) / block_rows;
+  const double block_mnk = static_cast<double>(block_rows) * static_cast<double>(N) * static_cast<double>(K);
+  const auto min_blocks_per_thread = static_cast<std::size_t>(kGemmMinMnkPerThread / std::max(block_mnk, 1.0)) + 1;
+  parallel_for(blocks, min_blocks_per_thread, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t block = begin; block < end; ++block) {
+      const std::size_t m0 = block * block_rows, rows = std::min(block_rows, M - m0);
+      const F* a_rows = trans_a ? A + m0 : A + m0 * lda;  // rows m0.. of op(A): stored columns if transposed
+      blas_gemm(trans_a, trans_b, rows, N, K, alpha, a_rows, lda, B, ldb, beta, C + m0 * ldc, ldc);
+    }
+  });
 }
 
 // dst[r * cols + c] = src[r * ld + c] widened, for a rows x cols block of a row-major matrix.

@@ -2,8 +2,8 @@
 //
 //   parallel_for(n, min_per_thread, [&](std::size_t begin, std::size_t end) { ... });
 //
-// runs body on contiguous ranges [begin, end) that cover [0, n) once, one range per thread, the
-// first on the calling thread, and returns when every range is done. It is for loops whose
+// runs body on contiguous ranges [begin, end) that cover [0, n) once, as many ranges as threads,
+// on the calling thread and a pool of worker threads, and returns when every range is done. It is for loops whose
 // iterations write disjoint outputs and read nothing another iteration writes (elementwise ops,
 // the rows of a row-wise op, the heads of attention): each output is then computed by the same
 // instructions in the same order as by the serial loop, so the results are the same bits. Sums
@@ -11,9 +11,11 @@
 // change their order.
 //
 // Threads: TRAINMEM_CPU_THREADS if set (1: everything serial), else the cores the machine has. A
-// range gets at least min_per_thread iterations, so small loops stay on one thread (starting a
-// thread costs tens of microseconds). Threads are started per call and end with it: nothing spins
-// between kernels (OpenBLAS's workers do, kernels/cpu/blas_threads.h). body must not throw.
+// range gets at least min_per_thread iterations, so small loops stay on one thread (waking a
+// worker costs microseconds, more on a loaded machine). The workers are started once and sleep
+// between calls: nothing spins between kernels (OpenBLAS's workers do, kernels/cpu/blas_threads.h).
+// Which thread runs a range varies from call to call (parallel_for.cpp); a call made inside body,
+// or while another thread's call holds the pool, runs serially. body must not throw.
 #pragma once
 #include <cstddef>
 #include <functional>

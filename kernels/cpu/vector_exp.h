@@ -20,6 +20,7 @@
 // in the baseline instruction set).
 #pragma once
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace trainmem::kernels::cpu {
@@ -44,5 +45,9 @@ inline float exp_vectorizable(float x) {
   const std::uint32_t two_to_n = static_cast<std::uint32_t>(static_cast<std::int32_t>(n_int) + 127) << 23;
   return exp_r * std::bit_cast<float>(two_to_n);
 }
+
+// exp in a kernel's compute type: the vectorizable fp32 exp above, or the library's in double.
+inline float exp_of(float x) { return exp_vectorizable(x); }
+inline double exp_of(double x) { return std::exp(x); }
 
 }  // namespace trainmem::kernels::cpu

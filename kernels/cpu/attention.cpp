@@ -25,6 +25,7 @@
 #include "kernels/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -120,15 +121,23 @@ inline std::size_t qkv_offset(std::size_t b, std::size_t h, std::size_t part, st
   return b * Tn * 3 * C + part * C + h * hs;
 }
 
+// Head h's q, k and v blocks of batch b, each [Tn, hs] (rows 3C apart in qkv).
+template <typename T>
+auto read_head_qkv(const T* qkv, std::size_t b, std::size_t h, std::size_t Tn, std::size_t C, std::size_t hs,
+                   HeadScratch<compute_t<T>>& s) {
+  const std::size_t ld_qkv = 3 * C;
+  return std::array{read_block(qkv + qkv_offset(b, h, 0, Tn, C, hs), ld_qkv, Tn, hs, s.q),
+                    read_block(qkv + qkv_offset(b, h, 1, Tn, C, hs), ld_qkv, Tn, hs, s.k),
+                    read_block(qkv + qkv_offset(b, h, 2, Tn, C, hs), ld_qkv, Tn, hs, s.v)};
+}
+
 template <typename T>
 void forward_head(T* out, T* preatt, T* att, const T* qkv, std::size_t b, std::size_t h, std::size_t Tn,
                   std::size_t C, std::size_t NH, HeadScratch<compute_t<T>>& s) {
   using F = compute_t<T>;
-  const std::size_t hs = C / NH, ld_qkv = 3 * C;
+  const std::size_t hs = C / NH;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-  const auto q = read_block(qkv + qkv_offset(b, h, 0, Tn, C, hs), ld_qkv, Tn, hs, s.q);
-  const auto k = read_block(qkv + qkv_offset(b, h, 1, Tn, C, hs), ld_qkv, Tn, hs, s.k);
-  const auto v = read_block(qkv + qkv_offset(b, h, 2, Tn, C, hs), ld_qkv, Tn, hs, s.v);
+  const auto [q, k, v] = read_head_qkv(qkv, b, h, Tn, C, hs, s);
   T* pre_head = preatt + (b * NH + h) * Tn * Tn;
   T* att_head = att + (b * NH + h) * Tn * Tn;
   T* out_head = out + b * Tn * C + h * hs;
@@ -156,9 +165,7 @@ void backward_head(T* dqkv, T* dscores, const T* dout, const T* qkv, const T* at
   using F = compute_t<T>;
   const std::size_t hs = C / NH, ld_qkv = 3 * C;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-  const auto q = read_block(qkv + qkv_offset(b, h, 0, Tn, C, hs), ld_qkv, Tn, hs, s.q);
-  const auto k = read_block(qkv + qkv_offset(b, h, 1, Tn, C, hs), ld_qkv, Tn, hs, s.k);
-  const auto v = read_block(qkv + qkv_offset(b, h, 2, Tn, C, hs), ld_qkv, Tn, hs, s.v);
+  const auto [q, k, v] = read_head_qkv(qkv, b, h, Tn, C, hs, s);
   const auto P = read_block(att + (b * NH + h) * Tn * Tn, Tn, Tn, Tn, s.probs);
   const auto dO = read_block(dout + b * Tn * C + h * hs, C, Tn, hs, s.dout);
   T* ds_head = dscores + (b * NH + h) * Tn * Tn;

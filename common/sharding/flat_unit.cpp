@@ -62,9 +62,15 @@ FlatUnit::FlatUnit(GPT& model, Communicator& comm, UnitLayout layout, Keep param
   if (gradients_ == Keep::whole) {
     make_whole_gradients();
   } else {
-    grad_shard_ = Tensor(allocator, {S}, dtype_, MemoryCategory::gradients, layout_.name + ".grads_shard");
+    make_gradient_shard();
     zero_device_memory(device, grad_shard_.data(), grad_shard_.nbytes());
   }
+}
+
+// This rank's S elements of the unit's gradients (uninitialized).
+void FlatUnit::make_gradient_shard() {
+  grad_shard_ = Tensor(model_.device().allocator(), {static_cast<std::int64_t>(layout_.shard_numel)}, dtype_,
+                       MemoryCategory::gradients, layout_.name + ".grads_shard");
 }
 
 // The unit's flat gradients, zeroed (the backward accumulates into them), shown to the model.
@@ -162,9 +168,7 @@ void FlatUnit::open_gradients(bool accumulate) {
 void FlatUnit::reduce_scatter_gradients() {
   if (gradients_ == Keep::whole || full_grads_.data() == nullptr)
     throw std::logic_error("unit " + layout_.name + ": no gradient bucket to reduce-scatter");
-  if (grad_shard_.data() == nullptr)  // on demand: the step's first reduce-scatter writes all of it
-    grad_shard_ = Tensor(model_.device().allocator(), {static_cast<std::int64_t>(layout_.shard_numel)}, dtype_,
-                         MemoryCategory::gradients, layout_.name + ".grads_shard");
+  if (grad_shard_.data() == nullptr) make_gradient_shard();  // on demand: the step's first reduce-scatter writes all of it
   comm_.reduce_scatter(full_grads_.data(), grad_shard_.data(), layout_.shard_numel, dtype_, MemoryCategory::gradients);
   forget_grads();
   full_grads_.reset();

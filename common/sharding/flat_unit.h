@@ -78,6 +78,7 @@ class FlatUnit {
  private:
   std::byte* my_slice(Tensor& flat) const;  // flat + first_owned_ elements
   void make_whole_gradients();
+  void make_gradient_shard();
   void point_values_at(Tensor& flat);
   void point_grads_at(Tensor& flat);
   void forget_values();

@@ -51,8 +51,7 @@ ShardingEngine::ShardingEngine(GPT& model, Communicator& comm, ShardingPlan plan
   std::vector<UnitLayout> layouts = unit_layouts(config, plan_.shard_optimizer ? N : 1, plan_.layers_per_unit);
   units_.reserve(layouts.size());
   for (UnitLayout& layout : layouts)
-    units_.emplace_back(model_, comm_, std::move(layout), parameters, plan_.gradients,
-                        plan_.gradients_on_demand || plan_.optimizer_in_backward);
+    units_.emplace_back(model_, comm_, std::move(layout), parameters, plan_.gradients, !plan_.keeps_gradients());
 
   Device& device = model_.device();
   if (plan_.shard_optimizer) {
@@ -104,6 +103,7 @@ void ShardingEngine::note_gathered() {
 }
 
 void ShardingEngine::release_gradients() {
+  if (plan_.keeps_gradients()) return;
   for (FlatUnit& u : units_) u.release_gradients();
 }
 

@@ -68,6 +68,8 @@ struct ShardingPlan {
   bool gradients_on_demand = false;
   // --optimizer-in-backward: each unit's shard updated in the backward (above); implies on demand.
   bool optimizer_in_backward = false;
+  // Whether the units' gradients stay between optimizer steps (persistent: neither flag above).
+  bool keeps_gradients() const { return !gradients_on_demand && !optimizer_in_backward; }
 };
 
 class ShardingEngine {
@@ -90,7 +92,8 @@ class ShardingEngine {
   void release(std::size_t u) { units_.at(u).release(); }
   std::size_t peak_gathered_layer_units() const { return peak_gathered_; }  // the root not counted
 
-  // On demand, after the optimizer step (updated or skipped: PyTorch's zero_grad runs either way).
+  // After the optimizer step (updated or skipped: PyTorch's zero_grad runs either way): every
+  // unit's gradients freed, unless the plan keeps them (then nothing).
   void release_gradients();
   // Unit u's gradients are complete and reduced on this rank: with the optimizer in the backward,
   // its shard is updated (optimizer step `step`) and the unit's gradients freed; otherwise nothing.

@@ -28,8 +28,8 @@ std::size_t gemm_block_rows(std::size_t M) {
   const std::size_t quarter = (M + kGemmBlocks - 1) / kGemmBlocks;
   return std::max(kGemmMinBlockRows, (quarter + 15) / 16 * 16);
 }
-// Multiply-adds below which a thread is not worth starting (about 80 us of sgemm; a thread's start
-// costs tens of microseconds, kernels/cpu/parallel_for.h).
+// Multiply-adds below which a second thread is not worth waking (about 80 us of sgemm; waking a
+// pool worker costs a few microseconds, more on a loaded machine: kernels/cpu/parallel_for.cpp).
 constexpr double kGemmMinMnkPerThread = 2.0 * 1024 * 1024;
 
 // C[M, N] = alpha op(A) @ op(B) + beta C. A product that the policy of blas_threads.h gives

@@ -89,15 +89,16 @@ inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const 
   }
   m.optimizer_state_peak_bytes = m.optimizer_state_bytes;
   m.gradients_between_steps_bytes = grads == GradientLifetime::persistent ? m.sharded_gradient_bytes : 0;
-  std::vector<std::size_t> bucket, shard;  // per unit, for the peaks of gradients not kept (gradient_peaks.h)
+  // Per unit (units[0] is the root): F_u, its whole padded flat vector (gathered parameters, the
+  // gradient bucket), and this rank's gradient shard (none kept as such in NO_SHARD).
+  std::vector<std::size_t> bucket, shard;
   for (const UnitLayout& u : units) {
     bucket.push_back(round_size(u.padded_numel * b));
     shard.push_back(options.mode == ShardingMode::none ? 0 : round_size(u.shard_numel * b));
   }
 
-  // The layer units' gathered sizes, F_u, in layer order (units[0] is the root).
-  std::vector<std::size_t> gathered;
-  for (std::size_t i = 1; i < units.size(); ++i) gathered.push_back(round_size(units[i].padded_numel * b));
+  // The layer units' gathered sizes, F_u, in layer order.
+  const std::vector<std::size_t> gathered(bucket.begin() + 1, bucket.end());
   m.largest_unit_gathered_bytes = gathered.empty() ? 0 : *std::max_element(gathered.begin(), gathered.end());
 
   if (options.mode == ShardingMode::none) {
@@ -108,7 +109,7 @@ inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const 
     return m;
   }
 
-  m.root_gathered_bytes = round_size(units[0].padded_numel * b);
+  m.root_gathered_bytes = bucket[0];
   if (options.mode == ShardingMode::grad_op) {
     m.layer_units_gathered_at_peak = gathered.size();
     for (std::size_t f : gathered) m.gathered_layer_bytes_at_peak += f;

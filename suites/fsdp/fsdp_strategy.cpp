@@ -86,8 +86,6 @@ void FsdpStrategy::after_layer_backward(StepContext& ctx, std::size_t layer) {
 
 void FsdpStrategy::after_backward(StepContext& ctx) { finish_gradients(0, ctx.step); }
 
-void FsdpStrategy::after_optimizer_step(StepContext&) {
-  if (engine_.plan().gradients_on_demand) engine_.release_gradients();
-}
+void FsdpStrategy::after_optimizer_step(StepContext&) { engine_.release_gradients(); }  // nothing when kept
 
 }  // namespace trainmem::fsdp

@@ -74,7 +74,7 @@ class FsdpStrategy : public Strategy {
   void before_layer_backward(StepContext& ctx, std::size_t layer) override;
   void after_layer_backward(StepContext& ctx, std::size_t layer) override;
   void after_backward(StepContext& ctx) override;
-  void after_optimizer_step(StepContext& ctx) override;  // on demand: the gradients freed
+  void after_optimizer_step(StepContext& ctx) override;  // gradients not kept: freed
 
   // Every parameter, whole, in parameters() order, widened to fp32: as stored, and the optimizer's
   // fp32 master weights. Collectives: every rank must call them.

@@ -126,15 +126,16 @@ void ZeroStrategy::before_optimizer_step(StepContext&) {
 
 // Stages 1-2: every rank updated its slice; gather the whole unit again (volume P_u * e). Stage 1's
 // gradients start from zero again, padding and the other ranks' slices included (the in-place
-// reduce-scatter may have written them) -- or, on demand, every stage's are freed.
+// reduce-scatter may have written them) -- or, not kept (on demand, in backward), every stage's are freed.
 void ZeroStrategy::after_optimizer_step(StepContext&) {
   if (!engine_) return;
+  const bool keeps_gradients = engine_->plan().keeps_gradients();
   if (options_.stage <= 2)
     for (FlatUnit& u : engine_->units()) {
       u.all_gather_parameters_in_place();
-      if (options_.stage == 1 && !options_.gradients_on_demand && !options_.optimizer_in_backward) u.zero_gradients();
+      if (options_.stage == 1 && keeps_gradients) u.zero_gradients();
     }
-  if (options_.gradients_on_demand) engine_->release_gradients();
+  engine_->release_gradients();  // nothing when kept
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -103,10 +103,10 @@ class Communicator {
   virtual std::string backend() const = 0;  // "local", "mpi" or "nccl"
 
   // dtype: f32, bf16 or f16; `category` says what is being moved, for the counts.
-  // 16-bit sums: the local and mpi backends widen to fp32, sum, and round once (RNE, as
-  // kernels/convert.h), so they give the same bits; nccl sums in NCCL's own way (one rounding per
-  // ring step), the same bits for N <= 2 (one addition per element) and within 16-bit rounding
-  // beyond.
+  // The order of a sum: the local and mpi backends add in rank order in fp32 and round once
+  // (common/comm/rank_order_sum.h), so every rank, run and MPI build gets the same bits, equal to
+  // the same sum made in one process. nccl sums in NCCL's own order (in 16 bits: one rounding per
+  // ring step): the same bits for N <= 2 (one addition per element), within rounding beyond.
   // all_reduce is in place. For reduce_scatter and all_gather, recv may be the rank's own slice of
   // send / recv (recv == send + rank*count elements) as in NCCL; other overlaps are not allowed.
   // Every rank must call the same collectives in the same order with the same counts.

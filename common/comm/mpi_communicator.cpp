@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/comm/rank_order_sum.h"
 #include "common/device/device.h"
 #include "common/device/device_ops.h"
-#include "kernels/convert.h"
 
 namespace trainmem {
 
@@ -24,23 +24,6 @@ int mpi_count(std::size_t count, const char* call) {
     throw CommError(std::string(call) + ": " + std::to_string(count) +
                     " elements per rank exceed MPI's int count; use smaller buckets");
   return static_cast<int>(count);
-}
-
-void widen(DType dtype, const void* in, float* out, std::size_t n) {
-  const auto* h = static_cast<const std::uint16_t*>(in);
-  if (dtype == DType::bf16)
-    kernels::cpu::from_bf16(out, h, n);
-  else
-    kernels::cpu::from_fp16(out, h, n);
-}
-
-// fp32 -> 16 bit, round to nearest even: the one rounding of a 16-bit sum.
-void narrow(DType dtype, const float* in, void* out, std::size_t n) {
-  auto* h = static_cast<std::uint16_t*>(out);
-  if (dtype == DType::bf16)
-    kernels::cpu::to_bf16(h, in, n);
-  else
-    kernels::cpu::to_fp16(h, in, n);
 }
 
 bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
@@ -77,52 +60,71 @@ void MpiCommunicator::to_device(void* device_ptr, const void* host_ptr, std::siz
 
 void MpiCommunicator::wait_for_device() { device_.synchronize(); }
 
-// fp32: MPI sums in place. 16 bit: widen, sum in fp32, round once.
+// Every reduction adds in rank order (common/comm/rank_order_sum.h), not with MPI_SUM, whose
+// grouping MPI chooses: each rank receives every rank's values of the elements it reduces
+// (MPI_Alltoallv: (N-1)/N of the buffer out and in, as a ring reduce-scatter), adds them in rank order in fp32
+// and rounds once; an all-reduce then gathers the reduced pieces. 16-bit values travel as raw
+// 16-bit words and are widened where they are added.
+
+// The elements [first, first + count) of every rank's buffer (`send`, total elements long),
+// reduced: rank r gets piece r, pieces[r] elements from offsets[r]; `mine` receives this rank's
+// piece, summed in rank order and rounded to dtype.
+void MpiCommunicator::reduce_pieces(const void* send, const std::vector<int>& pieces, const std::vector<int>& offsets,
+                                    DType dtype, void* mine) {
+  const auto N = static_cast<std::size_t>(size_);
+  const int my_count = pieces[static_cast<std::size_t>(rank_)];
+  const std::size_t es = dtype_size(dtype);
+  // From every rank, this rank's piece: block s of `blocks_` is rank s's values.
+  blocks_.resize(N * static_cast<std::size_t>(my_count) * es);
+  std::vector<int> recv_counts(N, my_count), recv_offsets(N);
+  for (std::size_t s = 0; s < N; ++s) recv_offsets[s] = static_cast<int>(s) * my_count;
+  check_mpi(MPI_Alltoallv(send, pieces.data(), offsets.data(), mpi_type(dtype), blocks_.data(), recv_counts.data(),
+                          recv_offsets.data(), mpi_type(dtype), comm_),
+            "MPI_Alltoallv");
+  wide_out_.resize(static_cast<std::size_t>(my_count));
+  add_in_rank_order(blocks_.data(), N, static_cast<std::size_t>(my_count), dtype, wide_out_.data());
+  round_elements(dtype, wide_out_.data(), mine, static_cast<std::size_t>(my_count));
+}
+
 void MpiCommunicator::do_all_reduce(void* buffer, std::size_t count, DType dtype) {
-  const std::size_t bytes = count * dtype_size(dtype);
-  void* host = to_host(buffer, bytes, staging_in_, true);
-  float* sum = static_cast<float*>(host);
-  if (dtype != DType::f32) {
-    wide_in_.resize(count);
-    widen(dtype, host, wide_in_.data(), count);
-    sum = wide_in_.data();
-  }
+  const std::size_t es = dtype_size(dtype), N = static_cast<std::size_t>(size_);
+  auto* host = static_cast<std::byte*>(to_host(buffer, count * es, staging_in_, true));
   for (std::size_t at = 0; at < count; at += kMaxChunk) {
-    const int n = static_cast<int>(std::min(kMaxChunk, count - at));
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, sum + at, n, MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce");
+    const std::size_t n = std::min(kMaxChunk, count - at);
+    // Rank r reduces the r-th of N pieces of ceil(n / N) elements (the last ones shorter or empty).
+    const std::size_t piece = (n + N - 1) / N;
+    std::vector<int> pieces(N), offsets(N);
+    for (std::size_t r = 0; r < N; ++r) {
+      const std::size_t first = std::min(n, r * piece);
+      offsets[r] = static_cast<int>(first);
+      pieces[r] = static_cast<int>(std::min(n, first + piece) - first);
+    }
+    std::byte* chunk = host + at * es;
+    const std::size_t mine = static_cast<std::size_t>(offsets[static_cast<std::size_t>(rank_)]);
+    reduced_piece_.resize(static_cast<std::size_t>(pieces[static_cast<std::size_t>(rank_)]) * es);
+    reduce_pieces(chunk, pieces, offsets, dtype, reduced_piece_.data());
+    if (!reduced_piece_.empty()) std::memcpy(chunk + mine * es, reduced_piece_.data(), reduced_piece_.size());
+    check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, chunk, pieces.data(), offsets.data(),
+                             mpi_type(dtype), comm_),
+              "MPI_Allgatherv");
   }
-  if (dtype != DType::f32) narrow(dtype, sum, host, count);
-  to_device(buffer, host, bytes);
+  to_device(buffer, host, count * es);
 }
 
 void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype) {
   const int n = mpi_count(recv_count, "reduce_scatter");
-  const std::size_t total = static_cast<std::size_t>(size_) * recv_count;
-  const std::size_t es = dtype_size(dtype);
+  const std::size_t N = static_cast<std::size_t>(size_);
+  const std::size_t total = N * recv_count, es = dtype_size(dtype);
+  if (total > static_cast<std::size_t>(INT_MAX))
+    throw CommError("reduce_scatter: " + std::to_string(total) + " elements exceed MPI's int offsets; use smaller buckets");
   const void* host_send = to_host(send, total * es, staging_in_, true);
+  // recv may be this rank's own slice of send: the sum goes to a separate buffer first.
   void* host_recv = to_host(recv, recv_count * es, staging_out_, false);
-
-  // MPI's in-place reduce-scatter puts the result at the start of the buffer, NCCL's at the
-  // rank's own slice: the result goes through a separate buffer and is copied to its place.
-  const float* in = static_cast<const float*>(host_send);
-  if (dtype != DType::f32) {
-    wide_in_.resize(total);
-    widen(dtype, host_send, wide_in_.data(), total);
-    in = wide_in_.data();
-  }
-  const bool direct = dtype == DType::f32 && !overlaps(host_send, total * es, host_recv, recv_count * es);
-  float* out = static_cast<float*>(host_recv);
-  if (!direct) {
-    wide_out_.resize(recv_count);
-    out = wide_out_.data();
-  }
-  check_mpi(MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm_), "MPI_Reduce_scatter_block");
-  if (!direct) {
-    if (dtype == DType::f32)
-      std::memcpy(host_recv, out, recv_count * es);
-    else
-      narrow(dtype, out, host_recv, recv_count);
-  }
+  std::vector<int> pieces(N, n), offsets(N);
+  for (std::size_t r = 0; r < N; ++r) offsets[r] = static_cast<int>(r) * n;
+  reduced_piece_.resize(recv_count * es);
+  reduce_pieces(host_send, pieces, offsets, dtype, reduced_piece_.data());
+  if (!reduced_piece_.empty()) std::memcpy(host_recv, reduced_piece_.data(), reduced_piece_.size());
   to_device(recv, host_recv, recv_count * es);
 }
 
@@ -195,9 +197,13 @@ void MpiCommunicator::do_broadcast(void* buffer, std::size_t count, DType dtype,
 
 void MpiCommunicator::do_barrier() { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
 
+// A sum in rank order too (a maximum is the same whatever the order): every rank's value, added
+// left to right in double.
 double MpiCommunicator::do_all_reduce_host(double value, bool max) {
-  double result = 0;
-  check_mpi(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, max ? MPI_MAX : MPI_SUM, comm_), "MPI_Allreduce");
+  std::vector<double> values(static_cast<std::size_t>(size_));
+  check_mpi(MPI_Allgather(&value, 1, MPI_DOUBLE, values.data(), 1, MPI_DOUBLE, comm_), "MPI_Allgather");
+  double result = values[0];
+  for (std::size_t r = 1; r < values.size(); ++r) result = max ? std::max(result, values[r]) : result + values[r];
   return result;
 }
 

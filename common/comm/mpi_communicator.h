@@ -5,9 +5,8 @@
 // is not CUDA-aware, and staging works with any MPI). The staging buffers are plain host memory,
 // not the device's allocator: the communicator adds no device bytes.
 //
-// 16-bit sums are widened to fp32 on the host, summed by MPI in fp32 and rounded once
-// (kernels/convert.h), so they equal the local backend's result and a CPU computation bit for
-// bit whenever the fp32 sum is exact, whatever order MPI adds in.
+// Sums are added in rank order in fp32 and rounded once (common/comm/rank_order_sum.h): the same
+// bits on every rank, in every run and with every MPI, equal to the same sum made in one process.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -46,6 +45,8 @@ class MpiCommunicator : public Communicator {
   // a copy in `staging`.
   void* to_host(const void* p, std::size_t bytes, std::vector<std::byte>& staging, bool copy);
   void to_device(void* device_ptr, const void* host_ptr, std::size_t bytes);
+  void reduce_pieces(const void* send, const std::vector<int>& pieces, const std::vector<int>& offsets, DType dtype,
+                     void* mine);
 
   Device& device_;
   bool staged_;
@@ -53,7 +54,8 @@ class MpiCommunicator : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::vector<std::byte> staging_in_, staging_out_;
-  std::vector<float> wide_in_, wide_out_;
+  std::vector<std::byte> blocks_, reduced_piece_;  // every rank's values of this rank's piece; its sum
+  std::vector<float> wide_out_;
 };
 
 }  // namespace trainmem

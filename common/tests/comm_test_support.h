@@ -67,6 +67,22 @@ inline std::vector<std::uint8_t> encode(const std::vector<float>& values, DType 
   return bytes;
 }
 
+// The values stored in `bytes` as `dtype` (16-bit widened exactly).
+inline std::vector<float> decode(const std::vector<std::uint8_t>& bytes, DType dtype) {
+  const std::size_t es = dtype_size(dtype);
+  std::vector<float> values(bytes.size() / es);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::f32) {
+      std::memcpy(&values[i], &bytes[4 * i], 4);
+    } else {
+      std::uint16_t h = 0;
+      std::memcpy(&h, &bytes[2 * i], 2);
+      values[i] = dtype == DType::bf16 ? kernels::cpu::bf16_to_float(h) : kernels::cpu::fp16_to_float(h);
+    }
+  }
+  return values;
+}
+
 // A device buffer of n elements from the device's allocator, uploaded from / downloaded to host
 // bytes.
 struct DeviceArray {

@@ -8,7 +8,10 @@
 // tests through host staging, or NCCL).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <random>
+#include <string>
 
 #include "common/comm/communicator.h"
 #include "common/tests/comm_test_support.h"
@@ -69,39 +72,62 @@ TEST_P(CommunicatorRanks, AllReduceSumsEveryRanksBuffer) {
   }
 }
 
-// General fp32 values (sums not exact): within rounding of the exact sum, and the same bits on
-// every rank (data parallel replicas must not drift apart).
-class CommunicatorGeneralFloats : public CommunicatorFixture {};
-
-TEST_F(CommunicatorGeneralFloats, AllReduceIsWithinRoundingAndTheSameOnEveryRank) {
-  const std::size_t n = 4096;
-  auto values_of = [](int r) {
+// General values (sums not exact, magnitudes from 2^-20 to 2^20 (fp16: 2^-10 to 2^10), so that how the additions are
+// grouped changes the result): the mpi backend adds in rank order, ((x_0 + x_1) + x_2) + ..., in
+// fp32 and rounds once (common/comm/rank_order_sum.h). So the result equals that sum made here,
+// bit for bit, on every rank, whatever MPI's own MPI_SUM would have grouped; for every dtype and
+// for counts that do not divide by N (all_reduce splits the buffer in N uneven pieces).
+class CommunicatorGeneralValues : public CommunicatorFixture, public ::testing::WithParamInterface<DType> {
+ protected:
+  static std::vector<float> values_of(int r, std::size_t n, DType dtype) {
     std::mt19937 rng(static_cast<std::uint32_t>(99 + r));
+    const int e = dtype == DType::f16 ? 10 : 20;  // fp16 ends at 65504
     std::vector<float> v(n);
-    for (float& x : v) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-    return v;
-  };
-  std::vector<double> exact(n, 0.0), magnitude(n, 0.0);
-  for (int r = 0; r < N; ++r) {
-    const auto v = values_of(r);
-    for (std::size_t i = 0; i < n; ++i) exact[i] += v[i], magnitude[i] += std::abs(v[i]);
+    for (float& x : v)
+      x = std::ldexp(std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng), std::uniform_int_distribution<int>(-e, e)(rng));
+    return comm_test::decode(comm_test::encode(v, dtype), dtype);  // representable in dtype
   }
-  DeviceArray buf(*device_, n, DType::f32);
-  buf.upload(encode(values_of(rank), DType::f32));
-  comm_->all_reduce(buf.data(), n, DType::f32, MemoryCategory::gradients);
-  const auto bytes = buf.download();
-  std::vector<float> got(n);
-  std::memcpy(got.data(), bytes.data(), bytes.size());
-  double checksum = 0;  // a position-weighted sum of the bits: equal on all ranks iff (almost surely) the bits are
-  for (std::size_t i = 0; i < n; ++i) {
-    // N - 1 additions, each within half an ulp of the partial sum: |error| <= (N-1) * 2^-24 * sum|x|.
-    EXPECT_NEAR(got[i], exact[i], (N - 1) * 0x1p-24 * magnitude[i] + 1e-30) << "i = " << i;
-    std::uint32_t b = 0;
-    std::memcpy(&b, &got[i], 4);
-    checksum += static_cast<double>(b % 65521) * static_cast<double>(i + 1);
+  // The rank-order sum, rounded once to dtype.
+  std::vector<std::uint8_t> rank_order_sum(std::size_t n, DType dtype) const {
+    std::vector<float> sum = values_of(0, n, dtype);
+    for (int r = 1; r < N; ++r) {
+      const std::vector<float> v = values_of(r, n, dtype);
+      for (std::size_t i = 0; i < n; ++i) sum[i] += v[i];
+    }
+    return encode(sum, dtype);
   }
-  EXPECT_EQ(comm_->all_reduce_max(checksum), comm_->all_reduce_sum(checksum) / N);
+};
+
+TEST_P(CommunicatorGeneralValues, AllReduceAddsInRankOrder) {
+  const DType dt = GetParam();
+  for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{4096}, std::size_t{4099}}) {
+    DeviceArray buf(*device_, n, dt);
+    buf.upload(encode(values_of(rank, n, dt), dt));
+    comm_->all_reduce(buf.data(), n, dt, MemoryCategory::gradients);
+    EXPECT_EQ(buf.download(), rank_order_sum(n, dt)) << "n = " << n;
+  }
 }
+
+TEST_P(CommunicatorGeneralValues, ReduceScatterAddsInRankOrder) {
+  const DType dt = GetParam();
+  const std::size_t n = 1027, total = n * static_cast<std::size_t>(N);
+  DeviceArray send(*device_, total, dt), recv(*device_, n, dt);
+  send.upload(encode(values_of(rank, total, dt), dt));
+  comm_->reduce_scatter(send.data(), recv.data(), n, dt, MemoryCategory::gradients);
+  EXPECT_EQ(recv.download(), slice(rank_order_sum(total, dt), static_cast<std::size_t>(rank) * n, n, dt));
+}
+
+TEST_F(CommunicatorFixture, HostSumAddsInRankOrder) {
+  // 1, 2^60, -2^60, 1, ...: rank order gives ((1 + 2^60) - 2^60) + 1 = 1 at N = 4 (0 + ... at N = 2).
+  const double values[] = {1.0, 0x1p60, -0x1p60, 1.0};
+  double want = values[0];
+  for (int r = 1; r < N; ++r) want += values[r % 4];
+  EXPECT_EQ(comm_->all_reduce_sum(values[rank % 4]), want);
+  EXPECT_EQ(comm_->all_reduce_max(values[rank % 4]), N == 1 ? 1.0 : 0x1p60);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CommunicatorGeneralValues, ::testing::Values(DType::f32, DType::bf16, DType::f16),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST_P(CommunicatorRanks, ReduceScatterGivesEachRankItsSliceOfTheSum) {
   const DType dt = GetParam();

@@ -1,8 +1,9 @@
 // FSDP under mpirun (1, 2 and 4 CPU ranks; without MPI one process is a world of one):
-//   - after 3 steps every rank's parameters equal the run of ONE rank on the same global batch
-//     (the plain Trainer with batch N*B, which each rank runs itself), for every mode, unit size
-//     and prefetch, with gradient accumulation too; in fp32, and in bf16 and fp16 (the fp32 master
-//     weights, within common/tests/data_parallel_tolerance.h's bound for 16-bit rounding);
+//   - after 3 steps every rank's fp32 master weights (an fp32 model's parameters) equal, bit for
+//     bit, one process that adds what the N ranks add in the order they add it
+//     (common/tests/data_parallel_reference.h, which each rank runs itself), for every mode, unit
+//     size and prefetch, with gradient accumulation too, in fp32, bf16 and fp16: whatever BLAS
+//     kernel runs, both sides make the same products of the same shapes;
 //   - at world size 1, --fsdp full equals the plain run bit for bit;
 //   - the measured peaks of the parameters, gradients and optimizer_state categories (with and
 //     without gradient accumulation) equal fsdp_memory() to the byte, and the number of layer
@@ -18,7 +19,7 @@
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
 #include "common/tests/cpu_device.h"
-#include "common/tests/data_parallel_tolerance.h"
+#include "common/tests/data_parallel_reference.h"
 #include "common/train/trainer.h"
 #include "suites/fsdp/fsdp_memory.h"
 #include "suites/fsdp/fsdp_strategy.h"
@@ -73,17 +74,35 @@ std::vector<std::uint16_t> corpus(const RunSetup& s, int world) {
   return synthetic_corpus(world * s.batch * s.accum * s.config.seq * s.steps + 1, 11);
 }
 
-// One rank with the whole global batch of world*B rows: what FSDP on `world` ranks must equal. Its
-// fp32 master weights (an fp32 model's parameters).
-std::vector<float> reference_parameters(const RunSetup& s, int world) {
+// One process that adds what FSDP on `world` ranks adds, in the ranks' order: what FSDP must equal
+// bit for bit (common/tests/data_parallel_reference.h). NO_SHARD keeps whole gradients between
+// micro-batches, the other modes a shard of each unit. Its fp32 master weights (an fp32 model's
+// parameters).
+std::vector<float> reference_parameters(const RunSetup& s, int world, const FsdpOptions& options) {
+  using testing_support::GradientHome;
   auto device = cpu_device();
   GPT model(*device, s.config, kSeed, ModelOptions{s.precision});
-  SequentialBatches data(*device, corpus(s, world), world * s.batch, s.config.seq);
+  const auto N = static_cast<std::size_t>(world);
+  testing_support::RankInterleavedBatches data(*device, corpus(s, world), s.batch, s.config.seq, N);
+  testing_support::SimulatedRanks ranks(model, N, options.mode == ShardingMode::none ? GradientHome::whole : GradientHome::shard,
+                                        fsdp_units(s.config, N, options));
   StaticLossScale scale;
   scale.scale = s.loss_scale;
-  Trainer trainer(model, data, trainer_options(s, world * s.batch), {&scale});
+  TrainerOptions topt = trainer_options(s, s.batch);
+  topt.accumulation_steps = N * s.accum;
+  Trainer trainer(model, data, topt, {&ranks, &scale});
   for (long i = 0; i < s.steps; ++i) trainer.step();
   return trainer.optimizer().has_master_weights() ? trainer.optimizer().master_values() : model.parameter_values();
+}
+
+// The plain Trainer on one rank: what --fsdp full must equal at world size 1.
+std::vector<float> plain_run_parameters(const RunSetup& s) {
+  auto device = cpu_device();
+  GPT model(*device, s.config, kSeed, ModelOptions{s.precision});
+  SequentialBatches data(*device, corpus(s, 1), s.batch, s.config.seq);
+  Trainer trainer(model, data, trainer_options(s, s.batch));
+  for (long i = 0; i < s.steps; ++i) trainer.step();
+  return model.parameter_values();
 }
 
 // The parameters category at every layer hook, after FSDP's (it is listed after FSDP): the largest
@@ -144,21 +163,18 @@ int world_size() {
   return make_communicator(*device)->world_size();
 }
 
-// |a - b| <= atol + rtol * |b| for every element; reports the worst one.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol,
-                  const std::string& what) {
+// Bit for bit; else how many elements differ and by how much at most.
+void expect_equal(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  double worst = 0;
-  std::size_t worst_at = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double excess = std::abs(double(got[i]) - double(want[i])) - (atol + rtol * std::abs(double(want[i])));
-    if (excess > worst || !std::isfinite(got[i])) {
-      worst = std::isfinite(got[i]) ? excess : INFINITY;
-      worst_at = i;
+  std::size_t differing = 0;
+  double largest = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i]) {
+      ++differing;
+      largest = std::max(largest, std::fabs(static_cast<double>(got[i]) - static_cast<double>(want[i])));
     }
-  }
-  EXPECT_LE(worst, 0.0) << what << ": element " << worst_at << " is " << got[worst_at] << ", expected "
-                        << want[worst_at];
+  EXPECT_EQ(differing, 0u) << what << ": " << differing << " of " << got.size() << " differ, the largest by "
+                           << largest;
 }
 
 std::vector<FsdpOptions> every_configuration() {
@@ -215,54 +231,29 @@ TEST(Fsdp, UnitsCoverTheModelAndShardsArePadded) {
   for (const UnitLayout& u : fsdp_units(c, 4, {ShardingMode::none, 1, false})) EXPECT_EQ(u.padded_numel, u.numel);
 }
 
-// Tolerance (fp32): the ranks' gradients are sums over B rows each, summed again across the ranks
-// (reduce-scatter / all-reduce), where one rank sums all N*B rows in one product: the same
-// numbers added in another order, about 1e-7 relative per gradient. Adam divides by sqrt(v), so
-// an update differs by about that relative amount too, except for gradients that are rounding
-// noise themselves (|g| ~ 1e-10): there the update lr*g/(|g|+eps) can differ by ~1e-2*lr = 1e-5.
-// Measured after 3 steps (lr 1e-3): at most 1.6e-6 (N = 2) and 1.2e-6 (N = 4, accum 2) from the
-// reference; the bound is 1e-5 + 1e-5 relative. A lost micro-batch, a wrong slice or a missing
-// division by N moves parameters by ~lr = 1e-3.
-constexpr double kAtol = 1e-5, kRtol = 1e-5;
-
-TEST(Fsdp, ParametersAfterThreeStepsEqualOneRankWithTheWholeBatch) {
-  const RunSetup s;
-  const std::vector<float> reference = reference_parameters(s, world_size());
-  for (const FsdpOptions& options : every_configuration()) {
-    const FsdpOutcome r = fsdp_run(s, options);
-    expect_close(r.parameters, reference, kAtol, kRtol, describe(options));
-  }
-}
-
-// bf16 and fp16 (loss scaled by 2^12 in both runs): the fp32 master weights within the bound that
-// 16-bit rounding of the gradients allows (common/tests/data_parallel_tolerance.h).
-TEST(Fsdp, SixteenBitMastersAfterThreeStepsEqualOneRankWithTheWholeBatch) {
-  for (Precision precision : {Precision::bf16, Precision::fp16}) {
+TEST(Fsdp, MastersAfterThreeStepsEqualTheRanksAdditionsMadeInOneProcess) {
+  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
     RunSetup s;
     s.precision = precision;
-    s.loss_scale = precision == Precision::fp16 ? 4096 : 1;
-    const std::vector<float> reference = reference_parameters(s, world_size());
-    const testing_support::DataParallelTolerance tolerance =
-        testing_support::sixteen_bit_tolerance(precision, trainer_options(s, s.batch).adam.lr, static_cast<int>(s.steps));
-    for (const FsdpOptions& options : every_configuration()) {
-      SCOPED_TRACE(describe(options) + " " + to_string(precision));
-      const FsdpOutcome r = fsdp_run(s, options);
-      ASSERT_EQ(r.parameters.size(), reference.size());
-      const testing_support::Differences d = testing_support::differences(r.parameters, reference, tolerance.close);
-      EXPECT_LE(d.largest, tolerance.bound);
-      EXPECT_LE(static_cast<double>(d.beyond_close), tolerance.far_fraction * static_cast<double>(reference.size()))
-          << d.beyond_close << " of " << reference.size() << " differ by more than " << tolerance.close;
-    }
+    s.loss_scale = precision == Precision::fp16 ? 4096 : 1;  // as GradScaler: no fp16 gradient underflows
+    for (const FsdpOptions& options : every_configuration())
+      expect_equal(fsdp_run(s, options).parameters, reference_parameters(s, world_size(), options),
+                   describe(options) + " " + to_string(precision));
   }
 }
 
-TEST(Fsdp, GradientAccumulationEqualsOneRankWithTheWholeBatch) {
-  RunSetup s;
-  s.accum = 2;
-  const std::vector<float> reference = reference_parameters(s, world_size());
-  for (ShardingMode mode : {ShardingMode::full, ShardingMode::grad_op, ShardingMode::none}) {
-    const FsdpOptions options{mode, 2, true};
-    expect_close(fsdp_run(s, options).parameters, reference, kAtol, kRtol, describe(options) + " accum=2");
+// With accumulation the modes differ in what they add when: NO_SHARD reduces once per step,
+// FULL_SHARD and SHARD_GRAD_OP after every micro-batch into the shards.
+TEST(Fsdp, GradientAccumulationEqualsTheRanksAdditionsMadeInOneProcess) {
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    RunSetup s;
+    s.accum = 2;
+    s.precision = precision;
+    for (ShardingMode mode : {ShardingMode::full, ShardingMode::grad_op, ShardingMode::none}) {
+      const FsdpOptions options{mode, 2, true};
+      expect_equal(fsdp_run(s, options).parameters, reference_parameters(s, world_size(), options),
+                   describe(options) + " accum=2 " + to_string(precision));
+    }
   }
 }
 
@@ -272,7 +263,7 @@ TEST(Fsdp, GradientAccumulationEqualsOneRankWithTheWholeBatch) {
 // summed in double and rounded to one float clip factor, which came out the same.)
 TEST(Fsdp, FullShardOnOneRankEqualsThePlainRun) {
   const RunSetup s;
-  const std::vector<float> reference = reference_parameters(s, 1);
+  const std::vector<float> reference = plain_run_parameters(s);
   for (bool prefetch : {false, true}) {
     const FsdpOptions options{ShardingMode::full, 1, prefetch};
     const FsdpOutcome r = fsdp_run(s, options, "local");

@@ -1,6 +1,6 @@
 // What the zero suite's tests share: a small model whose units do not divide evenly by 4 ranks
-// (so the padding is exercised), a ZeRO run on this rank's slice of the data, and the reference:
-// one rank, the plain Trainer, the whole global batch.
+// (so the padding is exercised), a ZeRO run on this rank's slice of the data, and the references:
+// the ranks' additions made in one process, and the plain Trainer at world size 1.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,9 @@
 
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
+#include "common/sharding/unit_layout.h"
 #include "common/tests/cpu_device.h"
+#include "common/tests/data_parallel_reference.h"
 #include "common/train/trainer.h"
 #include "suites/zero/zero_strategy.h"
 
@@ -104,21 +106,42 @@ inline ZeroRun make_zero_run(std::unique_ptr<Device> device, Communicator& comm,
   return r;
 }
 
-// One rank, the plain trainer, N*B rows per micro-batch: what every ZeRO stage must reproduce.
-// `masters`: the fp32 master weights (for an fp32 model, its parameters) instead of the
-// parameters as stored.
-inline std::vector<float> reference_parameters(const Settings& s, int world_size, bool masters = false) {
+// One rank, the plain trainer, B rows per micro-batch: what every stage must reproduce at world
+// size 1 (the parameters as stored).
+inline std::vector<float> plain_run_parameters(const Settings& s) {
   auto device = cpu_device();
   ModelOptions mo;
   mo.precision = s.precision;
   GPT model(*device, test_config(), kModelSeed, mo);
-  const std::size_t global_batch = static_cast<std::size_t>(world_size) * s.batch;
-  SequentialBatches data(*device, corpus(s, world_size), global_batch, test_config().seq);
+  SequentialBatches data(*device, corpus(s, 1), s.batch, test_config().seq);
   StaticLossScale scale;
   scale.scale = s.loss_scale;
-  Trainer trainer(model, data, trainer_options(s, global_batch), {&scale});
+  Trainer trainer(model, data, trainer_options(s, s.batch), {&scale});
   for (int i = 0; i < s.steps; ++i) trainer.step();
-  if (masters && trainer.optimizer().has_master_weights()) return trainer.optimizer().master_values();
+  return model.parameter_values();
+}
+
+// What every stage on `world_size` ranks must equal bit for bit: one process that adds what the
+// ranks add, in their order (common/tests/data_parallel_reference.h). Stages 0 and 1 keep whole
+// gradients between micro-batches, stages 2 and 3 a shard of each layer unit. Its fp32 master
+// weights (for an fp32 model, its parameters).
+inline std::vector<float> data_parallel_reference(const Settings& s, int world_size) {
+  using testing_support::GradientHome;
+  auto device = cpu_device();
+  ModelOptions mo;
+  mo.precision = s.precision;
+  GPT model(*device, test_config(), kModelSeed, mo);
+  const auto N = static_cast<std::size_t>(world_size);
+  testing_support::RankInterleavedBatches data(*device, corpus(s, world_size), s.batch, test_config().seq, N);
+  testing_support::SimulatedRanks ranks(model, N, s.stage >= 2 ? GradientHome::shard : GradientHome::whole,
+                                        unit_layouts(test_config(), N, 1));
+  StaticLossScale scale;
+  scale.scale = s.loss_scale;
+  TrainerOptions options = trainer_options(s, s.batch);
+  options.accumulation_steps = N * s.accumulation;
+  Trainer trainer(model, data, options, {&ranks, &scale});
+  for (int i = 0; i < s.steps; ++i) trainer.step();
+  if (trainer.optimizer().has_master_weights()) return trainer.optimizer().master_values();
   return model.parameter_values();
 }
 

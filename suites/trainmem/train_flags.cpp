@@ -41,17 +41,17 @@ void add_data_flags(CLI::App& command, TrainFlags& flags) {
 }
 
 void add_optimizer_flags(CLI::App& command, TrainFlags& flags) {
-  // lr, weight decay and the clip norm are floats: finite, and at most the largest float.
-  constexpr double max_float = std::numeric_limits<float>::max();
+  // lr, weight decay and the clip norm are floats: finite, at most the largest float, and none
+  // so small that a float would keep 0 or a denormal (real_number<float>).
   command.add_option("--lr", flags.lr, "AdamW learning rate")
       ->capture_default_str()
-      ->check(real_number(0, Bound::exclusive, max_float, Bound::inclusive));
+      ->check(real_number<float>(0, Bound::exclusive, kNoMax, Bound::inclusive));
   command.add_option("--weight-decay", flags.weight_decay, "AdamW weight decay")
       ->capture_default_str()
-      ->check(real_number(0, Bound::inclusive, max_float, Bound::inclusive));
+      ->check(real_number<float>(0, Bound::inclusive, kNoMax, Bound::inclusive));
   command.add_option("--grad-clip", flags.grad_clip, "Clip the global gradient norm to this (0: off)")
       ->capture_default_str()
-      ->check(real_number(0, Bound::inclusive, max_float, Bound::inclusive));
+      ->check(real_number<float>(0, Bound::inclusive, kNoMax, Bound::inclusive));
 }
 
 void add_run_flags(CLI::App& command, TrainFlags& flags) {

@@ -52,7 +52,11 @@ CLI::Validator whole_number(std::uint64_t min, std::uint64_t max) {
       range);
 }
 
-CLI::Validator real_number(double min, Bound min_bound, double max, Bound max_bound) {
+CLI::Validator real_number(double min, Bound min_bound, double max, Bound max_bound, const RealType& stored) {
+  if (max > stored.largest) {  // at most what the type holds
+    max = stored.largest;
+    max_bound = Bound::inclusive;
+  }
   const bool min_in = min_bound == Bound::inclusive, max_in = max_bound == Bound::inclusive;
   const std::string lower = (min_in ? "at least " : "greater than ") + plain(min);
   const std::string upper = (max_in ? "at most " : "less than ") + plain(max);
@@ -65,6 +69,10 @@ CLI::Validator real_number(double min, Bound min_bound, double max, Bound max_bo
         if (!std::isfinite(value)) return "must be a finite number, not '" + t + "'";
         if (min_in ? value < min : value <= min) return "must be " + lower + ", not " + t;
         if (max_in ? value > max : value >= max) return "must be " + upper + ", not " + t;
+        if (value != 0 && std::fabs(value) < stored.smallest)  // 0 or a denormal once narrowed
+          return "must be " + lower + " and " + upper + ", not " + t + ", which " + stored.name +
+                 " cannot hold (the smallest it holds in full precision is " + plain(stored.smallest) + ")";
+        text = t;  // CLI11 converts what is left: no spaces
         return "";
       },
       lower + ", " + upper);

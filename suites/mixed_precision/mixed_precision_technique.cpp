@@ -32,7 +32,7 @@ class MixedPrecisionTechnique : public Technique {
     auto given = [&scaling](auto) { scaling.flags_given = true; };
     command.add_option("--loss-scale", scaling.scaler.init_scale, "fp16: initial loss scale")
         ->capture_default_str()
-        ->check(cli::real_number(kMinLossScale, Bound::inclusive, kMaxLossScale, Bound::inclusive))
+        ->check(cli::real_number<double>(kMinLossScale, Bound::inclusive, kMaxLossScale, Bound::inclusive))
         ->each(given);
     command.add_option("--loss-scale-interval", scaling.scaler.growth_interval, "fp16: clean steps in a row before the scale grows")
         ->capture_default_str()
@@ -40,11 +40,11 @@ class MixedPrecisionTechnique : public Technique {
         ->each(given);
     command.add_option("--loss-scale-growth", scaling.scaler.growth_factor, "fp16: factor on growth (> 1)")
         ->capture_default_str()
-        ->check(cli::real_number(1, Bound::exclusive, 1e6, Bound::inclusive))
+        ->check(cli::real_number<double>(1, Bound::exclusive, 1e6, Bound::inclusive))
         ->each(given);
     command.add_option("--loss-scale-backoff", scaling.scaler.backoff_factor, "fp16: factor after an inf/NaN step (between 0 and 1)")
         ->capture_default_str()
-        ->check(cli::real_number(0, Bound::exclusive, 1, Bound::exclusive))
+        ->check(cli::real_number<double>(0, Bound::exclusive, 1, Bound::exclusive))
         ->each(given);
   }
 

@@ -1,5 +1,6 @@
 // The trainmem command line: every subcommand on one CLI11 app. main.cpp and the flag fuzzer
 // (fuzz/fuzz_flags.cpp) both build their app here, so the fuzzer parses exactly what users type into.
+#include "common/cli/output_flags.h"
 #include "suites/trainmem/cli_common.h"
 
 namespace trainmem::cli {
@@ -15,6 +16,11 @@ void add_commands(CLI::App& app, Command& run) {
   add_estimate_command(app, run);
   add_max_batch_command(app, run);
   add_tokens_command(app, run);
+  // Once every flag is read, for whichever command was chosen: no two output flags name one file.
+  // (A CLI::ParseError from here ends the parse like any other: main prints it, the fuzzer expects it.)
+  app.final_callback([&app] {
+    for (const CLI::App* command : app.get_subcommands()) check_distinct_output_files(*command);
+  });
 }
 
 }  // namespace trainmem::cli

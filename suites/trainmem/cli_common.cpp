@@ -4,11 +4,18 @@
 
 namespace trainmem::cli {
 
+namespace {
+// "from 1MiB (1048576 bytes) to 4EiB (4611686018427387904 bytes)": the help and the message.
+std::string device_memory_range() {
+  return "from " + exact_byte_size(kMinDeviceMemory) + " (" + std::to_string(kMinDeviceMemory) + " bytes) to " +
+         exact_byte_size(kMaxDeviceMemory) + " (" + std::to_string(kMaxDeviceMemory) + " bytes)";
+}
+}  // namespace
+
 std::size_t parse_device_memory(const std::string& text) {
   const std::size_t bytes = parse_byte_size(text);
   if (bytes < kMinDeviceMemory || bytes > kMaxDeviceMemory)
-    throw std::invalid_argument("must be from 1MiB (" + std::to_string(kMinDeviceMemory) + " bytes) to 4EiB (" +
-                                std::to_string(kMaxDeviceMemory) + " bytes), not " + text);
+    throw std::invalid_argument("must be " + device_memory_range() + ", not " + text);
   return bytes;
 }
 
@@ -16,7 +23,8 @@ void add_memory_flags(CLI::App& command, DeviceFlags& flags) {
   command
       .add_option("--device-memory", flags.device_memory,
                   "Device memory to draw from, e.g. 16GiB, 80GB: the emulated card on cpu and in replay "
-                  "(default 16GiB), a cap on the real card on cuda (default: all of it); from 1MiB to 4EiB")
+                  "(default 16GiB), a cap on the real card on cuda (default: all of it); " +
+                      device_memory_range() + ". Units: " + byte_size_units())
       ->type_name("SIZE")
       ->check(parses_with(parse_device_memory));
   command

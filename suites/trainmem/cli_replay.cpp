@@ -6,6 +6,7 @@
 
 #include "common/allocator/host_device_memory.h"
 #include "common/allocator/trace_replay.h"
+#include "common/cli/output_flags.h"
 #include "common/results/result_json.h"
 #include "common/util/output_file.h"
 #include "suites/trainmem/cli_common.h"
@@ -62,8 +63,7 @@ void add_replay_command(CLI::App& app, Command& run) {
       "(the JSON on stdout then has \"oom\", and the report goes to stderr).");
   replay->add_option("TRACE", flags->trace, "The trace file (JSON)")->type_name("FILE")->required();
   add_memory_flags(*replay, flags->memory);
-  replay->add_option("--record", flags->record, "Also write the allocator's event log (alloc, segment_alloc, ...) here")
-      ->type_name("FILE");
+  add_output_flag(*replay, "--record", flags->record, "Also write the allocator's event log (alloc, segment_alloc, ...) here");
   replay->callback([flags, &run] { run = [flags] { return run_replay(*flags); }; });
 }
 

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 
+#include "common/cli/output_flags.h"
 #include "common/data/token_file.h"
 #include "common/util/output_file.h"
 #include "suites/trainmem/cli_common.h"
@@ -52,7 +53,7 @@ void add_tokens_command(CLI::App& app, Command& run) {
   cmd->add_option("--seed", flags->seed, "Seed of the synthetic corpus (train's --seed)")
       ->capture_default_str()
       ->check(whole_number(0, std::numeric_limits<std::uint64_t>::max()));
-  cmd->add_option("--out", flags->out, "The token file to write (whole or not at all)")->required();
+  add_output_flag(*cmd, "--out", flags->out, "The token file to write (whole or not at all)")->required();
   cmd->callback([flags, &run] { run = [flags] { return run_tokens(*flags); }; });
 }
 

@@ -278,7 +278,7 @@ void add_train_command(CLI::App& app, Command& run) {
   add_run_flags(*train, *flags);
   train->callback([flags, train, &run] {
     // What the ranks of mpirun compare first: every flag but the output paths, which may differ.
-    Settings settings = command_settings(*train, {"--json", "--record-memory", "--memory-snapshot"});
+    Settings settings = command_settings(*train);
     run = [flags, settings] { return run_train(*flags, settings); };
   });
 }

@@ -1,7 +1,6 @@
 #include "suites/trainmem/command_settings.h"
 
-#include <algorithm>
-
+#include "common/cli/output_flags.h"
 #include "common/results/result_json.h"
 
 namespace trainmem::cli {
@@ -36,13 +35,11 @@ std::string given_value(const CLI::Option& option) {
 
 }  // namespace
 
-Settings command_settings(const CLI::App& command, const std::vector<std::string>& per_rank) {
+Settings command_settings(const CLI::App& command) {
   Settings settings{{"the trainmem version", trainmem_version()}};
   for (const CLI::Option* option : command.get_options()) {
-    if (option == command.get_help_ptr() || option == command.get_help_all_ptr()) continue;
-    const std::string name = option_name(*option);
-    if (std::find(per_rank.begin(), per_rank.end(), name) != per_rank.end()) continue;
-    settings.push_back({name, given_value(*option)});
+    if (option == command.get_help_ptr() || option == command.get_help_all_ptr() || is_output_flag(*option)) continue;
+    settings.push_back({option_name(*option), given_value(*option)});
   }
   return settings;
 }

@@ -4,7 +4,6 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
-#include <vector>
 
 #include "common/comm/rank_agreement.h"
 
@@ -13,7 +12,7 @@ namespace trainmem::cli {
 // The trainmem version first, then every option of `command` in the order it was added: its
 // name ("--steps") and its values as given, or "(default)" when not given. Every option is read
 // from CLI11, so a flag added later is compared without more code. Left out: --help, and the
-// options named in `per_rank` (output paths, which may differ from rank to rank).
-Settings command_settings(const CLI::App& command, const std::vector<std::string>& per_rank);
+// output files (common/cli/output_flags.h), whose paths may differ from rank to rank.
+Settings command_settings(const CLI::App& command);
 
 }  // namespace trainmem::cli

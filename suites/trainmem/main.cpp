@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/allocator/trace_replay.h"
+#include "common/cli/parse_errors.h"
 #include "common/comm/communicator.h"
 #include "common/comm/rank_agreement.h"
 #include "common/data/token_file.h"
@@ -74,18 +75,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const auto chosen = app.get_subcommands();
-    std::string what = one_line(e.what());
-    // "trainmem frobnicate": CLI11 says only "A subcommand is required"; name the word instead.
-    if (chosen.empty() && !app.remaining().empty()) {
-      const std::string word = app.remaining().front();
-      what = (word.rfind('-', 0) == 0 ? "unknown flag '" : "unknown command '") + word + "'";
-    }
-    const std::string help = chosen.empty() ? "trainmem --help" : "trainmem " + chosen.front()->get_name() + " --help";
+    // CLI11's error in our words: the flag, what was given, what it takes (parse_errors.h).
     // Through fail(): under mpirun the ranks whose flags parsed are already waiting for this one.
     std::string message = "error: ";
-    message += what;
-    message += ". Run '" + help + "' for usage.";
+    message += one_line(trainmem::cli::explain_parse_error(app, e));
+    message += ". Run '" + trainmem::cli::command_path(app) + " --help' for usage.";
     return fail(message, 2);
   }
   if (!run) {  // cannot happen with require_subcommand(1), but never call an empty function

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "common/cli/flag_ranges.h"
+#include "common/cli/output_flags.h"
 #include "suites/trainmem/techniques.h"
 
 namespace trainmem::cli {
@@ -41,17 +42,17 @@ void add_data_flags(CLI::App& command, TrainFlags& flags) {
 }
 
 void add_optimizer_flags(CLI::App& command, TrainFlags& flags) {
-  // lr, weight decay and the clip norm are floats: finite, and at most the largest float.
-  constexpr double max_float = std::numeric_limits<float>::max();
+  // lr, weight decay and the clip norm are floats: finite, at most the largest float, and none
+  // so small that a float would keep 0 or a denormal (real_number<float>).
   command.add_option("--lr", flags.lr, "AdamW learning rate")
       ->capture_default_str()
-      ->check(real_number(0, Bound::exclusive, max_float, Bound::inclusive));
+      ->check(real_number<float>(0, Bound::exclusive, kNoMax, Bound::inclusive));
   command.add_option("--weight-decay", flags.weight_decay, "AdamW weight decay")
       ->capture_default_str()
-      ->check(real_number(0, Bound::inclusive, max_float, Bound::inclusive));
+      ->check(real_number<float>(0, Bound::inclusive, kNoMax, Bound::inclusive));
   command.add_option("--grad-clip", flags.grad_clip, "Clip the global gradient norm to this (0: off)")
       ->capture_default_str()
-      ->check(real_number(0, Bound::inclusive, max_float, Bound::inclusive));
+      ->check(real_number<float>(0, Bound::inclusive, kNoMax, Bound::inclusive));
 }
 
 void add_run_flags(CLI::App& command, TrainFlags& flags) {
@@ -59,11 +60,11 @@ void add_run_flags(CLI::App& command, TrainFlags& flags) {
   command.add_option("--seed", flags.seed, "Seed for the initialization and the synthetic corpus")
       ->capture_default_str()
       ->check(whole_number(0, std::numeric_limits<std::uint64_t>::max()));
-  command.add_option("--json", flags.json, "Write the run's result (config, device, per-step figures, memory) here");
-  command.add_option("--record-memory", flags.record_memory, "Write the allocator's event log (every alloc/free) here");
-  command.add_option("--memory-snapshot", flags.memory_snapshot,
-                     "Write the recorded trace and the final segments in PyTorch's snapshot structure (JSON) here; "
-                     "the report tool turns it into the pickle pytorch.org/memory_viz opens");
+  add_output_flag(command, "--json", flags.json, "Write the run's result (config, device, per-step figures, memory) here");
+  add_output_flag(command, "--record-memory", flags.record_memory, "Write the allocator's event log (every alloc/free) here");
+  add_output_flag(command, "--memory-snapshot", flags.memory_snapshot,
+                  "Write the recorded trace and the final segments in PyTorch's snapshot structure (JSON) here; "
+                  "the report tool turns it into the pickle pytorch.org/memory_viz opens");
 }
 
 }  // namespace trainmem::cli

@@ -1,7 +1,7 @@
 // Fuzz target: the trainmem command line. The input is split into arguments at NUL and newline
 // bytes, and parsed — argv[0] "trainmem", then those arguments — by the app main.cpp builds
 // (add_commands); the chosen command is not run. What main does with a parse error is done too
-// (the subcommand chosen, the word left over, the help text).
+// (its explanation, common/cli/parse_errors.h, and the help text).
 //
 // Expected, not findings: CLI::ParseError, which main catches (help, or a one-line error and
 // exit 2). Anything else thrown by the parse is a finding: main would not catch it, and the
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli/parse_errors.h"
 #include "suites/trainmem/cli_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -44,11 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)app.help("", CLI::AppFormatMode::All);
     return 0;
   } catch (const CLI::ParseError& e) {
-    // What main reads to write its one-line error.
-    const auto chosen = app.get_subcommands();
-    std::string what = e.what();
-    if (chosen.empty() && !app.remaining().empty()) what += app.remaining().front();
-    if (!chosen.empty()) what += chosen.front()->get_name();
+    (void)trainmem::cli::explain_parse_error(app, e);  // what main prints
+    (void)trainmem::cli::command_path(app);
     return 0;
   }
   return 0;

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -78,7 +80,7 @@ TEST(Cli, HelpWorksForTheProgramAndEverySubcommand) {
 TEST(Cli, WrongFlagsAndValuesAreOneLineErrors) {
   expect_input_error("info --no-such-flag", "--no-such-flag");
   expect_input_error("replay " + data("small_trace.json") + " --bogus", "--bogus");
-  expect_input_error("", "subcommand is required");
+  expect_input_error("", "name a command: info, replay, train, estimate, max-batch, tokens");
   expect_input_error("frobnicate", "unknown command 'frobnicate'");
   expect_input_error("--bogus", "unknown flag '--bogus'");
   expect_input_error("replay", "TRACE");
@@ -88,6 +90,41 @@ TEST(Cli, WrongFlagsAndValuesAreOneLineErrors) {
   expect_input_error("replay " + data("small_trace.json") + " --allocator-config max_split_size_mb:5", "at least 20");
   expect_input_error("replay " + data("small_trace.json") + " --allocator-config colour:blue",
                      "--allocator-config: allocator config: unknown key 'colour'");
+}
+
+// CLI11's errors reach users in our words (the kinds one by one: test_cli_parse_errors.cpp), with
+// the command's --help to read.
+TEST(Cli, ParseErrorsNameTheFlagWhatWasGivenAndWhatItTakes) {
+  const CliRun r = trainmem("train --pinned maybe");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "trainmem: error: --pinned takes on|off (or true/false, yes/no, 1/0), not 'maybe'. Run 'trainmem train "
+            "--help' for usage.\n");
+  expect_input_error("train --steps 1 --steps 2", "--steps is given 2 times; give it once. Run 'trainmem train --help'");
+  expect_input_error("info --device gpu", "--device takes one of auto, cpu, cuda, meta, not 'gpu'");
+}
+
+// An empty path wrote nothing and exited 0; two output flags naming one file kept one of them.
+// Every output flag of every command is refused the same way, before any work.
+TEST(Cli, OutputFlagsNeedAPathEachOfItsOwn) {
+  const std::string trace = data("small_trace.json");
+  const std::vector<std::pair<std::string, std::string>> empty_paths = {
+      {"train --steps 1 --json ''", "--json"},
+      {"train --steps 1 --record-memory ''", "--record-memory"},
+      {"train --steps 1 --memory-snapshot ''", "--memory-snapshot"},
+      {"replay " + trace + " --record ''", "--record"},
+      {"tokens --out ''", "--out"}};
+  for (const auto& [args, flag] : empty_paths)
+    expect_input_error(args, flag + ": needs the path of the file to write; an empty path names no file");
+  const std::string path = temp_path("same.json");
+  expect_input_error("train --steps 1 --json " + path + " --record-memory " + path,
+                     "--json and --record-memory both name the file " + path + ": give each its own");
+  expect_input_error("train --steps 1 --record-memory " + path + " --memory-snapshot " + path,
+                     "--record-memory and --memory-snapshot both name the file " + path);
+  const std::string folder = path.substr(0, path.rfind('/'));
+  expect_input_error("train --steps 1 --json " + path + " --memory-snapshot " + folder + "/./" + path.substr(path.rfind('/') + 1),
+                     "--json " + path + " and --memory-snapshot " + folder + "/./");
+  EXPECT_FALSE(std::ifstream(path).good()) << "nothing is written";
 }
 
 TEST(Cli, MalformedTraceFilesAreOneLineErrorsNamingTheFile) {

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/data/token_file.h"
 #include "common/tests/command_runner.h"
@@ -56,6 +58,47 @@ TEST(CliLimits, FloatsMustBeFiniteAndInRange) {
   // 1e-300 became a float scale of 0, and step 2's loss -nan
   expect_refused("train --precision fp16 --loss-scale 1e-300", "--loss-scale: must be at least 5.96046e-08");
   expect_refused("train --precision fp16 --loss-scale-backoff 1", "--loss-scale-backoff: must be less than 1");
+}
+
+// A float flag is checked as the double it is written as, then stored as a float: 1e-50 passed
+// "greater than 0" and trained with a learning rate of 0 (and 1e-40 with a denormal one).
+TEST(CliLimits, FloatFlagsRefuseWhatAFloatCannotHold) {
+  expect_refused("train --lr 1e-50",
+                 "--lr: must be greater than 0 and at most 3.40282e+38, not 1e-50, which a float cannot hold (the "
+                 "smallest it holds in full precision is 1.17549e-38)");
+  expect_refused("train --lr 1e-40", "--lr: must be greater than 0 and at most 3.40282e+38, not 1e-40, which a float");
+  expect_refused("estimate --weight-decay 1e-45", "--weight-decay: must be at least 0 and at most 3.40282e+38, not 1e-45");
+  expect_refused("max-batch --grad-clip 1e-300", "--grad-clip: must be at least 0 and at most 3.40282e+38, not 1e-300");
+  // What a float holds is accepted: its smallest normal value, its largest, and 0 where 0 is allowed.
+  const CliRun r = trainmem("estimate --lr 1.1754944e-38 --weight-decay 0 --grad-clip 3.4028234e38");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// --device-memory: every unit --help names is read (PiB and EiB were not), exactly (4EiB + 1 byte
+// was read through a double as 4EiB and accepted), and a size past 64 bits is refused, not clamped.
+TEST(CliLimits, DeviceMemoryIsReadExactlyInEveryUnitTheHelpNames) {
+  const std::vector<std::pair<std::string, std::string>> sizes = {{"1PiB", "1125899906842624"},
+                                                                   {"4EiB", "4611686018427387904"},
+                                                                   {"4E", "4611686018427387904"},
+                                                                   {"2PB", "2000000000000000"},
+                                                                   {"4.5EB", "4500000000000000000"}};
+  for (const auto& [size, bytes] : sizes) {
+    SCOPED_TRACE(size);
+    const CliRun r = trainmem("info --device cpu --json --device-memory " + size);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find(std::string("\"device_memory_bytes\": ") + bytes), std::string::npos) << r.out;
+  }
+  const std::string range = "--device-memory: must be from 1MiB (1048576 bytes) to 4EiB (4611686018427387904 bytes), not ";
+  expect_refused("info --device-memory 4611686018427387905", range + "4611686018427387905");
+  expect_refused("info --device-memory 5EiB", range + "5EiB");
+  expect_refused("info --device-memory 4.7EB", range + "4.7EB");
+  for (const char* too_large : {"16EiB", "18446744073709551616", "20000PB"})
+    expect_refused(std::string("info --device-memory ") + too_large,
+                   std::string("--device-memory: size '") + too_large +
+                       "' does not fit in 64 bits: the largest size is 18446744073709551615 bytes");
+  const CliRun help = trainmem("train --help");
+  for (const char* named : {"from 1MiB (1048576 bytes) to 4EiB", "PiB/P", "EiB/E", "EB (powers of 1000)"})
+    EXPECT_NE(help.out.find(named), std::string::npos) << named << " in\n" << help.out;
 }
 
 TEST(CliLimits, HugeCountsAreRefusedInPlainNumbers) {

@@ -1,11 +1,12 @@
 // The settings the ranks compare (command_settings.h), read from CLI11 after parsing: every
-// option in order with its value as typed or "(default)", the version first, help and per-rank
-// output paths left out.
+// option in order with its value as typed or "(default)", the version first, help and the output
+// files (add_output_flag: their paths may differ from rank to rank) left out.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "common/cli/output_flags.h"
 #include "common/results/result_json.h"
 #include "suites/trainmem/command_settings.h"
 
@@ -22,11 +23,11 @@ Settings parsed(std::vector<std::string> args) {
   train->add_option("--steps", steps)->capture_default_str();
   train->add_option("--layers", layers);
   train->add_option("-s,--sizes", sizes);
-  train->add_option("--json", json);
+  add_output_flag(*train, "--json", json, "the result file");
   std::vector<const char*> argv{"trainmem", "train"};
   for (const std::string& a : args) argv.push_back(a.c_str());
   app.parse(static_cast<int>(argv.size()), argv.data());
-  return command_settings(*train, {"--json"});
+  return command_settings(*train);
 }
 
 TEST(CommandSettings, EveryOptionAsTypedOrDefaultAfterTheVersion) {

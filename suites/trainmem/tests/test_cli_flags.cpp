@@ -1,0 +1,173 @@
+// The trainmem command line in process, on the app main and the flag fuzzer build (add_commands).
+//
+// CLI11's parse errors in our words (common/cli/parse_errors.h): the app parses a command line,
+// and the explanation of the error it raises is compared whole. One test per kind of CLI11 error the command line can
+// raise; excludes(), needs() and option groups, which trainmem does not declare today, on an app
+// of their own. Before, users read CLI11's texts ("--steps: At Most 1 required but received 2",
+// "Could not convert: --pinned = maybe").
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/cli/parse_errors.h"
+#include "suites/trainmem/cli_common.h"
+
+namespace trainmem::cli {
+namespace {
+
+struct Explained {
+  std::string cli11;  // CLI11's text
+  std::string ours;   // explain_parse_error's
+};
+
+// Parses `args` with `app`; the error it raises, explained. A test failure if it parses.
+Explained parse_failure(CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<const char*> argv{"trainmem"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    return {e.what(), explain_parse_error(app, e)};
+  }
+  ADD_FAILURE() << "parsed without an error";
+  return {};
+}
+
+// The explanation for `trainmem ARGS`, which must differ from CLI11's own text.
+std::string explained(const std::vector<std::string>& args) {
+  CLI::App app{"", "trainmem"};
+  Command run;
+  add_commands(app, run);
+  const Explained e = parse_failure(app, args);
+  EXPECT_NE(e.ours, e.cli11) << "CLI11's text passed through";
+  return e.ours;
+}
+
+// What our own checks (flag_ranges.h, output_flags.h) say passes through as it is.
+std::string passed_through(const std::vector<std::string>& args) {
+  CLI::App app{"", "trainmem"};
+  Command run;
+  add_commands(app, run);
+  const Explained e = parse_failure(app, args);
+  EXPECT_EQ(e.ours, e.cli11);
+  return e.ours;
+}
+
+// CLI::ArgumentMismatch: a flag given twice ("--steps: At Most 1 required but received 2").
+TEST(CliParseErrors, AFlagGivenTwice) {
+  EXPECT_EQ(explained({"train", "--steps", "1", "--steps", "2"}), "--steps is given 2 times; give it once");
+  EXPECT_EQ(explained({"estimate", "--device", "cpu", "--device=meta"}), "--device is given 2 times; give it once");
+}
+
+// CLI::ArgumentMismatch: a flag last on the line without its value ("--steps: 1 required UINT:1
+// to 1000000000 missing").
+TEST(CliParseErrors, AFlagWithoutItsValue) {
+  EXPECT_EQ(explained({"train", "--steps"}), "--steps needs a value: a whole number (1 to 1000000000)");
+  EXPECT_EQ(explained({"train", "--lr"}), "--lr needs a value: a number (greater than 0, at most 3.40282e+38)");
+  EXPECT_EQ(explained({"train", "--loader"}), "--loader needs a value: one of sequential, eager, lazy");
+  EXPECT_EQ(explained({"info", "--device-memory"}), "--device-memory needs a value: a size");
+  EXPECT_EQ(explained({"train", "--json"}), "--json needs a value: a file path");
+  EXPECT_EQ(explained({"train", "--pinned"}), "--pinned needs a value: on|off (or true/false, yes/no, 1/0)");
+}
+
+// CLI::ConversionError: a value CLI11 cannot read as the flag's type ("Could not convert: --pinned = maybe").
+TEST(CliParseErrors, AValueOfTheWrongType) {
+  EXPECT_EQ(explained({"train", "--pinned", "maybe"}), "--pinned takes on|off (or true/false, yes/no, 1/0), not 'maybe'");
+  EXPECT_EQ(explained({"estimate", "--pinned=sometimes"}),
+            "--pinned takes on|off (or true/false, yes/no, 1/0), not 'sometimes'");
+}
+
+// CLI::ConversionError or ArgumentMismatch: a value given to a flag that takes none.
+TEST(CliParseErrors, AValueForAFlagThatTakesNone) {
+  EXPECT_EQ(explained({"info", "--json=maybe"}), "--json takes no value, not 'maybe'");
+  EXPECT_EQ(explained({"train", "--optimizer-in-backward=maybe"}), "--optimizer-in-backward takes no value, not 'maybe'");
+}
+
+// CLI::ValidationError from CLI::IsMember ("--device: gpu not in {auto,cpu,cuda,meta}"); our own
+// range checks already name the flag, the value and the range, and pass through.
+TEST(CliParseErrors, AValueNotInTheList) {
+  EXPECT_EQ(explained({"info", "--device", "gpu"}), "--device takes one of auto, cpu, cuda, meta, not 'gpu'");
+  EXPECT_EQ(explained({"train", "--loader", "later"}), "--loader takes one of sequential, eager, lazy, not 'later'");
+  EXPECT_EQ(explained({"estimate", "--pattern", "tpu"}), "--pattern takes one of cpu, cuda, not 'tpu'");
+  EXPECT_EQ(passed_through({"train", "--batch", "0"}), "--batch: must be at least 1, not 0");
+  EXPECT_EQ(passed_through({"train", "--json", ""}), "--json: needs the path of the file to write; an empty path names no file");
+}
+
+// CLI::RequiredError: no command ("A subcommand is required"), a word that is no command, a
+// required flag or argument ("--out is required", "TRACE is required").
+TEST(CliParseErrors, SomethingRequiredIsMissing) {
+  EXPECT_EQ(explained({}), "name a command: info, replay, train, estimate, max-batch, tokens");
+  EXPECT_EQ(explained({"frobnicate"}), "unknown command 'frobnicate'");
+  EXPECT_EQ(explained({"--bogus"}), "unknown flag '--bogus'");
+  EXPECT_EQ(explained({"tokens"}), "trainmem tokens needs --out (a file path)");
+  EXPECT_EQ(explained({"replay"}), "trainmem replay needs TRACE (a file path)");
+}
+
+// CLI::ExtrasError: words no flag takes ("The following argument was not expected: --bogus").
+TEST(CliParseErrors, WordsNoFlagTakes) {
+  EXPECT_EQ(explained({"info", "--bogus"}), "unknown flag '--bogus' for trainmem info");
+  EXPECT_EQ(explained({"train", "--steps", "1", "2"}), "unexpected argument '2' for trainmem train");
+  EXPECT_EQ(explained({"info", "cpu", "--bogus"}), "unexpected arguments 'cpu', '--bogus' for trainmem info");
+}
+
+// Two output flags naming one file (output_flags.h): a CLI::ValidationError of ours, naming both.
+TEST(CliParseErrors, TwoOutputFlagsNamingOneFile) {
+  EXPECT_EQ(passed_through({"train", "--json", "run.json", "--record-memory", "run.json"}),
+            "--json and --record-memory both name the file run.json: give each its own (one would overwrite the other)");
+  EXPECT_EQ(passed_through({"train", "--memory-snapshot", "a/../m.json", "--json", "x.json", "--record-memory", "./m.json"}),
+            "--record-memory ./m.json and --memory-snapshot a/../m.json name the same file: give each its own (one would "
+            "overwrite the other)");
+}
+
+// What trainmem does not declare today, on an app of its own: CLI11's excludes(), needs() and an
+// option group of which at most one may be given.
+struct RulesApp {
+  CLI::App app{"", "trainmem"};
+  int zero = 0, fsdp = 0, offload = 0, a = 0, b = 0;
+  RulesApp() {
+    CLI::App* train = app.add_subcommand("train");
+    CLI::Option* zero_flag = train->add_option("--zero", zero);
+    train->add_option("--fsdp", fsdp)->excludes(zero_flag);
+    train->add_option("--offload", offload)->needs(zero_flag);
+    CLI::Option_group* group = train->add_option_group("one of");
+    group->add_option("--a", a);
+    group->add_option("--b", b);
+    group->require_option(0, 1);
+  }
+};
+
+TEST(CliParseErrors, ExcludesNeedsAndAtMostOneOfAGroup) {
+  RulesApp excludes, needs, group;
+  Explained e = parse_failure(excludes.app, {"train", "--zero", "1", "--fsdp", "1"});
+  EXPECT_EQ(e.ours, "--zero and --fsdp cannot be used together") << e.cli11;
+  e = parse_failure(needs.app, {"train", "--offload", "1"});
+  EXPECT_EQ(e.ours, "--offload needs --zero") << e.cli11;
+  e = parse_failure(group.app, {"train", "--a", "1", "--b", "2"});
+  EXPECT_EQ(e.ours, "--a and --b cannot be used together") << e.cli11;
+}
+
+// The flag fuzzer's dictionary (fuzz/flags.dict) names every subcommand and every flag, so that
+// the fuzzer reaches each flag's checks (--grads, --optimizer-in-backward and --pattern were missing).
+TEST(CliFlags, TheFuzzDictionaryNamesEveryCommandAndFlag) {
+  std::ifstream file(TRAINMEM_FLAGS_DICT);
+  ASSERT_TRUE(file.good()) << TRAINMEM_FLAGS_DICT;
+  std::stringstream dictionary;
+  dictionary << file.rdbuf();
+  CLI::App app{"", "trainmem"};
+  Command run;
+  add_commands(app, run);
+  const CLI::App& program = app;
+  for (const CLI::App* command : program.get_subcommands(std::function<bool(const CLI::App*)>{})) {
+    EXPECT_NE(dictionary.str().find('"' + command->get_name() + "\"\n"), std::string::npos) << command->get_name();
+    for (const CLI::Option* option : command->get_options())
+      for (const std::string& name : option->get_lnames())
+        EXPECT_NE(dictionary.str().find("\"--" + name + "\"\n"), std::string::npos) << "--" << name << " of " << command->get_name();
+  }
+}
+
+}  // namespace
+}  // namespace trainmem::cli

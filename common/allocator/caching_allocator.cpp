@@ -265,6 +265,9 @@ void* CachingAllocator::alloc_found_block(Block* block, std::size_t rounded, std
 
 void CachingAllocator::raise_oom(std::size_t requested, std::size_t rounded, std::size_t segment_size,
                                  MemoryCategory category, StreamId stream, std::string_view name) {
+  // The host, not the device, refused (the CPU backend under a process limit): not an OOM of the
+  // device, and its advice would not help.
+  if (std::string host = device_.host_refusal(); !host.empty()) throw HostMemoryError(std::move(host));
   stats_.num_ooms += 1;
   recorder_.record(TraceAction::oom, 0, rounded, segment_size, category, stream, recorder_.name_index(name));
   OomReport report;
@@ -442,6 +445,8 @@ void CachingAllocator::release_block(Block* block) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  // Recorded (then the segment_free events it causes), so that a replay of the trace releases too.
+  recorder_.record(TraceAction::empty_cache, 0, 0, 0, MemoryCategory::other, kDefaultStream);
   release_cached_blocks();
 }
 

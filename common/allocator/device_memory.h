@@ -29,6 +29,13 @@ class DeviceMemory {
   // Gives a segment back. `bytes` is the size it was allocated with.
   virtual void release(void* ptr, std::size_t bytes) = 0;
 
+  // Why the device's last refusal (allocate, map_pages) came from the host rather than from the
+  // device being full: the CPU backend's device memory is host memory, and the host may refuse
+  // it within the budget (ulimit -v). "" when the device was simply full, or has no such case.
+  // The allocator then throws HostMemoryError with it instead of an out-of-memory report, whose
+  // advice (smaller batch, recompute) would not be the fix.
+  virtual std::string host_refusal() const { return ""; }
+
   virtual std::size_t total_bytes() const = 0;  // the capacity (the budget on the CPU)
   virtual std::size_t free_bytes() const = 0;   // what the device could still hand out
   virtual std::string name() const = 0;         // e.g. "cuda:0", "cpu budget (16.00 GiB)"

@@ -2,9 +2,12 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 
 #include "common/util/byte_size.h"
+#include "common/util/host_memory.h"
 
 namespace trainmem {
 
@@ -58,15 +61,31 @@ void BudgetDeviceMemory::give_back_range(void* ptr, std::size_t bytes) {
   else if (backed_) munmap(ptr, bytes);
 }
 
+void BudgetDeviceMemory::note_host_refusal(std::size_t bytes, const char* call) {
+  const std::string why = std::strerror(errno);
+  const HostMemory host = host_memory();
+  host_refusal_ = "the host refused " + format_bytes(bytes) + " of the CPU backend's device memory (" + call + ": " +
+                  why + ") within its budget of " + format_bytes(budget_) + ": host memory ran out, not the budget (" +
+                  host.source + ": " + format_bytes(host.available_bytes) +
+                  " left). Raise the process's limit (ulimit -v, ulimit -d) or use a smaller --batch or model";
+}
+
 void* BudgetDeviceMemory::allocate(std::size_t bytes) {
+  host_refusal_.clear();
   if (bytes == 0 || bytes > budget_ - in_use_) return nullptr;  // the emulated card is full
   void* ptr = reinterpret_cast<void*>(take_range(bytes));
   if (backed_) {
     if (ptr != nullptr) {  // commit: readable and writable; the host backs pages when first touched
-      if (mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0) return nullptr;
-    } else {  // the reservation is used up: a mapping of its own
+      if (mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0) {
+        note_host_refusal(bytes, "mprotect");
+        return nullptr;
+      }
+    } else {  // the reservation is used up (or was refused): a mapping of its own
       ptr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (ptr == MAP_FAILED) return nullptr;  // the host itself is out of address space
+      if (ptr == MAP_FAILED) {
+        note_host_refusal(bytes, "mmap");
+        return nullptr;
+      }
     }
   }
   in_use_ += bytes;
@@ -85,9 +104,12 @@ void* BudgetDeviceMemory::reserve_address_range(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   // Address space only: no access, no memory, nothing counted against the budget or the host
   // (inside the reservation it is PROT_NONE already).
+  host_refusal_.clear();
   if (void* ptr = reinterpret_cast<void*>(take_range(bytes)); ptr != nullptr || !backed_) return ptr;
   void* ptr = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return ptr == MAP_FAILED ? nullptr : ptr;
+  if (ptr != MAP_FAILED) return ptr;
+  note_host_refusal(bytes, "mmap");
+  return nullptr;
 }
 
 void BudgetDeviceMemory::release_address_range(void* ptr, std::size_t bytes) { give_back_range(ptr, bytes); }
@@ -95,9 +117,13 @@ void BudgetDeviceMemory::release_address_range(void* ptr, std::size_t bytes) { g
 bool BudgetDeviceMemory::map_pages(void* ptr, std::size_t bytes, std::size_t page_bytes) {
   if (page_bytes == 0 || bytes % page_bytes != 0)
     throw std::logic_error("BudgetDeviceMemory::map_pages: not a whole number of pages");
+  host_refusal_.clear();
   if (bytes == 0 || bytes > budget_ - in_use_) return false;  // the emulated card is full
   // Commit: the pages become readable and writable; the host backs them when first touched.
-  if (backed_ && mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0) return false;
+  if (backed_ && mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0) {
+    note_host_refusal(bytes, "mprotect");
+    return false;
+  }
   in_use_ += bytes;
   return true;
 }

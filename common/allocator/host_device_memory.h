@@ -15,6 +15,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "common/allocator/device_memory.h"
 
@@ -42,6 +43,7 @@ class BudgetDeviceMemory : public DeviceMemory {
   bool map_pages(void* ptr, std::size_t bytes, std::size_t page_bytes) override;
   void unmap_pages(void* ptr, std::size_t bytes, std::size_t page_bytes, StreamId stream) override;
 
+  std::string host_refusal() const override { return host_refusal_; }
   std::size_t total_bytes() const override { return budget_; }
   std::size_t free_bytes() const override { return budget_ - in_use_; }
   std::string name() const override;
@@ -54,6 +56,11 @@ class BudgetDeviceMemory : public DeviceMemory {
   bool backed_;
   std::uintptr_t base_ = 0;          // start of the address range (backed: the reservation)
   std::uintptr_t next_offset_ = 0;   // the next range starts here (offset from base_)
+  std::string host_refusal_;         // the last refusal, when the host (not the budget) refused
+
+  // A backed request the budget allows but the host refused (`call`, mmap or mprotect, failed):
+  // says why in host_refusal_.
+  void note_host_refusal(std::size_t bytes, const char* call);
 
   // The next `bytes` of address space (2 MiB aligned); 0 when a backed reservation is used up.
   std::uintptr_t take_range(std::size_t bytes);

@@ -1,26 +1,30 @@
 #include "common/allocator/memory_recorder.h"
 
-#include <nlohmann/json.hpp>
+#include <new>
 
-#include "common/util/output_file.h"
+#include <nlohmann/json.hpp>
 
 namespace trainmem {
 
-std::string_view to_string(TraceAction a) {
-  switch (a) {
-    case TraceAction::alloc: return "alloc";
-    case TraceAction::free_requested: return "free_requested";
-    case TraceAction::free_completed: return "free_completed";
-    case TraceAction::segment_alloc: return "segment_alloc";
-    case TraceAction::segment_free: return "segment_free";
-    case TraceAction::oom: return "oom";
-    case TraceAction::segment_map: return "segment_map";
-    case TraceAction::segment_unmap: return "segment_unmap";
-  }
-  return "unknown";
+std::optional<TraceAction> parse_trace_action(std::string_view name) {
+  for (const TraceActionName& a : kTraceActions)
+    if (a.name == name) return a.action;
+  return std::nullopt;
 }
 
 MemoryRecorder::MemoryRecorder() : phases_{"none"} {}
+
+void MemoryRecorder::set_max_entries(std::size_t n) {
+  max_entries_ = n;
+  while (events_.size() > max_entries_) events_.pop_front();
+}
+
+std::size_t MemoryRecorder::max_event_bytes() const {
+  if (max_entries_ == kAllEvents) return kAllEvents;
+  // std::deque holds its elements in blocks: at most one partly used block at each end.
+  constexpr std::size_t kDequeSlack = 2 * 512;
+  return max_entries_ * sizeof(TraceEvent) + (max_entries_ > 0 ? kDequeSlack : 0);
+}
 
 void MemoryRecorder::set_phase(std::string_view phase) {
   for (std::size_t i = 0; i < phases_.size(); ++i) {
@@ -33,24 +37,61 @@ void MemoryRecorder::set_phase(std::string_view phase) {
   phase_ = static_cast<std::uint16_t>(phases_.size() - 1);
 }
 
-std::uint32_t MemoryRecorder::name_index(std::string_view name) {
+std::uint32_t MemoryRecorder::name_index(std::string_view name) noexcept {
   if (!enabled_ || name.empty()) return 0;
-  const auto [it, added] = name_indices_.try_emplace(std::string(name), static_cast<std::uint32_t>(names_.size()));
-  if (added) names_.push_back(it->first);
-  return it->second;
+  try {
+    const auto [it, added] = name_indices_.try_emplace(std::string(name), static_cast<std::uint32_t>(names_.size()));
+    if (added) names_.push_back(it->first);
+    return it->second;
+  } catch (const std::bad_alloc&) {
+    stop("the host ran out of memory while recording");
+  } catch (const std::exception& e) {
+    stop(e.what());
+  }
+  return 0;
 }
 
-void MemoryRecorder::record(TraceAction action, std::uintptr_t address, std::size_t size,
-                            std::size_t block_size, MemoryCategory category, StreamId stream, std::uint32_t name) {
+void MemoryRecorder::record(TraceAction action, std::uintptr_t address, std::size_t size, std::size_t block_size,
+                            MemoryCategory category, StreamId stream, std::uint32_t name) noexcept {
   if (!enabled_) return;
-  events_.push_back(
-      TraceEvent{events_.size(), action, address, size, block_size, category, stream, step_, phase_, name});
+  const TraceEvent event{next_seq_, action, address, size, block_size, category, stream, step_, phase_, name};
+  try {
+    if (max_entries_ > 0) {
+      if (events_.size() >= max_entries_) events_.pop_front();
+      events_.push_back(event);
+    }
+    if (sink_ != nullptr) sink_->write(event, *this);
+    ++next_seq_;
+  } catch (const std::bad_alloc&) {
+    stop("the host ran out of memory while recording");
+  } catch (const std::exception& e) {
+    stop(e.what());
+  } catch (...) {
+    stop("an unknown error");
+  }
 }
 
-nlohmann::json MemoryRecorder::to_json() const {
-  nlohmann::json events = nlohmann::json::array();
-  for (const TraceEvent& e : events_) {
-    events.push_back({{"seq", e.seq},
+void MemoryRecorder::stop(std::string_view reason) noexcept {
+  enabled_ = false;
+  failed_ = true;
+  try {
+    failure_ = "the memory recorder stopped at event " + std::to_string(next_seq_) + ": " + std::string(reason);
+  } catch (...) {
+    failure_.clear();  // failure() says what it can
+  }
+}
+
+std::string MemoryRecorder::failure() const {
+  if (!failed_) return "";
+  return failure_.empty() ? "the memory recorder stopped: the host ran out of memory" : failure_;
+}
+
+void MemoryRecorder::throw_if_failed() const {
+  if (failed_) throw RecordingError(failure());
+}
+
+nlohmann::json MemoryRecorder::event_json(const TraceEvent& e) const {
+  nlohmann::json j = {{"seq", e.seq},
                       {"action", to_string(e.action)},
                       {"addr", e.address},
                       {"size", e.size},
@@ -58,14 +99,9 @@ nlohmann::json MemoryRecorder::to_json() const {
                       {"category", to_string(e.category)},
                       {"stream", e.stream},
                       {"step", e.step},
-                      {"phase", phases_[e.phase]}});
-    if (e.name != 0) events.back()["name"] = names_[e.name];
-  }
-  return {{"phases", phases_}, {"events", std::move(events)}};
-}
-
-void MemoryRecorder::write_json(const std::string& path, const std::string& flag) const {
-  write_output_file(path, to_json().dump() + '\n', flag);
+                      {"phase", phases_[e.phase]}};
+  if (e.name != 0) j["name"] = names_[e.name];
+  return j;
 }
 
 }  // namespace trainmem

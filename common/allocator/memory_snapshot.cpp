@@ -1,31 +1,20 @@
 #include "common/allocator/memory_snapshot.h"
 
+#include <functional>
+#include <string_view>
+
 #include <nlohmann/json.hpp>
 
+#include "common/allocator/trace_file.h"
 #include "common/results/result_json.h"
-#include "common/util/output_file.h"
 
 namespace trainmem {
 
 namespace {
 
-// One recorded event as a PyTorch trace entry, plus trainmem's own fields.
-nlohmann::json trace_entry(const TraceEvent& e, const MemoryRecorder& recorder) {
-  return {{"action", to_string(e.action)},
-          {"addr", e.address},
-          {"size", e.size},
-          {"stream", e.stream},
-          {"frames", nlohmann::json::array()},
-          {"seq", e.seq},
-          {"block_size", e.block_size},
-          {"category", to_string(e.category)},
-          {"step", e.step},
-          {"phase", recorder.phases()[e.phase]}};
-}
-
-}  // namespace
-
-nlohmann::json memory_snapshot_json(const CachingAllocator& allocator) {
+// The snapshot's JSON, in pieces to `out`: the segments, then the trace an entry at a time (a
+// long trace is never one document in memory).
+void write_snapshot(const CachingAllocator& allocator, const std::function<void(std::string_view)>& out) {
   // The segments in torch.cuda.memory_snapshot()'s shape (result_json.h), completed with the keys
   // PyTorch's _snapshot() also has: the device, whether the segment is expandable, and frames.
   nlohmann::json segments = segments_json(allocator.snapshot());
@@ -35,18 +24,36 @@ nlohmann::json memory_snapshot_json(const CachingAllocator& allocator) {
     segment["frames"] = nlohmann::json::array();
     for (nlohmann::json& block : segment["blocks"]) block["frames"] = nlohmann::json::array();
   }
-
+  out("{\"segments\": ");
+  out(segments.dump());
+  out(", \"device_traces\": [[");  // one device
   const MemoryRecorder& recorder = allocator.recorder();
-  nlohmann::json trace = nlohmann::json::array();
-  for (const TraceEvent& e : recorder.events()) trace.push_back(trace_entry(e, recorder));
+  bool first = true;
+  for (const TraceEvent& e : recorder.events()) {
+    if (!describe(e.action).in_pytorch_trace) continue;
+    // A recorder event as a PyTorch trace entry, plus trainmem's own fields.
+    nlohmann::json entry = recorder.event_json(e);
+    entry["frames"] = nlohmann::json::array();
+    out(first ? "\n" : ",\n");
+    out(entry.dump());
+    first = false;
+  }
+  out("]]}\n");
+}
 
-  nlohmann::json device_traces = nlohmann::json::array();
-  device_traces.push_back(std::move(trace));  // one device
-  return {{"segments", std::move(segments)}, {"device_traces", std::move(device_traces)}};
+}  // namespace
+
+nlohmann::json memory_snapshot_json(const CachingAllocator& allocator) {
+  std::string text;
+  write_snapshot(allocator, [&text](std::string_view piece) { text += piece; });
+  return nlohmann::json::parse(text);
 }
 
 void write_memory_snapshot(const CachingAllocator& allocator, const std::string& path, const std::string& flag) {
-  write_output_file(path, memory_snapshot_json(allocator).dump() + '\n', flag);
+  allocator.recorder().throw_if_failed();  // a trace that misses events is not written
+  BufferedOutputFile file(path, flag);
+  write_snapshot(allocator, [&file](std::string_view piece) { file.append(piece); });
+  file.commit();
 }
 
 }  // namespace trainmem

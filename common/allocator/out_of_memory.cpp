@@ -39,30 +39,49 @@ std::vector<std::string> default_oom_advice(const OomReport& r) {
   // Then the categories in order of size, each with the technique that shrinks it.
   std::vector<MemoryCategory> order(kAllMemoryCategories.begin(), kAllMemoryCategories.end());
   std::sort(order.begin(), order.end(), [&](MemoryCategory a, MemoryCategory b) { return bytes_of(a) > bytes_of(b); });
+  // A category's ways out, but those already in effect: "activations: a, b or c".
+  const RemediesInEffect& in = r.in_effect;
+  auto add = [&advice](MemoryCategory c, const std::vector<std::string>& ways) {
+    std::string line;
+    for (std::size_t i = 0; i < ways.size(); ++i) {
+      if (i > 0) line += i + 1 < ways.size() ? ", " : ways.size() > 2 ? ", or " : " or ";
+      line += ways[i];
+    }
+    if (!line.empty()) advice.push_back(std::string(to_string(c)) + ": " + line);
+  };
   for (MemoryCategory c : order) {
     // Only categories that hold a real share (5%) of the memory, and the request's own.
     if (c != r.category && bytes_of(c) * 20 < static_cast<std::int64_t>(r.allocated_bytes)) continue;
     if (bytes_of(c) == 0 && c != r.category) continue;
+    std::vector<std::string> ways;
     switch (c) {
       case MemoryCategory::activations:
-        advice.push_back("activations: a smaller micro-batch with gradient accumulation (--batch smaller, --accum K), "
-                         "activation recompute (--recompute selective|full), or 16-bit activations (--precision bf16)");
+        if (!in.smallest_micro_batch)
+          ways.push_back("a smaller micro-batch with gradient accumulation (--batch smaller, --accum K)");
+        if (!in.full_recompute)
+          ways.push_back(in.some_recompute ? "full activation recompute (--recompute full)"
+                                           : "activation recompute (--recompute selective|full)");
+        if (!in.sixteen_bit) ways.push_back("16-bit activations (--precision bf16)");
         break;
       case MemoryCategory::optimizer_state:
-        advice.push_back("optimizer_state: shard it across ranks (--zero 1 or higher) or offload it (--offload optimizer)");
+        if (in.sharding_stage < 1) ways.push_back("shard it across ranks (--zero 1 or higher)");
+        if (!in.optimizer_offloaded) ways.push_back("offload it (--offload optimizer)");
         break;
       case MemoryCategory::gradients:
-        advice.push_back("gradients: 16-bit gradients (--precision bf16) or shard them (--zero 2)");
+        if (!in.sixteen_bit) ways.push_back("16-bit gradients (--precision bf16)");
+        if (in.sharding_stage < 2) ways.push_back("shard them (--zero 2)");
         break;
       case MemoryCategory::parameters:
-        advice.push_back("parameters: 16-bit weights (--precision bf16) or shard them (--zero 3)");
+        if (!in.sixteen_bit) ways.push_back("16-bit weights (--precision bf16)");
+        if (in.sharding_stage < 3) ways.push_back("shard them (--zero 3)");
         break;
       case MemoryCategory::data:
-        advice.push_back("data: keep the dataset on the host and stream batches (--loader lazy)");
+        if (!in.data_off_device) ways.push_back("keep the dataset on the host and stream batches (--loader lazy)");
         break;
       default:
         break;
     }
+    add(c, ways);
   }
   if (advice.empty()) advice.push_back("use a device with more memory (or a larger --device-memory budget)");
   return advice;

@@ -13,6 +13,19 @@
 
 namespace trainmem {
 
+// What the run already does, so that the advice does not propose it again. Filled by the advisor
+// that knows the run (the estimator's, suites/trainmem/estimator/oom_advice.h); by default nothing
+// is known to be in effect.
+struct RemediesInEffect {
+  bool smallest_micro_batch = false;  // --batch 1: no smaller micro-batch
+  bool some_recompute = false;        // --recompute selective, every:K, sqrt or full
+  bool full_recompute = false;        // --recompute full
+  bool sixteen_bit = false;           // --precision bf16 or fp16
+  int sharding_stage = 0;             // what is sharded: ZeRO's stage (FSDP full: 3, grad_op: 2)
+  bool optimizer_offloaded = false;   // --offload optimizer or params
+  bool data_off_device = false;       // the dataset is not on the device (--loader lazy or sequential)
+};
+
 struct OomReport {
   std::string device;                  // e.g. "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu budget (16.00 GiB)"
   MemoryCategory category = MemoryCategory::other;  // what the failed request was for
@@ -27,6 +40,7 @@ struct OomReport {
   std::size_t largest_free_block = 0;  // largest cached free block (after releasing the cache)
   std::array<std::int64_t, kNumMemoryCategories> category_bytes{};  // allocated bytes per category
   bool expandable_segments = false;    // the allocator already ran with expandable_segments:True
+  RemediesInEffect in_effect;          // left out of the advice
   std::vector<std::string> advice;     // what would help, most specific first
 
   std::size_t reserved_unallocated_bytes() const { return reserved_bytes - allocated_bytes; }
@@ -35,11 +49,18 @@ struct OomReport {
   std::string message() const;
 };
 
-// The generic advice: which techniques shrink which categories, plus expandable segments when
+// The generic advice: which techniques shrink which categories (but those report.in_effect says
+// the run already uses), plus expandable segments when
 // "reserved but unallocated" is large, i.e. the free bytes exist (cached free blocks + the
 // device's free memory >= the request) but not in one piece (fragmentation), as PyTorch's message
 // suggests expandable_segments:True.
 std::vector<std::string> default_oom_advice(const OomReport& report);
+
+// The host refused memory the device's budget allows (DeviceMemory::host_refusal): host memory
+// ran out, not the device's. The message says which limit and what to change (exit 1).
+struct HostMemoryError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class OutOfMemoryError : public std::runtime_error {
  public:

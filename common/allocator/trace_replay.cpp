@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -33,9 +34,112 @@ std::uint64_t read_count(const nlohmann::json& event, const char* field, const s
   return v.get<std::uint64_t>();
 }
 
-}  // namespace
+// The actions a trace may name, for messages.
+std::string known_actions() {
+  std::string text = "alloc, free or empty_cache; or one the recorder writes:";
+  for (const TraceActionName& a : kTraceActions) text += " " + std::string(a.name);
+  return text;
+}
 
-std::vector<TraceOp> parse_trace(const nlohmann::json& trace, const std::string& source) {
+// What the replay does with a recorded event (trace_replay.h says why): every action of
+// trace_event.h is decided here, and the compiler checks that none is left out.
+std::optional<TraceOp::Action> replay_action(TraceAction recorded) {
+  switch (recorded) {
+    case TraceAction::alloc: return TraceOp::Action::alloc;
+    case TraceAction::free_requested: return TraceOp::Action::free;
+    case TraceAction::empty_cache: return TraceOp::Action::empty_cache;
+    case TraceAction::oom: return TraceOp::Action::alloc;  // tried again
+    case TraceAction::free_completed:
+    case TraceAction::segment_alloc:
+    case TraceAction::segment_free:
+    case TraceAction::segment_map:
+    case TraceAction::segment_unmap: return std::nullopt;  // the allocator's answers: made anew
+  }
+  return std::nullopt;
+}
+
+// The ops of a trace, an event at a time, each checked as it comes.
+class TraceReader {
+ public:
+  explicit TraceReader(const std::string& source) : source_(source) {}
+  void add(const nlohmann::json& e);  // the next event of the list
+  std::size_t events() const { return next_event_; }
+  std::vector<TraceOp> take() { return std::move(ops_); }
+
+ private:
+  std::string source_;
+  std::size_t next_event_ = 0;
+  std::vector<TraceOp> ops_;
+  std::unordered_set<std::int64_t> live_;  // ids allocated and not yet freed, to check frees now
+};
+
+void TraceReader::add(const nlohmann::json& e) {
+  TraceOp op;
+  op.event = next_event_++;
+  const std::string where = source_ + ": event " + std::to_string(op.event);
+  if (!e.is_object()) throw TraceError(where + ": expected an object, found " + std::string(e.type_name()));
+  if (!e.contains("action")) throw TraceError(where + ": missing \"action\" (" + known_actions() + ")");
+  if (!e.at("action").is_string())
+    throw TraceError(where + ": \"action\" must be a string (" + known_actions() + "), not " + shown(e.at("action")));
+  const std::string action = e.at("action").get<std::string>();
+
+  // "free" is the hand-written form's; "alloc" with an "id" too. Everything else is the
+  // recorder's (its alloc names the block by "addr"), or unknown.
+  const bool hand_written = action == "free" || (action == "alloc" && e.contains("id"));
+  bool recorded_oom = false;
+  if (hand_written) {
+    op.action = action == "free" ? TraceOp::Action::free : TraceOp::Action::alloc;
+  } else {
+    const std::optional<TraceAction> recorded = parse_trace_action(action);
+    if (!recorded) throw TraceError(where + ": unknown action \"" + action + "\" (" + known_actions() + ")");
+    const std::optional<TraceOp::Action> replayed = replay_action(*recorded);
+    if (!replayed) return;  // passed over
+    op.action = *replayed;
+    recorded_oom = *recorded == TraceAction::oom;
+  }
+  if (op.action == TraceOp::Action::empty_cache) {
+    ops_.push_back(op);
+    return;
+  }
+
+  if (recorded_oom) {
+    op.id = -1 - static_cast<std::int64_t>(op.event);  // its own id: nothing frees it
+  } else {
+    const char* field = hand_written ? "id" : "addr";
+    if (!hand_written && action == "alloc" && !e.contains("addr"))
+      throw TraceError(where + ": missing \"id\" (or \"addr\", as the recorder writes it)");
+    const std::uint64_t id = read_count(e, field, where);
+    if (id > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      throw TraceError(where + ": \"" + field + "\" " + std::to_string(id) + " is too large");
+    op.id = static_cast<std::int64_t>(id);
+  }
+
+  if (op.action == TraceOp::Action::alloc) {
+    static_assert(sizeof(std::size_t) >= sizeof(std::uint64_t), "sizes are read as 64-bit integers");
+    op.size = static_cast<std::size_t>(read_count(e, "size", where));
+    if (op.size > kMaxBytes)
+      throw TraceError(where + ": \"size\" " + std::to_string(op.size) +
+                       " is more than the largest request the allocator counts, " + describe_limit(kMaxBytes) + " bytes");
+    if (e.contains("category")) {
+      const nlohmann::json& name = e.at("category");
+      const auto category = name.is_string() ? parse_memory_category(name.get<std::string>()) : std::nullopt;
+      if (!category)
+        throw TraceError(where + ": unknown category " + shown(name) +
+                         " (parameters, gradients, optimizer_state, activations, workspace, data, communication, other)");
+      op.category = *category;
+    }
+    if (e.contains("stream")) op.stream = static_cast<StreamId>(read_count(e, "stream", where));
+    if (!live_.insert(op.id).second)
+      throw TraceError(where + ": alloc of id " + std::to_string(op.id) + " which is already allocated");
+  } else {
+    if (live_.erase(op.id) == 0)
+      throw TraceError(where + ": free of id " + std::to_string(op.id) + " which is not allocated");
+  }
+  ops_.push_back(op);
+}
+
+// The list of events in a trace's top level: the list itself, or {"events": [...]}.
+const nlohmann::json& event_list(const nlohmann::json& trace, const std::string& source) {
   const nlohmann::json* events = &trace;
   if (trace.is_object()) {
     if (!trace.contains("events"))
@@ -45,59 +149,15 @@ std::vector<TraceOp> parse_trace(const nlohmann::json& trace, const std::string&
   if (!events->is_array())
     throw TraceError(source + ": expected a list of events (or {\"events\": [...]}), found " +
                      std::string(events->type_name()));
+  return *events;
+}
 
-  std::vector<TraceOp> ops;
-  ops.reserve(events->size());
-  std::unordered_set<std::int64_t> live;  // ids allocated and not yet freed, to check frees now
-  for (std::size_t i = 0; i < events->size(); ++i) {
-    const nlohmann::json& e = (*events)[i];
-    const std::string where = source + ": event " + std::to_string(i);
-    if (!e.is_object()) throw TraceError(where + ": expected an object, found " + std::string(e.type_name()));
-    if (!e.contains("action")) throw TraceError(where + ": missing \"action\" (alloc, free or empty_cache)");
-    if (!e.at("action").is_string())
-      throw TraceError(where + ": \"action\" must be a string (alloc, free or empty_cache), not " + shown(e.at("action")));
-    const std::string action = e.at("action").get<std::string>();
+}  // namespace
 
-    TraceOp op;
-    if (action == "empty_cache") {
-      op.action = TraceOp::Action::empty_cache;
-      ops.push_back(op);
-      continue;
-    }
-    if (action != "alloc" && action != "free")
-      throw TraceError(where + ": unknown action \"" + action + "\" (alloc, free or empty_cache)");
-
-    const std::uint64_t id = read_count(e, "id", where);
-    if (id > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-      throw TraceError(where + ": \"id\" " + std::to_string(id) + " is too large");
-    op.id = static_cast<std::int64_t>(id);
-
-    if (action == "alloc") {
-      op.action = TraceOp::Action::alloc;
-      static_assert(sizeof(std::size_t) >= sizeof(std::uint64_t), "sizes are read as 64-bit integers");
-      op.size = static_cast<std::size_t>(read_count(e, "size", where));
-      if (op.size > kMaxBytes)
-        throw TraceError(where + ": \"size\" " + std::to_string(op.size) +
-                         " is more than the largest request the allocator counts, " + describe_limit(kMaxBytes) + " bytes");
-      if (e.contains("category")) {
-        const nlohmann::json& name = e.at("category");
-        const auto category = name.is_string() ? parse_memory_category(name.get<std::string>()) : std::nullopt;
-        if (!category)
-          throw TraceError(where + ": unknown category " + shown(name) +
-                           " (parameters, gradients, optimizer_state, activations, workspace, data, communication, other)");
-        op.category = *category;
-      }
-      if (e.contains("stream")) op.stream = static_cast<StreamId>(read_count(e, "stream", where));
-      if (!live.insert(op.id).second)
-        throw TraceError(where + ": alloc of id " + std::to_string(op.id) + " which is already allocated");
-    } else {
-      op.action = TraceOp::Action::free;
-      if (live.erase(op.id) == 0)
-        throw TraceError(where + ": free of id " + std::to_string(op.id) + " which is not allocated");
-    }
-    ops.push_back(op);
-  }
-  return ops;
+std::vector<TraceOp> parse_trace(const nlohmann::json& trace, const std::string& source) {
+  TraceReader reader(source);
+  for (const nlohmann::json& e : event_list(trace, source)) reader.add(e);
+  return reader.take();
 }
 
 std::vector<TraceOp> parse_trace_file(const std::string& path) {
@@ -106,19 +166,52 @@ std::vector<TraceOp> parse_trace_file(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) throw TraceError(path + ": is a directory, not a trace file");
   std::ifstream in(path);
   if (!in) throw TraceError(path + ": cannot open the file for reading");
+  return parse_trace_stream(in, path);
+}
 
-  nlohmann::json trace;
+std::vector<TraceOp> parse_trace_stream(std::istream& in, const std::string& source) {
+  // Each event is read as the parser completes it, then dropped from the document (the callback
+  // returns false): what stays is the trace's outline, which event_list checks at the end.
+  // nlohmann's depths: a container at depth d has its keys and elements at depth d + 1.
+  TraceReader reader(source);
+  int events_depth = -1;  // the depth of the events while inside their list; -1 outside it
+  bool key_is_events = false;  // the top-level object's last key was "events"
+  using Event = nlohmann::json::parse_event_t;
+  auto read_event = [&](int depth, Event event, nlohmann::json& parsed) {
+    if (events_depth < 0) {  // outside the list: find where it starts
+      if (depth == 1 && event == Event::key) key_is_events = parsed == "events";
+      if (event == Event::array_start && (depth == 0 || (depth == 1 && key_is_events))) events_depth = depth + 1;
+      return true;
+    }
+    if (depth == events_depth - 1 && event == Event::array_end) events_depth = -1;  // the list ends
+    if (depth != events_depth) return true;
+    switch (event) {
+      case Event::object_end:
+        reader.add(parsed);
+        return false;  // read: dropped from the document
+      case Event::value:
+        reader.add(parsed);  // not an object: the reader says so
+        return false;
+      case Event::array_start:
+        reader.add(nlohmann::json::array());  // not an object: the reader says so
+        return false;
+      default:
+        return true;
+    }
+  };
+  nlohmann::json outline;
   try {
-    trace = nlohmann::json::parse(in);
+    outline = nlohmann::json::parse(in, read_event);
   } catch (const nlohmann::json::exception& e) {
     // nlohmann says "[json.exception.parse_error.101] parse error at line 3, column 5: ..." (or
     // "[json.exception.out_of_range.406] number overflow parsing '1e400'"): keep the part after
     // the bracketed tag, which names the position or the value.
     const std::string what = e.what();
     const auto tag_end = what.find("] ");
-    throw TraceError(path + ": not valid JSON: " + (tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
+    throw TraceError(source + ": not valid JSON: " + (tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
   }
-  return parse_trace(trace, path);
+  (void)event_list(outline, source);  // the outline's checks: a list, or {"events": [...]}
+  return reader.take();
 }
 
 ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& allocator) {
@@ -135,14 +228,14 @@ ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& all
           // Running out of memory is an answer of the replay, not an error in the trace: keep
           // the report, stop, and return the state at that point.
           result.oom = oom.report();
-          result.oom_event_index = i;
+          result.oom_event_index = op.event;
         }
         break;
       case TraceOp::Action::free: {
         // parse_trace checked that the id is live, but ops may come from elsewhere.
         const auto it = live.find(op.id);
         if (it == live.end())
-          throw TraceError("event " + std::to_string(i) + ": free of id " + std::to_string(op.id) +
+          throw TraceError("event " + std::to_string(op.event) + ": free of id " + std::to_string(op.id) +
                            " which is not allocated");
         allocator.free(it->second);
         live.erase(it);

@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // part of its result).
     const trainmem::ReplayResult result = trainmem::replay_trace(ops, allocator);
     (void)trainmem::replay_result_to_json(result, config, kBudget).dump(2);
-    if (allocator.recorder().enabled()) (void)allocator.recorder().to_json().dump();
+    for (const trainmem::TraceEvent& e : allocator.recorder().events()) (void)allocator.recorder().event_json(e).dump();
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "common/device/device_ops.h"
 #include "common/model/storage_type.h"
 #include "common/train/adamw_optimizer.h"
+#include "common/train/sum_of_squares.h"
 #include "kernels/convert.h"
 #include "kernels/grad_norm.h"
 #include "suites/mixed_precision/master_weights.h"
@@ -116,37 +117,13 @@ void ShardedAdamW::add_shard(void* param, GradientAt grad, std::size_t count, DT
   shards_.push_back(std::move(s));
 }
 
-// sum over this rank's gradient shards of g^2 (the gradients as stored: still scaled)
-double ShardedAdamW::local_sum_of_squares() {
-  if (!device_.cuda_pattern()) {
-    double sum = 0;
-    if (!device_.computes()) return sum;  // meta: a clean step
-    for (Shard& s : shards_)
-      with_storage_type(s.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        sum += kernels::cpu::sum_of_squares<T>(static_cast<const T*>(s.grad()), s.count);
-      });
-    return sum;
-  }
-  // One float on the device collects every shard's sum of squares; read once (as AdamWOptimizer).
-  Tensor acc(device_.allocator(), {1}, DType::f32, MemoryCategory::workspace, "grad_norm.accumulator");
-  zero_device_memory(device_, acc.data(), acc.nbytes());
-  if (device_.computes())
-    for ([[maybe_unused]] Shard& s : shards_)  // unused where CUDA is not compiled
-      with_storage_type(s.dtype, [&](auto tag) {
-        using T [[maybe_unused]] = decltype(tag);  // unused where CUDA is not compiled
-        TRAINMEM_CUDA_KERNEL("sum_of_squares", kernels::cuda::sum_of_squares_accumulate<T>(
-                                                   nullptr, acc.data_as<float>(), static_cast<const T*>(s.grad()), s.count));
-      });
-  float host = 0;
-  copy_device_to_host(device_, &host, acc.data(), sizeof host);
-  return host;
-}
-
 ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
   StepOutcome outcome;
-  // Every rank gets the same sum, so every rank makes the same decisions below.
-  const double scaled_norm = std::sqrt(comm_.all_reduce_sum(local_sum_of_squares()));
+  // Every rank gets the same sum of g^2 over the gradient shards (as stored: still scaled), so
+  // every rank makes the same decisions below.
+  SumOfSquares squares(device_);
+  for (Shard& s : shards_) squares.add(s.grad(), s.count, s.dtype);
+  const double scaled_norm = std::sqrt(comm_.all_reduce_sum(squares.total()));
   // The gradients carry the loss scale and are a sum over N ranks of per-rank means (header).
   // Unscale, average and clip in one factor; an inf or NaN on any rank: no rank updates
   // (suites/mixed_precision/unscale.h).
@@ -156,6 +133,19 @@ ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
   if (unscaled.skipped) return outcome;
   ++step_;
   for (Shard& s : shards_) update(s, step_, unscaled.grad_scale);  // g = grad * grad_scale
+  // This rank's weights and master weights after the update (a rank with an inf or NaN fails,
+  // which ends every rank).
+  squares.reset();
+  bool host_finite = true;
+  for (Shard& s : shards_) {
+    if (offload_ == Offload::none) {
+      squares.add(s.param, s.count, s.dtype);
+      if (needs_master_weights(s.dtype)) squares.add(s.master.data(), s.count, DType::f32);
+    } else {
+      for (float w : s.host_master) host_finite = host_finite && std::isfinite(w);
+    }
+  }
+  outcome.weights_finite = host_finite && std::isfinite(squares.total());
   return outcome;
 }
 

@@ -84,7 +84,6 @@ class ShardedAdamW : public Optimizer {
  private:
   struct Shard;
   void update(Shard& s, long step, float grad_scale);
-  double local_sum_of_squares();
   void copy_to_host_widened(float* out, const Tensor& t);
 
   Device& device_;

@@ -3,12 +3,15 @@
 // (ANCHORS.md), an OOM in the middle of a trace, and the shape of the JSON result.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/allocator/host_device_memory.h"
+#include "common/allocator/trace_file.h"
 #include "common/allocator/trace_replay.h"
 #include "common/tests/allocator_test_util.h"
 
@@ -324,6 +327,125 @@ TEST(TraceReplayJson, OomObjectCarriesTheReport) {
   EXPECT_TRUE(j["oom"]["message"].is_string());
   EXPECT_EQ(j["events_replayed"], 2);
   EXPECT_EQ(j["summary"]["num_ooms"], 1);
+}
+
+}  // namespace
+}  // namespace trainmem::test
+
+// --- The recorder's own format
+
+namespace trainmem::test {
+namespace {
+
+// A history that makes every action the recorder writes: allocations on two streams, frees,
+// an empty_cache, an expandable segment's map and unmap, and an OOM at the end (the run stops).
+// Replayed under the same settings, its file gives the same statistics, segments and OOM.
+TEST(TraceReplayRecording, ARecordingReplaysToItsOwnFigures) {
+  for (const char* config : {"", "expandable_segments:True", "max_split_size_mb:20", "backend:raw"}) {
+    SCOPED_TRACE(config);
+    const std::string path = ::testing::TempDir() + "/trainmem_recording.json";
+    BudgetDeviceMemory device(64 * MiB, /*backed=*/false);
+    CachingAllocator recorded(device, AllocatorConfig::parse(config));
+    recorded.recorder().enable();
+    {
+      TraceFileWriter file(recorded.recorder(), path);
+      void* a = recorded.allocate(1000, MemoryCategory::activations, kDefaultStream, "a");
+      void* b = recorded.allocate(5 * MiB, MemoryCategory::parameters);
+      void* c = recorded.allocate(300000, MemoryCategory::data, /*stream=*/1);
+      recorded.free(a);
+      recorded.empty_cache();
+      void* d = recorded.allocate(12 * MiB, MemoryCategory::gradients);
+      recorded.free(c);
+      recorded.free(d);
+      EXPECT_THROW(recorded.allocate(60 * MiB, MemoryCategory::workspace), OutOfMemoryError);
+      file.finish();
+      recorded.free(b);  // after the file: not in it
+    }
+    std::vector<bool> seen(kTraceActions.size());
+    for (const TraceEvent& e : recorded.recorder().events()) seen[static_cast<std::size_t>(e.action)] = true;
+    const bool expandable = std::string(config) == "expandable_segments:True";
+    for (const TraceActionName& a : kTraceActions) {
+      const bool segment_event = a.action == TraceAction::segment_alloc || a.action == TraceAction::segment_free;
+      const bool page_event = a.action == TraceAction::segment_map || a.action == TraceAction::segment_unmap;
+      if (expandable ? segment_event : page_event) continue;
+      EXPECT_TRUE(seen[static_cast<std::size_t>(a.action)]) << "the history makes " << a.name;
+    }
+
+    BudgetDeviceMemory replay_device(64 * MiB, /*backed=*/false);
+    CachingAllocator replay(replay_device, AllocatorConfig::parse(config));
+    const ReplayResult r = replay_trace(parse_trace_file(path), replay);
+    ASSERT_TRUE(r.oom);
+    EXPECT_EQ(r.oom->rounded_bytes, 60 * MiB);
+    EXPECT_EQ(r.oom->category, MemoryCategory::workspace);
+    std::size_t oom_event = 0;
+    while (recorded.recorder().events()[oom_event].action != TraceAction::oom) ++oom_event;
+    EXPECT_EQ(r.oom_event_index, oom_event) << "the index of the oom event in the file";
+    // b's free came after the file; peaks and counts are those of the recorded run.
+    const MemoryStats before_b = recorded.stats();
+    EXPECT_EQ(r.stats.allocated_bytes[0].peak, before_b.allocated_bytes[0].peak);
+    EXPECT_EQ(r.stats.reserved_bytes[0].peak, before_b.reserved_bytes[0].peak);
+    EXPECT_EQ(r.stats.requested_bytes[0].peak, before_b.requested_bytes[0].peak);
+    EXPECT_EQ(r.stats.num_device_alloc, before_b.num_device_alloc);
+    EXPECT_EQ(r.stats.num_ooms, before_b.num_ooms);
+    EXPECT_EQ(r.stats.num_alloc_retries, before_b.num_alloc_retries);
+    EXPECT_EQ(r.stats.allocated_bytes[0].current, before_b.allocated_bytes[0].current + 5 * static_cast<std::int64_t>(MiB))
+        << "b is still live in the replay";
+    std::remove(path.c_str());
+  }
+}
+
+TEST(TraceReplayRecording, BadRecordedEventsAreNamed) {
+  struct Case {
+    const char* trace;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {R"({"events": [{"action": "free_requested", "size": 8}]})", "event 0: missing \"addr\""},
+      {R"({"events": [{"action": "alloc", "size": 8}]})", "event 0: missing \"id\""},
+      {R"({"events": [{"action": "alloc", "addr": 1, "size": 8}, {"action": "free_requested", "addr": 2}]})",
+       "event 1: free of id 2 which is not allocated"},
+      {R"({"events": [{"action": "segment_alloc", "addr": 1, "size": 8}, {"action": "snapshot"}]})",
+       "event 1: unknown action \"snapshot\" (alloc, free or empty_cache; or one the recorder writes: alloc free_requested"},
+      {R"({"events": [{"action": "oom", "size": -1}]})", "event 0: \"size\" must be a non-negative integer"},
+  };
+  for (const Case& c : cases) {
+    const std::string message = trace_error(c.trace);
+    EXPECT_NE(message.find(c.expected), std::string::npos) << c.trace << "\n  gave: '" << message << "'";
+  }
+}
+
+// The file reader reads an event at a time (the events are dropped from the document as they are
+// read), and gives what the in-memory reader gives, for both top-level forms.
+TEST(TraceReplayRecording, TheFileReaderAgreesWithTheDocumentReader) {
+  const std::string events = R"([{"action": "alloc", "addr": 10, "size": 1000, "stream": 2, "phase": "x", "name": "t"},
+      {"action": "segment_alloc", "addr": 10, "size": 2097152}, {"action": "free_requested", "addr": 10},
+      {"action": "free_completed", "addr": 10}, {"action": "empty_cache"}, {"action": "oom", "size": 512}])";
+  for (const std::string& text : {events, "{\"phases\": [\"x\"], \"events\": " + events + ", \"more\": [1]}"}) {
+    std::istringstream in(text);
+    const std::vector<TraceOp> streamed = parse_trace_stream(in, "t.json");
+    const std::vector<TraceOp> whole = parse_trace(nlohmann::json::parse(text), "t.json");
+    ASSERT_EQ(streamed.size(), 4u) << text;
+    ASSERT_EQ(whole.size(), 4u);
+    for (std::size_t i = 0; i < streamed.size(); ++i) {
+      EXPECT_EQ(streamed[i].action, whole[i].action);
+      EXPECT_EQ(streamed[i].id, whole[i].id);
+      EXPECT_EQ(streamed[i].size, whole[i].size);
+      EXPECT_EQ(streamed[i].event, whole[i].event);
+    }
+    EXPECT_EQ(streamed[0].stream, StreamId{2});
+    EXPECT_EQ(streamed[2].action, TraceOp::Action::empty_cache);
+    EXPECT_EQ(streamed[3].event, 5u);
+    EXPECT_LT(streamed[3].id, 0) << "an oom's request gets an id nothing frees";
+  }
+  std::istringstream list_of_numbers("[{\"action\": \"empty_cache\"}, 3]");
+  EXPECT_THROW(parse_trace_stream(list_of_numbers, "t.json"), TraceError);
+  std::istringstream nested("{\"events\": [[1]]}");
+  try {
+    parse_trace_stream(nested, "t.json");
+    ADD_FAILURE() << "no TraceError";
+  } catch (const TraceError& e) {
+    EXPECT_NE(std::string(e.what()).find("event 0: expected an object, found array"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -4,8 +4,8 @@
 
 #include "common/device/device_ops.h"
 #include "common/model/storage_type.h"
+#include "common/train/sum_of_squares.h"
 #include "kernels/adamw.h"
-#include "kernels/grad_norm.h"
 #include "suites/mixed_precision/master_weights.h"
 #include "suites/mixed_precision/unscale.h"
 
@@ -23,42 +23,16 @@ AdamWOptimizer::AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_
   for (Parameter& p : model.parameters()) master_.push_back(make_master_weights(model.device(), p.value, p.name));
 }
 
-double AdamWOptimizer::global_grad_norm() {
-  Device& device = model_.device();
-  double sum = 0;
-  if (!device.cuda_pattern()) {
-    if (!device.computes()) return 0;  // meta: a clean step
-    with_storage_type(model_.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      for (Parameter& p : model_.parameters())
-        sum += kernels::cpu::sum_of_squares<T>(p.grad.data_as<T>(), static_cast<std::size_t>(p.grad.numel()));
-    });
-  } else {
-    // One float on the device collects every tensor's sum of squares; read once.
-    Tensor acc(device.allocator(), {1}, DType::f32, MemoryCategory::workspace, "grad_norm.accumulator");
-    zero_device_memory(device, acc.data(), acc.nbytes());
-    if (device.computes())
-      with_storage_type(model_.dtype(), [&](auto tag) {
-        using T [[maybe_unused]] = decltype(tag);  // unused where CUDA is not compiled
-        for ([[maybe_unused]] Parameter& p : model_.parameters())  // unused where CUDA is not compiled
-          TRAINMEM_CUDA_KERNEL("sum_of_squares",
-                               kernels::cuda::sum_of_squares_accumulate<T>(nullptr, acc.data_as<float>(), p.grad.data_as<T>(),
-                                                                           static_cast<std::size_t>(p.grad.numel())));
-      });
-    float host = 0;
-    copy_device_to_host(device, &host, acc.data(), sizeof host);
-    sum = host;
-  }
-  return std::sqrt(sum);
-}
-
 AdamWOptimizer::StepOutcome AdamWOptimizer::step(double loss_scale) {
-  // Unscale, clip and skip on overflow (suites/mixed_precision/unscale.h).
-  const UnscaledStep unscaled = unscale(global_grad_norm(), loss_scale, max_grad_norm_);
-  const StepOutcome outcome{unscaled.grad_norm, unscaled.skipped};
-  if (unscaled.skipped) return outcome;
   Device& device = model_.device();
   auto& params = model_.parameters();
+  // Unscale, clip and skip on overflow (suites/mixed_precision/unscale.h), from the norm of the
+  // gradients as stored (still scaled).
+  SumOfSquares squares(device);
+  for (Parameter& p : params) squares.add(p.grad.data(), static_cast<std::size_t>(p.grad.numel()), p.grad.dtype());
+  const UnscaledStep unscaled = unscale(std::sqrt(squares.total()), loss_scale, max_grad_norm_);
+  StepOutcome outcome{unscaled.grad_norm, unscaled.skipped};
+  if (unscaled.skipped) return outcome;
   if (m_.empty()) {
     for (Parameter& p : params) {
       m_.push_back(make_adam_moment(device, p.value.shape(), p.name + ".adam_m"));
@@ -79,6 +53,13 @@ AdamWOptimizer::StepOutcome AdamWOptimizer::step(double loss_scale) {
                                v_[i].data_as<float>(), n, hyper_, step_, grad_scale, master);
     }
   });
+  // The weights the update wrote, and their master copy: an inf or NaN in any makes the sum so.
+  squares.reset();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    squares.add(params[i].value.data(), static_cast<std::size_t>(params[i].value.numel()), params[i].value.dtype());
+    if (!master_.empty()) squares.add(master_[i].data(), static_cast<std::size_t>(master_[i].numel()), DType::f32);
+  }
+  outcome.weights_finite = std::isfinite(squares.total());
   return outcome;
 }
 

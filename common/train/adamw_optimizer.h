@@ -34,8 +34,6 @@ class AdamWOptimizer : public Optimizer {
   std::vector<float> master_values() const;  // host copy, parameters() order (empty without master weights)
 
  private:
-  double global_grad_norm();  // of the gradients as stored (still scaled)
-
   GPT& model_;
   kernels::AdamWHyper hyper_;
   float max_grad_norm_;

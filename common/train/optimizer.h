@@ -14,6 +14,9 @@ class Optimizer {
   struct StepOutcome {
     double grad_norm = 0;  // global norm of the unscaled gradients, before clipping
     bool skipped = false;  // an inf or NaN gradient: nothing was updated
+    // After an update: every weight it wrote (and its fp32 master copy) is finite. A squared weight
+    // beyond the sum's range counts as not finite too. Always true for a skipped step.
+    bool weights_finite = true;
   };
   // One update. The gradients carry a factor `loss_scale` (1 without loss scaling); the optimizer
   // divides it out, clips, and skips the whole update if any gradient is inf or NaN.

@@ -1,5 +1,6 @@
 #include "common/train/trainer.h"
 
+#include <cstdio>
 #include <stdexcept>
 
 namespace trainmem {
@@ -83,6 +84,15 @@ StepResult Trainer::step() {
   allocator.recorder().set_phase("optimizer");
   each([&](Strategy& s) { s.before_optimizer_step(ctx); });
   const Optimizer::StepOutcome outcome = optimizer_->step(scale);
+  // A NaN or inf in the weights would make every later step's gradients non-finite, so every
+  // later step would be skipped: the run stops here instead, saying what to change.
+  if (!outcome.weights_finite) {
+    char scale_text[32];
+    std::snprintf(scale_text, sizeof scale_text, "%g", scale);
+    throw DivergedError("step " + std::to_string(step_ + 1) + " (loss scale " + scale_text + ") wrote inf or NaN into the weights: training cannot go on from them. Use a smaller --lr or "
+                        "--grad-clip; with --precision fp16 keep --loss-scale and its factors near their defaults "
+                        "(or use --precision bf16, which needs no loss scale)");
+  }
   ctx.step_skipped = outcome.skipped;
   model_.zero_grad();
   each([&](Strategy& s) { s.after_optimizer_step(ctx); });

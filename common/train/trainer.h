@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "common/data/batch_source.h"
@@ -37,6 +38,11 @@ struct StepResult {
   double tokens_per_s = 0;
   std::int64_t allocated_bytes = 0, reserved_bytes = 0;  // at the end of the step
   std::int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;  // since the start of training
+};
+
+// An update left inf or NaN in the weights: the run cannot go on (exit 1, saying what to change).
+struct DivergedError : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 class Trainer {

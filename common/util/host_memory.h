@@ -12,9 +12,10 @@ struct HostMemory {
   std::string source;                 // where the figure comes from, for messages ("MemAvailable", ...)
 };
 
-// The smaller of the kernel's MemAvailable (/proc/meminfo) and, inside a container, the room left
-// under its cgroup limit (memory.max - memory.current); the physical memory where neither is
-// readable.
+// The smallest of the kernel's MemAvailable (/proc/meminfo), inside a container the room left
+// under its cgroup limit (memory.max - memory.current), and the room left under the process's own
+// limits (ulimit -v: RLIMIT_AS - VmSize; ulimit -d: RLIMIT_DATA - VmData); the physical memory
+// where none is readable.
 HostMemory host_memory();
 
 }  // namespace trainmem

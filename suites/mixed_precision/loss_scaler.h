@@ -11,6 +11,10 @@
 //       -> S *= growth_factor (2), to use as much of the range as is safe
 //
 // Initial S = 2^16, as PyTorch. bf16 has fp32's exponent range and needs no scaling.
+//
+// S stays in [2^-24, 2^64] (kMinScale, kMaxScale): a back-off or growth that would leave it is
+// clamped, so S and 1/S are always normal floats (the optimizer's factor 1/S stays finite). Each
+// factor moves S by at most 2^16 per change, so a flag cannot throw it across the range at once.
 #pragma once
 #include <string>
 
@@ -19,6 +23,12 @@
 namespace trainmem {
 
 struct LossScalerOptions {
+  // The ranges of the options (the flags state them too: mixed_precision_technique.cpp).
+  static constexpr double kMinScale = 0x1p-24, kMaxScale = 0x1p64;  // init_scale, and S always
+  static constexpr double kMaxGrowth = 0x1p16;                       // growth_factor in (1, 2^16]
+  static constexpr double kMinBackoff = 0x1p-16;                     // backoff_factor in [2^-16, 1)
+  static constexpr long kMaxInterval = 1000000000;                   // growth_interval in [1, 10^9]
+
   double init_scale = 65536.0;  // 2^16
   double growth_factor = 2.0;
   double backoff_factor = 0.5;

@@ -9,11 +9,6 @@ namespace trainmem {
 
 namespace {
 
-// The loss scale's range: both the scale and 1/scale stay normal floats.
-constexpr double kMinLossScale = 0x1p-24;
-constexpr double kMaxLossScale = 0x1p64;
-constexpr std::uint64_t kMaxLossScaleInterval = 1000000000;
-
 class MixedPrecisionTechnique : public Technique {
  public:
   std::string name() const override { return "mixed_precision"; }
@@ -30,21 +25,24 @@ class MixedPrecisionTechnique : public Technique {
     // Dynamic loss scaling (fp16 only), PyTorch GradScaler's defaults.
     LossScaling& scaling = setup.option<LossScaling>();
     auto given = [&scaling](auto) { scaling.flags_given = true; };
-    command.add_option("--loss-scale", scaling.scaler.init_scale, "fp16: initial loss scale")
+    using Limits = LossScalerOptions;  // the ranges, said once (loss_scaler.h)
+    command.add_option("--loss-scale", scaling.scaler.init_scale,
+                       "fp16: initial loss scale; the scale always stays within 2^-24 to 2^64")
         ->capture_default_str()
-        ->check(cli::real_number<double>(kMinLossScale, Bound::inclusive, kMaxLossScale, Bound::inclusive))
+        ->check(cli::real_number<double>(Limits::kMinScale, Bound::inclusive, Limits::kMaxScale, Bound::inclusive))
         ->each(given);
     command.add_option("--loss-scale-interval", scaling.scaler.growth_interval, "fp16: clean steps in a row before the scale grows")
         ->capture_default_str()
-        ->check(cli::whole_number(1, kMaxLossScaleInterval))
+        ->check(cli::whole_number(1, static_cast<std::uint64_t>(Limits::kMaxInterval)))
         ->each(given);
-    command.add_option("--loss-scale-growth", scaling.scaler.growth_factor, "fp16: factor on growth (> 1)")
+    command.add_option("--loss-scale-growth", scaling.scaler.growth_factor, "fp16: factor on growth (more than 1, at most 65536)")
         ->capture_default_str()
-        ->check(cli::real_number<double>(1, Bound::exclusive, 1e6, Bound::inclusive))
+        ->check(cli::real_number<double>(1, Bound::exclusive, Limits::kMaxGrowth, Bound::inclusive))
         ->each(given);
-    command.add_option("--loss-scale-backoff", scaling.scaler.backoff_factor, "fp16: factor after an inf/NaN step (between 0 and 1)")
+    command.add_option("--loss-scale-backoff", scaling.scaler.backoff_factor,
+                       "fp16: factor after an inf/NaN step (at least 2^-16, less than 1)")
         ->capture_default_str()
-        ->check(cli::real_number<double>(0, Bound::exclusive, 1, Bound::exclusive))
+        ->check(cli::real_number<double>(Limits::kMinBackoff, Bound::inclusive, 1, Bound::exclusive))
         ->each(given);
   }
 

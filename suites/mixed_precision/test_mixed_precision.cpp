@@ -87,6 +87,77 @@ TEST(LossScaler, BadOptionsSayWhatToChange) {
   o = {};
   o.init_scale = -1;
   EXPECT_THROW(o.validate(), std::invalid_argument);
+  // Each stated range (loss_scaler.h), at and past its ends.
+  o = {};
+  o.backoff_factor = 1e-300;  // would take 2^64 to 1.8e-281 in one step
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.backoff_factor = LossScalerOptions::kMinBackoff;
+  EXPECT_NO_THROW(o.validate());
+  o = {};
+  o.growth_factor = 2 * LossScalerOptions::kMaxGrowth;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.growth_factor = LossScalerOptions::kMaxGrowth;
+  EXPECT_NO_THROW(o.validate());
+  o = {};
+  o.init_scale = 2 * LossScalerOptions::kMaxScale;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.init_scale = LossScalerOptions::kMinScale / 2;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
+// However many steps overflow or stay clean, the scale stays in [2^-24, 2^64]: so 1/scale, the
+// optimizer's factor, stays a finite float (1.8e-281 made it inf, and inf x 0 wrote NaN).
+TEST(LossScaler, TheScaleIsClampedToItsRange) {
+  LossScalerOptions o;
+  o.init_scale = LossScalerOptions::kMaxScale;
+  o.backoff_factor = LossScalerOptions::kMinBackoff;
+  o.growth_factor = LossScalerOptions::kMaxGrowth;
+  o.growth_interval = 1;
+  DynamicLossScaler scaler(o);
+  TinyRun dummy = make_run(Precision::fp32, {});
+  StepContext ctx{*dummy.model, *dummy.trainer, 1, 0};
+  ctx.step_skipped = true;
+  for (int i = 0; i < 10; ++i) {
+    scaler.after_optimizer_step(ctx);
+    EXPECT_GE(scaler.loss_scale(), LossScalerOptions::kMinScale) << "after " << i + 1 << " overflows";
+  }
+  EXPECT_EQ(scaler.loss_scale(), LossScalerOptions::kMinScale);
+  EXPECT_TRUE(std::isfinite(static_cast<float>(1.0 / scaler.loss_scale())));
+  ctx.step_skipped = false;
+  for (int i = 0; i < 10; ++i) {
+    scaler.after_optimizer_step(ctx);
+    EXPECT_LE(scaler.loss_scale(), LossScalerOptions::kMaxScale) << "after " << i + 1 << " clean steps";
+  }
+  EXPECT_EQ(scaler.loss_scale(), LossScalerOptions::kMaxScale);
+}
+
+// Writes NaN into the first (fp32) weight before the optimizer step `at_step`.
+struct InjectNanWeight : Strategy {
+  long at_step;
+  explicit InjectNanWeight(long step) : at_step(step) {}
+  std::string name() const override { return "inject_nan_weight"; }
+  void before_optimizer_step(StepContext& ctx) override {
+    if (ctx.step != at_step) return;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    copy_host_to_device(ctx.model.device(), ctx.model.parameters()[0].value.data(), &nan, sizeof nan);
+  }
+};
+
+// A NaN in the weights after an update would make every later gradient NaN and every later step
+// skipped, a run that "succeeds" without learning: the trainer stops at that step, saying what to
+// change. (fp32: the weights are their own master copy, which AdamW reads and writes.)
+TEST(MixedPrecision, ANanInTheWeightsAfterAnUpdateStopsTheRun) {
+  InjectNanWeight inject(/*at_step=*/2);
+  TinyRun run = make_run(Precision::fp32, {&inject});
+  EXPECT_NO_THROW(run.trainer->step());
+  try {
+    run.trainer->step();
+    ADD_FAILURE() << "no DivergedError";
+  } catch (const DivergedError& e) {
+    EXPECT_NE(std::string(e.what()).find("step 2 (loss scale 1) wrote inf or NaN into the weights"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--lr"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LossScaler, AnInjectedInfSkipsTheStepKeepsTheParametersAndHalvesTheScale) {

@@ -3,8 +3,10 @@
 // as JSON on stdout. "How would this workload fragment under these settings?"
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "common/allocator/host_device_memory.h"
+#include "common/allocator/trace_file.h"
 #include "common/allocator/trace_replay.h"
 #include "common/cli/output_flags.h"
 #include "common/results/result_json.h"
@@ -29,7 +31,13 @@ int run_replay(const ReplayFlags& flags) {
 
   BudgetDeviceMemory device(budget, /*backed=*/false);
   CachingAllocator allocator(device, config);
-  allocator.recorder().enable(!flags.record.empty());
+  // --record: the replay's own events, streamed to the file (none kept in memory).
+  std::optional<TraceFileWriter> record;
+  if (!flags.record.empty()) {
+    allocator.recorder().set_max_entries(0);
+    allocator.recorder().enable();
+    record.emplace(allocator.recorder(), flags.record, "--record");
+  }
   const ReplayResult result = replay_trace(ops, allocator);
 
   // An OOM is still a result: the JSON (with "oom") goes to stdout, the report to stderr, exit 1.
@@ -40,7 +48,7 @@ int run_replay(const ReplayFlags& flags) {
   json["device"] = host.to_json();
   json["device"]["name"] = "simulated: " + device.name();
   std::cout << json.dump(2) << '\n';
-  if (!flags.record.empty()) allocator.recorder().write_json(flags.record, "--record");
+  if (record) record->finish();
   if (result.oom) {
     std::cerr << "trainmem replay: event " << result.oom_event_index << " ran out of memory\n"
               << result.oom->message() << '\n';
@@ -58,7 +66,9 @@ void add_replay_command(CLI::App& app, Command& run) {
       "replay", "Replay a trace of allocations and frees through the allocator; print its statistics as JSON");
   replay->footer(
       "TRACE is a JSON list of {\"action\": \"alloc\"|\"free\"|\"empty_cache\", \"id\": N, \"size\": BYTES}\n"
-      "(optional \"category\": parameters|gradients|...|other, \"stream\": N), or {\"events\": [...]}.\n"
+      "(optional \"category\": parameters|gradients|...|other, \"stream\": N), or {\"events\": [...]};\n"
+      "or a recording: 'trainmem train --record-memory' or 'replay --record' output, replayed as the\n"
+      "program asked (alloc, free_requested, empty_cache, and an oom's request tried again).\n"
       "The device is simulated: no memory is touched. Exit 1 if the trace runs out of memory\n"
       "(the JSON on stdout then has \"oom\", and the report goes to stderr).");
   replay->add_option("TRACE", flags->trace, "The trace file (JSON)")->type_name("FILE")->required();

@@ -12,9 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <vector>
 
 #include "common/allocator/memory_snapshot.h"
+#include "common/allocator/trace_file.h"
 #include "common/comm/communicator.h"
 #include "common/comm/rank_agreement.h"
 #include "common/data/token_file.h"
@@ -138,11 +140,17 @@ void check_run_fits(const TrainingSetup& setup, Device& device, int rank) {
     throw OutOfMemoryError(report);
   }
   const std::size_t local_ranks = launched_local_size();
-  const std::uint64_t needed = checked_mul(on_budget.peak_reserved, local_ranks, "the run's host memory (peak reserved x ranks)");
+  // The recorder's events in memory and the event log's buffer count too (both bounded).
+  const MemoryRecorder& recorder = device.allocator().recorder();
+  const std::size_t recording = recorder.enabled() ? recorder.max_event_bytes() + TraceFileWriter::kMaxBufferBytes : 0;
+  const std::uint64_t needed =
+      checked_add(checked_mul(on_budget.peak_reserved, local_ranks, "the run's host memory (peak reserved x ranks)"),
+                  recording, "the run's host memory (with the memory recorder)");
   const HostMemory host = host_memory();
   if (needed > host.available_bytes)
     throw std::runtime_error("this run needs about " + format_bytes(needed) + " of host memory (its peak reserved" +
                              (local_ranks > 1 ? " x " + std::to_string(local_ranks) + " ranks on this machine" : std::string()) +
+                             (recording > 0 ? ", and the memory recorder's " + format_bytes(recording) : std::string()) +
                              "), more than the " + format_bytes(host.available_bytes) + " available (" + host.source +
                              "): the CPU backend's device memory is host memory; use a smaller --batch or model, or "
                              "see 'trainmem estimate' with the same flags");
@@ -192,7 +200,11 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
               << (sharded ? sharded->scheme : std::string("no sharding")) << ", global batch " << ranks * flags.batch
               << " = " << ranks << " x " << flags.batch << " rows\n";
   }
-  device->allocator().recorder().enable(!flags.record_memory.empty() || !flags.memory_snapshot.empty());
+  // The recorder (rank 0 writes the files, so only rank 0 records): --record-memory streams every
+  // event to its file and keeps none; --memory-snapshot keeps the last kSnapshotMaxEntries.
+  MemoryRecorder& recorder = device->allocator().recorder();
+  recorder.enable(reporting_rank && (!flags.record_memory.empty() || !flags.memory_snapshot.empty()));
+  recorder.set_max_entries(flags.memory_snapshot.empty() ? 0 : kSnapshotMaxEntries);
   // Out of memory, the report names the cheapest technique that would make this run fit (the estimator).
   device->allocator().set_oom_advisor(estimator::make_oom_advisor(setup));
   if (device->kind() == DeviceKind::cpu) check_run_fits(setup, *device, static_cast<int>(rank));
@@ -200,6 +212,10 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
     std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
               << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab << "), batch "
               << flags.batch << " x " << setup.accum << " accumulation steps, " << flags.steps << " steps\n";
+
+  std::optional<TraceFileWriter> record_memory;  // outlives the run, whose tensors are freed when it ends
+  if (recorder.enabled() && !flags.record_memory.empty())
+    record_memory.emplace(recorder, flags.record_memory, "--record-memory");
 
   // Model, data loader, strategies and trainer, built as every command builds them.
   TrainingRun run(setup, registered_techniques(), *device, world.get(),
@@ -211,6 +227,7 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   nlohmann::json steps = nlohmann::json::array();
   for (long i = 0; i < flags.steps; ++i) {
     const StepResult r = run.step();
+    recorder.throw_if_failed();  // a recording that failed (a full disk) stops the run here, not inside the allocator
     steps.push_back({{"step", r.step},
                      {"loss", r.loss},
                      {"grad_norm", r.grad_norm},
@@ -230,6 +247,8 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   const std::vector<RankPeaks> ranks_peaks = world ? gather_rank_peaks(device->allocator().stats(), *world)
                                                    : std::vector<RankPeaks>{};
   if (!reporting_rank) return 0;  // rank 0 writes the files
+  // The event log first: it is written while the run goes, and one result file is written at a time.
+  if (record_memory) record_memory->finish();
   if (!flags.json.empty()) {
     nlohmann::json result = run_context_json(device->info(), options.allocator);
     result["config"] = {{"command", "train"},
@@ -259,7 +278,6 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
     if (ranks_peaks.size() > 1) add_rank_peaks(result["memory"], ranks_peaks);
     write_output_file(flags.json, result.dump(2) + '\n', "--json");
   }
-  if (!flags.record_memory.empty()) device->allocator().recorder().write_json(flags.record_memory, "--record-memory");
   if (!flags.memory_snapshot.empty()) write_memory_snapshot(device->allocator(), flags.memory_snapshot, "--memory-snapshot");
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "common/allocator/memory_snapshot.h"
 #include "common/cli/flag_ranges.h"
 #include "common/cli/output_flags.h"
 #include "suites/trainmem/techniques.h"
@@ -61,10 +62,13 @@ void add_run_flags(CLI::App& command, TrainFlags& flags) {
       ->capture_default_str()
       ->check(whole_number(0, std::numeric_limits<std::uint64_t>::max()));
   add_output_flag(command, "--json", flags.json, "Write the run's result (config, device, per-step figures, memory) here");
-  add_output_flag(command, "--record-memory", flags.record_memory, "Write the allocator's event log (every alloc/free) here");
+  add_output_flag(command, "--record-memory", flags.record_memory,
+                  "Write the allocator's event log (every event of the run) here, streamed to the file as it "
+                  "happens: none is kept in memory; 'trainmem replay' reads it");
   add_output_flag(command, "--memory-snapshot", flags.memory_snapshot,
-                  "Write the recorded trace and the final segments in PyTorch's snapshot structure (JSON) here; "
-                  "the report tool turns it into the pickle pytorch.org/memory_viz opens");
+                  "Write the final segments and the last " + std::to_string(kSnapshotMaxEntries) +
+                      " events (PyTorch's max_entries) in PyTorch's snapshot structure (JSON) here; "
+                      "the report tool turns it into the pickle pytorch.org/memory_viz opens");
 }
 
 }  // namespace trainmem::cli

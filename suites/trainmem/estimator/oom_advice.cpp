@@ -3,8 +3,12 @@
 #include <algorithm>
 
 #include "common/util/byte_size.h"
+#include "suites/checkpointing/recompute.h"
+#include "suites/fsdp/fsdp_technique.h"
+#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/techniques.h"
+#include "suites/zero/zero_technique.h"
 
 namespace trainmem::estimator {
 
@@ -22,6 +26,23 @@ std::vector<std::pair<const Technique*, Remedy>> all_remedies(const TrainingSetu
 }
 
 }  // namespace
+
+RemediesInEffect remedies_in_effect(const TrainingSetup& s) {
+  RemediesInEffect in;
+  in.smallest_micro_batch = s.batch <= 1;
+  const RecomputePolicy::Kind recompute = s.option<RecomputePolicy>().kind;
+  in.some_recompute = recompute != RecomputePolicy::Kind::none;
+  in.full_recompute = recompute == RecomputePolicy::Kind::full;
+  in.sixteen_bit = s.precision != Precision::fp32;
+  const zero::ZeroChoice& zero = s.option<zero::ZeroChoice>();
+  in.sharding_stage = std::max(zero.stage, 0);
+  const fsdp::FsdpChoice& fsdp = s.option<fsdp::FsdpChoice>();
+  if (fsdp.enabled && fsdp.options.mode == fsdp::ShardingMode::full) in.sharding_stage = 3;
+  if (fsdp.enabled && fsdp.options.mode == fsdp::ShardingMode::grad_op) in.sharding_stage = std::max(in.sharding_stage, 2);
+  in.optimizer_offloaded = zero.offload != Offload::none;
+  in.data_off_device = s.option<lazy_loading::LoaderChoice>().loader != lazy_loading::Loader::eager;
+  return in;
+}
 
 std::vector<FittingRemedy> remedies_that_fit(const TrainingSetup& failed, std::size_t capacity) {
   std::vector<FittingRemedy> out;
@@ -80,7 +101,9 @@ std::vector<std::string> estimator_oom_advice(const TrainingSetup& failed, std::
   } catch (const std::exception& e) {
     advice.push_back(std::string("(the estimator could not advise: ") + e.what() + ")");
   }
-  for (std::string& line : default_oom_advice(report)) advice.push_back(std::move(line));
+  OomReport known = report;
+  known.in_effect = remedies_in_effect(failed);  // the generic advice leaves out what the run already does
+  for (std::string& line : default_oom_advice(known)) advice.push_back(std::move(line));
   return advice;
 }
 

@@ -30,6 +30,9 @@ struct FittingRemedy {
   std::size_t peak_reserved;   // its predicted peak reserved
 };
 
+// What `setup` already does, for the generic advice to leave out (OomReport::in_effect).
+RemediesInEffect remedies_in_effect(const TrainingSetup& setup);
+
 // The remedies that fit `capacity`, cheapest first (empty when none does).
 std::vector<FittingRemedy> remedies_that_fit(const TrainingSetup& failed, std::size_t capacity);
 

@@ -267,3 +267,34 @@ TEST(Estimator, OomAdviceNamesATechniqueThatReallyFits) {
 
 }  // namespace
 }  // namespace trainmem::estimator
+
+namespace trainmem::estimator {
+namespace {
+
+// The advice leaves out what the run already does: a run with full recompute in bf16 is not told
+// to recompute or to use 16 bits (the review found "--recompute full" proposed to a run using it),
+// and is still told what is left (a smaller micro-batch). Without knowledge of the run, the
+// generic advice proposes them.
+TEST(Estimator, OomAdviceLeavesOutWhatTheRunAlreadyDoes) {
+  TrainingSetup failed = base("tiny", 64);
+  failed.precision = Precision::bf16;
+  failed.option<RecomputePolicy>() = RecomputePolicy::parse("full");
+  const std::size_t capacity = 4 * MiB;
+  TrialOptions options;
+  options.capacity = capacity;
+  const TrialResult oom = run_trial(failed, options);
+  ASSERT_TRUE(oom.oom.has_value());
+  std::string all;
+  for (const std::string& line : estimator_oom_advice(failed, capacity, *oom.oom)) all += line + "\n";
+  EXPECT_EQ(all.find("--recompute"), std::string::npos) << all;
+  EXPECT_EQ(all.find("--precision bf16"), std::string::npos) << all;
+  EXPECT_NE(all.find("--batch smaller"), std::string::npos) << all;
+
+  std::string generic;
+  for (const std::string& line : default_oom_advice(*oom.oom)) generic += line + "\n";
+  EXPECT_NE(generic.find("--recompute selective|full"), std::string::npos) << generic;
+  EXPECT_NE(generic.find("--precision bf16"), std::string::npos) << generic;
+}
+
+}  // namespace
+}  // namespace trainmem::estimator

@@ -19,7 +19,6 @@
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "common/cli/flag_ranges.h"
-#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
 

@@ -235,6 +235,10 @@ std::size_t launched_world_size() {
   return static_cast<std::size_t>(std::max(1, env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1)));
 }
 
+std::size_t launched_rank() {
+  return static_cast<std::size_t>(std::max(0, env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0)));
+}
+
 std::size_t launched_local_size() {
   return static_cast<std::size_t>(std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", 1)));
 }

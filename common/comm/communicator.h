@@ -179,6 +179,8 @@ bool launched_by_mpirun();
 // The number of ranks mpirun started, from the same environment (1 for a single process): for
 // work done before any communicator exists, e.g. loading the data of the whole global batch.
 std::size_t launched_world_size();
+// This process's rank among them, from the same environment (0 for a single process).
+std::size_t launched_rank();
 // The ranks mpirun started on this machine (OMPI_COMM_WORLD_LOCAL_SIZE; 1 for a single process):
 // CPU ranks on one machine share its memory.
 std::size_t launched_local_size();

@@ -4,8 +4,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "common/data/host_tokens.h"
 #include "common/device/device.h"
 #include "common/tensor/tensor.h"
 
@@ -29,26 +31,44 @@ inline void slice_window(const std::uint16_t* data, std::size_t start, std::size
   }
 }
 
+// The check every loader makes on what it has just read, before the device sees it: each of the
+// `n` tokens (inputs, then targets: n = 2 * B * T) is below `vocab`. The dataset was checked when
+// the run opened it; a token outside the vocabulary now means the data changed since (a file
+// rewritten during the run), and would index outside the embedding and the loss. Throws
+// DataError naming what was read: `what`, e.g. "data.tok, batch 12" (HostTokens::name).
+void check_batch_tokens(const std::int32_t* tokens, std::size_t n, std::size_t vocab, const std::string& what);
+// A vocabulary that holds every uint16 token: the loaders' `vocab` when none is given.
+constexpr std::size_t kEveryToken = std::size_t{1} << 16;
+
 // Consecutive windows through the dataset, wrapping around at its end: batch k row b starts at
 // token (k * B + b) * T. Deterministic, so two runs see the same batches in the same order.
 //
 // Data parallel: with `world` ranks, each of B rows, the global batch has world*B rows and rank r
 // gets rows r*B .. r*B+B-1 of it. So N ranks of B rows see exactly the batches one rank of N*B
 // rows sees, which is what the sharding suites' equality tests rely on.
+//
+// On the meta device it reads nothing and holds no batch buffer: the tokens may have no values
+// (HostTokens::without_values).
 class SequentialBatches : public BatchSource {
  public:
+  // `vocab`: each batch's tokens are checked to be below it (check_batch_tokens).
+  SequentialBatches(Device& device, HostTokens tokens, std::size_t B, std::size_t T, std::size_t rank = 0,
+                    std::size_t world = 1, std::size_t vocab = kEveryToken);
   SequentialBatches(Device& device, std::vector<std::uint16_t> tokens, std::size_t B, std::size_t T,
-                    std::size_t rank = 0, std::size_t world = 1);
+                    std::size_t rank = 0, std::size_t world = 1)
+      : SequentialBatches(device, HostTokens(std::move(tokens)), B, T, rank, world) {}
   void next(Tensor& tokens, Tensor& targets) override;
   std::size_t position() const { return position_; }
 
  private:
   Device& device_;
-  std::vector<std::uint16_t> data_;
+  HostTokens data_;
   std::size_t B_, T_;
   std::size_t rank_, world_;
+  std::size_t vocab_;
   std::size_t position_ = 0;
-  std::vector<std::int32_t> host_tokens_, host_targets_;
+  std::uint64_t served_ = 0;
+  std::vector<std::int32_t> host_batch_;  // tokens [B*T] then targets [B*T]; empty on meta
 };
 
 }  // namespace trainmem

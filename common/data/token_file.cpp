@@ -1,11 +1,13 @@
 #include "common/data/token_file.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
+#include "common/data/dataset_check.h"
 #include "common/util/checked_math.h"
 #include "common/util/host_memory.h"
 #include "common/util/output_file.h"
@@ -93,6 +95,28 @@ std::vector<std::uint16_t> read_token_file(const std::string& path) {
   return tokens;
 }
 
+namespace {
+bool named_tok(const std::string& path) {
+  const std::string ext = std::filesystem::path(path).extension().string();
+  return ext.size() == 4 && ext[0] == '.' && std::tolower(static_cast<unsigned char>(ext[1])) == 't' &&
+         std::tolower(static_cast<unsigned char>(ext[2])) == 'o' && std::tolower(static_cast<unsigned char>(ext[3])) == 'k';
+}
+}  // namespace
+
+DataFormat data_format(const std::string& path) {
+  check_data_file(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path + ": cannot open the file");
+  char magic[sizeof kTokenFileMagic] = {};
+  in.read(magic, sizeof magic);
+  if (in.gcount() == static_cast<std::streamsize>(sizeof magic) && std::memcmp(magic, kTokenFileMagic, sizeof magic) == 0)
+    return DataFormat::token_file;
+  if (named_tok(path))
+    throw DataError(path + ": named like a token file but not one (it does not start with the magic \"TMTOKENS\"; "
+                           "make one with 'trainmem tokens', or rename the file to train on its bytes)");
+  return DataFormat::bytes;
+}
+
 std::vector<std::uint16_t> tokenize_bytes(const std::string& path) {
   const std::uint64_t file_bytes = check_data_file(path);
   check_tokens_fit_host_memory(file_bytes, path);  // one token per byte
@@ -157,17 +181,10 @@ std::vector<std::uint16_t> load_dataset(const std::string& spec, std::size_t min
     check_tokens_fit_host_memory(corpus_tokens, "--data synthetic (4 batches of tokens)");
     tokens = synthetic_corpus(corpus_tokens, seed);
   } else {
-    const bool token_file = spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".tok") == 0;
-    tokens = token_file ? read_token_file(spec) : tokenize_bytes(spec);
+    tokens = data_format(spec) == DataFormat::token_file ? read_token_file(spec) : tokenize_bytes(spec);
   }
-  if (tokens.size() < min_tokens)
-    throw DataError("--data " + spec + ": " + std::to_string(tokens.size()) + " tokens, fewer than the " +
-                    std::to_string(min_tokens) + " one batch needs (B * T + 1); use a smaller --batch or --seq");
-  if (tokens.empty()) throw DataError("--data " + spec + ": holds no tokens");
-  const auto max_token = *std::max_element(tokens.begin(), tokens.end());
-  if (max_token >= vocab)
-    throw DataError("--data " + spec + ": token " + std::to_string(max_token) + " is outside the model's vocabulary of " +
-                    std::to_string(vocab) + " (use --vocab " + std::to_string(max_token + 1) + " or more)");
+  const std::uint16_t max_token = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
+  check_dataset({tokens.size(), max_token}, spec, min_tokens, vocab);
   return tokens;
 }
 

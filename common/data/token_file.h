@@ -48,6 +48,13 @@ std::uint64_t check_data_file(const std::string& path);
 // in the host memory available. `what` names them in the message ("--data corpus.txt").
 void check_tokens_fit_host_memory(std::uint64_t num_tokens, const std::string& what);
 
+// How a data file is read, decided by its content, never by its name alone: a file that starts
+// with the magic "TMTOKENS" is a token file whatever it is called; any other file is tokenized
+// byte by byte, except one named *.tok in any case (X.tok, X.TOK), which is refused (DataError):
+// it claims to be a token file and is not one, and its bytes are not what its owner meant.
+enum class DataFormat { token_file, bytes };
+DataFormat data_format(const std::string& path);
+
 // Byte-level tokenization of any file: one token per byte (vocabulary 256).
 std::vector<std::uint16_t> tokenize_bytes(const std::string& path);
 
@@ -56,6 +63,8 @@ std::vector<std::uint16_t> tokenize_bytes(const std::string& path);
 // preferred-successor (bigram) rule, separated by spaces and ended by ". ". Byte-level tokens.
 // The same seed gives the same tokens on every machine.
 std::vector<std::uint16_t> synthetic_corpus(std::size_t num_tokens, std::uint64_t seed);
+// Its largest token: its words are lowercase letters ('a' .. 'z', then ' ' and '.', smaller).
+constexpr std::uint16_t kSyntheticCorpusMaxToken = 'z';
 // The size of `--data synthetic` for runs that need `min_tokens`: four batches' worth, at least
 // 2^20 tokens (load_dataset makes a synthetic_corpus of this size).
 std::size_t synthetic_dataset_tokens(std::size_t min_tokens);
@@ -64,8 +73,8 @@ std::size_t synthetic_dataset_tokens(std::size_t min_tokens);
 // (checked arithmetic).
 std::size_t tokens_for_batches(std::size_t ranks, std::size_t batch, std::size_t seq);
 
-// --data synthetic | a .tok file | any other file (byte-tokenized). Checks that there are enough
-// tokens for one [B, T+1] window and that every token is below `vocab`.
+// --data synthetic | a token file | any other file (byte-tokenized; data_format decides). Checks
+// the tokens as check_dataset does (dataset_check.h): at least `min_tokens`, each below `vocab`.
 std::vector<std::uint16_t> load_dataset(const std::string& spec, std::size_t min_tokens, std::size_t vocab,
                                         std::uint64_t seed);
 

@@ -360,6 +360,7 @@ double GPT::head_forward() {
 
     Tensor losses = make_f32({B, Tn}, MemoryCategory::workspace, "losses");
     kernels::cross_entropy_forward<T>(s, f(losses), logits_.data_as<T>(), targets_->data_as<std::int32_t>(), N, V);
+    if (!device_.computes()) return;  // meta: no loss to read (and no host copy of B x T losses)
     std::vector<float> host(N);
     copy_device_to_host(device_, host.data(), losses.data(), losses.nbytes());
     double sum = 0;

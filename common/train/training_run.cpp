@@ -25,8 +25,8 @@ TrainingRun::TrainingRun(const TrainingSetup& setup, const Techniques& technique
   for (const Technique* t : techniques_)
     if ((data_ = t->make_loader(setup_, device, tokens, rank, ranks))) break;
   if (!data_)  // the dataset on the host, read in order
-    data_ = std::make_unique<SequentialBatches>(device, std::move(tokens).to_vector(), setup_.batch, setup_.seq(), rank,
-                                                ranks);
+    data_ = std::make_unique<SequentialBatches>(device, std::move(tokens), setup_.batch, setup_.seq(), rank, ranks,
+                                                setup_.model.vocab);
 
   // The techniques join in hook order (stable: registration order within one order).
   std::vector<const Technique*> in_hook_order(techniques_.begin(), techniques_.end());

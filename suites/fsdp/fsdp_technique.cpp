@@ -46,22 +46,24 @@ class FsdpTechnique : public Technique {
 
   void add_flags(CLI::App& command, TrainingSetup& setup) const override {
     FsdpChoice& choice = setup.option<FsdpChoice>();
-    command
-        .add_option_function<std::string>(
-            "--fsdp",
-            [&choice](const std::string& text) {
-              choice.enabled = true;
-              choice.options.mode = parse_sharding_mode(text);
-            },
-            "Fully sharded data parallel over the ranks of mpirun: full (FULL_SHARD), grad_op "
-            "(SHARD_GRAD_OP) or none (NO_SHARD: plain data parallel); not with --zero")
-        ->check(cli::parses_with(parse_sharding_mode));
+    CLI::Option* fsdp = command
+                            .add_option_function<std::string>(
+                                "--fsdp",
+                                [&choice](const std::string& text) {
+                                  choice.enabled = true;
+                                  choice.options.mode = parse_sharding_mode(text);
+                                },
+                                "Fully sharded data parallel over the ranks of mpirun: full (FULL_SHARD), grad_op "
+                                "(SHARD_GRAD_OP) or none (NO_SHARD: plain data parallel); not with --zero")
+                            ->check(cli::parses_with(parse_sharding_mode));
+    // The unit and prefetch flags shape FSDP: without --fsdp they would be silently ignored.
     command
         .add_option_function<std::string>(
             "--fsdp-unit", [&choice](const std::string& text) { choice.options.layers_per_unit = parse_layers_per_unit(text); },
             "FSDP unit: layer, or K-layers (K consecutive layers, e.g. 2-layers)")
         ->default_str("layer")
-        ->check(cli::parses_with(parse_layers_per_unit));
+        ->check(cli::parses_with(parse_layers_per_unit))
+        ->needs(fsdp);
     command
         .add_option_function<std::string>(
             "--fsdp-prefetch",
@@ -69,7 +71,8 @@ class FsdpTechnique : public Technique {
             "FSDP: gather the next unit while the current one computes: on or off (the lazy loader's "
             "--prefetch N is another flag)")
         ->default_str("off")
-        ->check(cli::parses_with([](const std::string& t) { return parse_on_off(t, "--fsdp-prefetch"); }));
+        ->check(cli::parses_with([](const std::string& t) { return parse_on_off(t, "--fsdp-prefetch"); }))
+        ->needs(fsdp);
   }
 
   void validate(const TrainingSetup& setup, const Techniques& all) const override {

@@ -6,7 +6,9 @@
 // category `data`: round_size(4 * n) device bytes for n tokens. A batch is B device-to-device
 // copies of a window's inputs and B of its targets (the window shifted by one) into the
 // trainer's batch tensors, in the order ShuffleOrder gives. Under mpirun every rank holds the whole
-// dataset (the guides' pattern, N times over) and copies out its own rows.
+// dataset (the guides' pattern, N times over) and copies out its own rows. The tokens are read
+// once, at the upload (a mapped file through HostTokens::read_tokens, each chunk checked against
+// the vocabulary): what the file does later cannot reach the device.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +24,7 @@ struct EagerLoaderOptions {
   std::uint64_t seed = 1;
   bool shuffle = true;
   std::size_t rank = 0, world = 1;  // data parallel: this rank's rows of each global batch (shuffle_order.h)
+  std::size_t vocab = kEveryToken;  // the tokens must be below it, checked as they are uploaded (check_batch_tokens)
 };
 
 class EagerLoader : public BatchSource {

@@ -59,7 +59,12 @@ void LazyLoader::assemble(ShuffleOrder& order, std::uint64_t k, std::int32_t* to
   if (!device_.computes()) return;  // meta: the tokens have no values to read, the copies are skipped
   std::vector<std::size_t> starts(B_);
   order.row_starts(k, starts.data());
-  for (std::size_t b = 0; b < B_; ++b) slice_window(host_.data(), starts[b], T_, tokens + b * T_, targets + b * T_);
+  host_.read_tokens([&](const std::uint16_t* data) {
+    for (std::size_t b = 0; b < B_; ++b) slice_window(data, starts[b], T_, tokens + b * T_, targets + b * T_);
+  });
+  const std::string what = host_.name() + ", batch " + std::to_string(k);
+  check_batch_tokens(tokens, B_ * T_, options_.vocab, what);
+  check_batch_tokens(targets, B_ * T_, options_.vocab, what);
 }
 
 void LazyLoader::worker_loop() {

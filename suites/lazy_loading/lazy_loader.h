@@ -14,6 +14,10 @@
 // prefetch 0: no thread and no ring; next() assembles the batch in the staging buffer and
 // copies it to the batch tensors synchronously (the baseline's way, with shuffling).
 //
+// Every batch's tokens are checked against the vocabulary as they are read (check_batch_tokens),
+// and a mapped file is read through HostTokens::read_tokens: a file rewritten or cut short during
+// the run is a DataError naming it, never a token outside the embedding or a SIGBUS.
+//
 // An exception in the worker (a bad read, a CUDA error, the test hook) is kept and rethrown by
 // the next() that would have received that batch, on the main thread; destroying the loader at
 // any point stops and joins the worker (it finishes at most the batch it is assembling).
@@ -44,6 +48,7 @@ struct LazyLoaderOptions {
   // Called with the batch index before batch k is assembled, on the thread that assembles it
   // (the worker; the caller of next() when prefetch is 0). For tests: throw, or sleep.
   std::function<void(std::uint64_t)> before_assemble;
+  std::size_t vocab = kEveryToken;  // each batch's tokens must be below it (check_batch_tokens)
 };
 
 class LazyLoader : public BatchSource {

@@ -55,7 +55,8 @@ class LazyLoadingTechnique : public Technique {
     switch (choice.loader) {
       case Loader::sequential: return nullptr;
       case Loader::eager:  // all of it on the device
-        return std::make_unique<EagerLoader>(device, std::move(tokens), B, T, EagerLoaderOptions{s.seed, true, rank, ranks});
+        return std::make_unique<EagerLoader>(device, std::move(tokens), B, T,
+                                             EagerLoaderOptions{s.seed, true, rank, ranks, s.model.vocab});
       case Loader::lazy: {  // on the host; batches prefetched by a background thread
         LazyLoaderOptions o;
         o.prefetch = choice.prefetch;
@@ -63,6 +64,7 @@ class LazyLoadingTechnique : public Technique {
         o.seed = s.seed;
         o.rank = rank;
         o.world = ranks;
+        o.vocab = s.model.vocab;
         return std::make_unique<LazyLoader>(device, std::move(tokens), B, T, o);
       }
     }

@@ -5,7 +5,8 @@
 //  - device memory of category `data`: exactly N ring buffers (tokens + targets, each rounded as
 //    the allocator rounds) under lazy, exactly the dataset under eager;
 //  - under N ranks each rank's batch is its rows of the batch one process with N*B rows sees;
-//  - bad token files (truncated, wrong magic, too short, smaller than one batch) give DataError;
+//  - bad token files (truncated, wrong magic, too short, smaller than one batch) give DataError,
+//    and so does a file rewritten or truncated while a loader reads it;
 //  - the worker thread stops cleanly when the loader is destroyed mid-epoch, and an exception in
 //    it surfaces in next() on the main thread.
 #include <gtest/gtest.h>
@@ -358,6 +359,106 @@ TEST(BadFiles, TruncatedWrongMagicTooShortAndTooSmallGiveDataError) {
   LazyLoader one(*device, HostTokens::map_file(dir.file("one.tok")), 8, 64);
   EXPECT_EQ(one.batches_per_epoch(), 1u);
   pull(*device, one, 8, 64, 3);
+}
+
+// A token file changed under an open loader (issue 25). The tokens are checked against the
+// vocabulary when the file is opened; what a loader reads later is checked again, batch by batch,
+// and the file's size before each read. Rewritten in place with tokens outside the vocabulary,
+// or cut short, the next batch is a DataError naming the file. Before: the tokens went on to the
+// embedding and the loss (reads and writes outside their tensors, exit 0), and a truncated file
+// ended the process with SIGBUS, without a word.
+constexpr std::size_t kVocab = 256;
+
+// Overwrites every token after the header with `token`: in place (the same file, the same size).
+void rewrite_tokens(const std::string& path, std::uint16_t token) {
+  const std::vector<std::uint16_t> tokens((fs::file_size(path) - kTokenFileHeaderBytes) / 2, token);
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(kTokenFileHeaderBytes));
+  f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+}
+
+// The message of the first DataError among the next `limit` batches ("" when none failed).
+std::string first_data_error(Device& device, BatchSource& source, std::size_t B, std::size_t T, std::size_t limit) {
+  for (std::size_t i = 0; i < limit; ++i) {
+    try {
+      pull(device, source, B, T, 1);
+    } catch (const DataError& e) {
+      return e.what();
+    }
+  }
+  return "";
+}
+
+enum class Change { rewritten_out_of_vocabulary, truncated };
+
+struct ChangedFileCase {
+  const char* loader;  // lazy0, lazy2 (prefetch), sequential
+  Change change;
+};
+
+class ChangedFile : public ::testing::TestWithParam<ChangedFileCase> {};
+
+TEST_P(ChangedFile, TheNextBatchesAreADataErrorNamingTheFile) {
+  const ChangedFileCase c = GetParam();
+  TempDir dir;
+  const std::string path = dir.file("corpus.tok");
+  write_token_file(path, synthetic_corpus(200000, 1));  // 100 pages of tokens, each below 'z' + 1
+  const std::size_t B = 4, T = 32;
+  auto device = cpu_device();
+  std::unique_ptr<BatchSource> source;
+  std::size_t prefetch = 0;
+  if (std::string(c.loader) == "sequential") {
+    source = std::make_unique<SequentialBatches>(*device, HostTokens::map_file(path), B, T, 0, 1, kVocab);
+  } else {
+    LazyLoaderOptions o;
+    o.prefetch = prefetch = std::string(c.loader) == "lazy2" ? 2 : 0;
+    o.vocab = kVocab;
+    source = std::make_unique<LazyLoader>(*device, HostTokens::map_file(path), B, T, o);
+  }
+  ASSERT_EQ(first_data_error(*device, *source, B, T, 1), "");  // the file as it was opened
+  if (c.change == Change::rewritten_out_of_vocabulary) rewrite_tokens(path, 300);
+  else fs::resize_file(path, kTokenFileHeaderBytes + 2 * 1000);
+  // The batches made before the change (at most `prefetch`, plus the one being made) may come
+  // out; the next is the error.
+  const std::string error = first_data_error(*device, *source, B, T, prefetch + 2);
+  ASSERT_NE(error, "") << "no DataError after the file changed";
+  EXPECT_NE(error.find(path), std::string::npos) << error;
+  if (c.change == Change::rewritten_out_of_vocabulary)
+    EXPECT_NE(error.find("token 300, outside the model's vocabulary of 256"), std::string::npos) << error;
+  else
+    // "changed" (the size, checked before each read) or "was cut short" (a read that raced the
+    // truncation, caught by the SIGBUS guard)
+    EXPECT_NE(error.find("while this run was reading it"), std::string::npos) << error;
+}
+
+INSTANTIATE_TEST_SUITE_P(Loaders, ChangedFile,
+                         ::testing::Values(ChangedFileCase{"lazy0", Change::rewritten_out_of_vocabulary},
+                                           ChangedFileCase{"lazy2", Change::rewritten_out_of_vocabulary},
+                                           ChangedFileCase{"sequential", Change::rewritten_out_of_vocabulary},
+                                           ChangedFileCase{"lazy0", Change::truncated},
+                                           ChangedFileCase{"lazy2", Change::truncated},
+                                           ChangedFileCase{"sequential", Change::truncated}),
+                         [](const auto& info) {
+                           return std::string(info.param.loader) +
+                                  (info.param.change == Change::truncated ? "_truncated" : "_rewritten");
+                         });
+
+// The eager loader reads the file once, at the upload: a file rewritten between the open's check
+// and the upload is refused there, before a token reaches the device.
+TEST(ChangedFile, EagerChecksTheTokensItUploads) {
+  TempDir dir;
+  const std::string path = dir.file("corpus.tok");
+  write_token_file(path, synthetic_corpus(20000, 1));
+  auto device = cpu_device();
+  HostTokens tokens = HostTokens::map_file(path);
+  tokens.check_vocab(kVocab, path);  // as train checks it at the open
+  rewrite_tokens(path, 300);
+  try {
+    EagerLoader eager(*device, std::move(tokens), 4, 32, {1, true, 0, 1, kVocab});
+    ADD_FAILURE() << "the eager loader uploaded tokens outside the vocabulary";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ", read for the upload: token 300"), std::string::npos) << e.what();
+  }
 }
 
 TEST(BadFiles, WrongBatchTensorShapeIsRefused) {

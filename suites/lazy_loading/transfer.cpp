@@ -23,6 +23,10 @@ bool on_gpu(const Device& device) { return device.kind() == DeviceKind::cuda; }
 }  // namespace
 
 HostStaging::HostStaging(Device& device, std::size_t bytes, bool pinned) : bytes_(bytes) {
+  if (!device.computes()) {  // meta: no batch is assembled, so no host memory in proportion to one
+    bytes_ = 0;
+    return;
+  }
   if (on_gpu(device) && pinned) {
 #if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
     LAZY_CUDA(cudaHostAlloc(&data_, bytes == 0 ? 1 : bytes, cudaHostAllocDefault));

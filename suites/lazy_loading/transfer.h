@@ -11,7 +11,8 @@
 
 namespace trainmem::lazy_loading {
 
-// Host memory a batch is assembled in before it goes to the device.
+// Host memory a batch is assembled in before it goes to the device (none on the meta device,
+// where no batch is assembled: data() is null).
 class HostStaging {
  public:
   HostStaging(Device& device, std::size_t bytes, bool pinned);

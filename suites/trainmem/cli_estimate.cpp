@@ -9,6 +9,8 @@
 #include <iostream>
 #include <memory>
 
+#include "common/comm/communicator.h"
+#include "common/data/dataset_check.h"
 #include "common/data/token_file.h"
 #include "common/util/byte_size.h"
 #include "suites/trainmem/cli_common.h"
@@ -17,7 +19,6 @@
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "common/cli/flag_ranges.h"
-#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
 
@@ -41,11 +42,12 @@ TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::s
   return s;
 }
 
-std::size_t dataset_tokens(const TrainFlags& flags) {
-  if (flags.data == "synthetic" || flags.setup.option<lazy_loading::LoaderChoice>().loader != lazy_loading::Loader::eager)
-    return 0;  // only an eager loader puts it on the device
+std::size_t checked_dataset_tokens(const TrainFlags& flags, std::size_t world_size, std::size_t batch) {
   const GPTConfig config = model_config(flags);
-  return load_dataset(flags.data, tokens_for_batches(1, flags.batch, config.seq), config.vocab, flags.seed).size();
+  const std::size_t min_tokens = tokens_for_batches(world_size, batch, config.seq);
+  const DatasetFacts facts = inspect_dataset(flags.data, min_tokens);
+  check_dataset(facts, flags.data, min_tokens, config.vocab);
+  return flags.data == "synthetic" ? 0 : static_cast<std::size_t>(facts.tokens);
 }
 
 namespace {
@@ -53,6 +55,7 @@ namespace {
 struct EstimateFlags {
   TrainFlags train;
   std::size_t world_size = 1;
+  bool world_size_given = false;
   std::string gpu;
   bool json = false;
 };
@@ -98,11 +101,30 @@ estimator::EstimateTarget target_for(const EstimateFlags& f, DeviceKind backend)
   return t;
 }
 
+// The ranks to estimate for: --world-size, or under mpirun the ranks it started (the run that
+// `mpirun -np N trainmem train` with these flags would be).
+std::size_t world_size_for(const EstimateFlags& f) {
+  if (!launched_by_mpirun()) return f.world_size;
+  const std::size_t launched = launched_world_size();
+  if (f.world_size_given && f.world_size != launched)
+    throw std::invalid_argument("--world-size " + std::to_string(f.world_size) + " but mpirun started " +
+                                std::to_string(launched) + " ranks: give one or the other (an estimate needs no "
+                                "ranks: 'trainmem estimate --world-size N' alone estimates for N)");
+  return launched;
+}
+
 int run_estimate(const EstimateFlags& f) {
+  // What train refuses, estimate refuses, with train's checks: the device flags (--pattern goes
+  // with --device meta), every technique's rules (training_setup) and the data (its size for one
+  // global batch, its tokens within the vocabulary; read without keeping it).
+  f.train.device.to_options();
+  const std::size_t world_size = world_size_for(f);
   const DeviceKind backend = backend_for(f);
   const estimator::EstimateTarget target = target_for(f, backend);
-  const TrainingSetup setup = training_setup(f.train, backend, dataset_tokens(f.train), f.world_size);
+  const std::size_t dataset_tokens = checked_dataset_tokens(f.train, world_size, f.train.batch);
+  const TrainingSetup setup = training_setup(f.train, backend, dataset_tokens, world_size);
   const estimator::MemoryEstimate e = estimator::estimate_memory(setup, target.usable_bytes);
+  if (launched_rank() != 0) return 0;  // under mpirun every rank estimates (and refuses) alike; rank 0 prints
   if (f.json) std::cout << estimator::estimate_json(e, target).dump(2) << '\n';
   else std::cout << estimator::estimate_table(e, target);
   return 0;
@@ -120,14 +142,17 @@ void add_estimate_command(CLI::App& app, Command& run) {
   add_optimizer_flags(*cmd, flags->train);
   add_data_flags(*cmd, flags->train);
   cmd->add_option("--world-size", flags->world_size,
-                  "Ranks of data parallelism to estimate for (trainmem train takes them from mpirun -np N); "
-                  "with --zero or --fsdp, the figures are per rank")
+                  "Ranks of data parallelism to estimate for (trainmem train takes them from mpirun -np N; under "
+                  "mpirun, estimate does too, and rank 0 prints); with --zero or --fsdp, the figures are per rank")
       ->capture_default_str()
       ->check(whole_number(1, FlagLimits::max_world_size));
   cmd->add_option("--gpu", flags->gpu, "Size the estimate for this card: " + estimator::gpu_names())
       ->check(parses_with([](const std::string& name) { estimator::find_gpu(name); }));
   cmd->add_flag("--json", flags->json, "Print JSON instead of the table");
-  cmd->callback([flags, &run] { run = [flags] { return run_estimate(*flags); }; });
+  cmd->callback([flags, cmd, &run] {
+    flags->world_size_given = cmd->count("--world-size") > 0;
+    run = [flags] { return run_estimate(*flags); };
+  });
 }
 
 }  // namespace trainmem::cli

@@ -41,6 +41,14 @@ struct MaxBatchFlags {
 
 int run_max_batch(const MaxBatchFlags& f) {
   const DeviceOptions options = f.train.device.to_options();
+  const GPTConfig config = model_config(f.train);
+  // Data first: --data checked as train checks it, for the smallest batch tried (B = 1). The
+  // trials are real runs: a file's tokens are read once for all of them; synthetic data is made
+  // per trial.
+  const std::size_t dataset_tokens = checked_dataset_tokens(f.train, 1, 1);
+  std::vector<std::uint16_t> file_tokens;
+  if (f.train.data != "synthetic") file_tokens = load_dataset(f.train.data, config.seq + 1, config.vocab, f.train.seed);
+
   // The device the trials run on (opened once here to name it and learn its size).
   std::size_t capacity = 0;
   DeviceKind backend = DeviceKind::cpu;
@@ -51,18 +59,18 @@ int run_max_batch(const MaxBatchFlags& f) {
     backend = device->kind();
     device_name = device->memory().name();
   }
-  const GPTConfig config = model_config(f.train);
-  // A dataset file is read once; synthetic data is made per trial, sized to its batch.
-  std::vector<std::uint16_t> file_tokens;
-  if (f.train.data != "synthetic") file_tokens = load_dataset(f.train.data, config.seq + 1, config.vocab, f.train.seed);
-  const TrainingSetup setup = training_setup(f.train, backend, file_tokens.size());
+  const TrainingSetup setup = training_setup(f.train, backend, dataset_tokens);
   if (const Technique* sharding = registered_techniques().sharding(setup))
     throw std::invalid_argument("max-batch tries runs on one device, without ranks: drop " + sharding->describe(setup) +
                                 " (trainmem estimate --world-size N gives a sharded run's largest micro-batch)");
+  // The search goes no further than the data holds (train would refuse a larger batch).
+  const std::size_t data_limit = estimator::data_batch_limit(setup);  // 0: synthetic, no limit
+  const std::size_t limit = data_limit ? std::min(f.limit, data_limit) : f.limit;
+  const bool data_limits = limit < f.limit;
 
   // The estimator's answer, on the capacity the allocator has.
   bool capped = false;
-  const std::size_t predicted = estimator::largest_fitting_batch(setup, capacity, f.limit, &capped);
+  const std::size_t predicted = estimator::largest_fitting_batch(setup, capacity, limit, &capped);
 
   estimator::TrialOptions trial_options;
   trial_options.device = f.train.device.device;
@@ -72,7 +80,6 @@ int run_max_batch(const MaxBatchFlags& f) {
   std::map<std::size_t, bool> tried;  // B -> fits
   auto fits = [&](std::size_t b) {
     if (auto it = tried.find(b); it != tried.end()) return it->second;
-    if (!file_tokens.empty() && file_tokens.size() < b * config.seq + 1) return tried[b] = false;  // not a memory limit, but the data's
     TrainingSetup s = setup;
     s.batch = b;
     const estimator::TrialResult r = estimator::run_trial(s, trial_options);
@@ -96,12 +103,12 @@ int run_max_batch(const MaxBatchFlags& f) {
   };
 
   // Bracket: lo fits (0: nothing known to), hi does not (limit + 1: nothing known not to).
-  std::size_t lo = 0, hi = f.limit + 1;
-  std::size_t start = std::clamp<std::size_t>(predicted, 1, f.limit);
+  std::size_t lo = 0, hi = limit + 1;
+  std::size_t start = std::clamp<std::size_t>(predicted, 1, limit);
   if (fits(start)) {
     lo = start;
-    for (std::size_t step = 1; lo < f.limit;) {  // up: start+1, +2, +4, ... until one fails
-      const std::size_t b = std::min(lo + step, f.limit);
+    for (std::size_t step = 1; lo < limit;) {  // up: start+1, +2, +4, ... until one fails
+      const std::size_t b = std::min(lo + step, limit);
       if (!fits(b)) {
         hi = b;
         break;
@@ -125,6 +132,9 @@ int run_max_batch(const MaxBatchFlags& f) {
       (fits(mid) ? lo : hi) = mid;
     }
 
+  // What stopped the search: memory (a larger batch does not fit), the data (it holds no larger
+  // batch), or --limit (it was not tried).
+  const bool at_limit = lo == limit;
   if (f.json) {
     nlohmann::json j = {{"command", "max-batch"},
                         {"device", device_name},
@@ -132,8 +142,10 @@ int run_max_batch(const MaxBatchFlags& f) {
                         {"config", {{"model", config.to_json()}, {"setup", describe_setup(setup)}}},
                         {"steps_per_trial", trial_options.steps},
                         {"limit", f.limit},
+                        {"data_limit", data_limit ? nlohmann::json(data_limit) : nlohmann::json()},
                         {"max_batch", lo},
-                        {"max_batch_is_limit", lo == f.limit},
+                        {"max_batch_is_limit", at_limit && !data_limits},
+                        {"max_batch_is_data_limit", at_limit && data_limits},
                         {"predicted_max_batch", predicted},
                         {"predicted_is_limit", capped},
                         {"trials", trials}};
@@ -142,11 +154,15 @@ int run_max_batch(const MaxBatchFlags& f) {
   }
   std::cout << "largest micro-batch that fits " << device_name << ": ";
   if (lo == 0) std::cout << "none (not even --batch 1)";
-  else std::cout << (lo == f.limit ? ">= " : "") << lo;
+  else std::cout << (at_limit && !data_limits ? ">= " : "") << lo;
   std::cout << " (tried, " << trials.size() << " trials of " << trial_options.steps << " steps); the estimator says ";
   if (predicted == 0) std::cout << "none";
-  else std::cout << (capped ? ">= " : "") << predicted;
+  else std::cout << (capped && !data_limits ? ">= " : "") << predicted;
   std::cout << '\n';
+  if (at_limit && data_limits)
+    std::cout << "the data, not memory, limits the batch: --data " << f.train.data << " holds " << dataset_tokens
+              << " tokens, one batch of at most " << data_limit << " rows of " << config.seq
+              << " (B x T + 1 tokens); a larger batch might fit in memory, with more data\n";
   return 0;
 }
 

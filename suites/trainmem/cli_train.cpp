@@ -19,6 +19,7 @@
 #include "common/allocator/trace_file.h"
 #include "common/comm/communicator.h"
 #include "common/comm/rank_agreement.h"
+#include "common/data/dataset_check.h"
 #include "common/data/token_file.h"
 #include "common/results/result_json.h"
 #include "common/train/trainer.h"
@@ -164,20 +165,29 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   // any data or device; what only the device and the data say is filled in and checked below.
   TrainingSetup setup = training_setup(flags, DeviceKind::cpu, 0, launched_world_size());
   check_output_flags(flags);  // a path that cannot be written is found now, not after the run
-  // Data first: a bad file is an input error, found before any memory is touched.
-  // A token file under the lazy loader is memory-mapped, never read into the heap; everything else
-  // is loaded (and checked) into host memory here.
+  // Data first: a bad file is an input error, found before any memory is touched. Under mpirun
+  // every rank checks (and loads) the corpus of the global batch (N*B rows), as one process would.
+  //  - meta: no token is read (the loaders read none there): the data is checked as `estimate`
+  //    checks it, without keeping it, and the run gets its size only (host memory bounded).
+  //  - a token file under the lazy loader is memory-mapped, never read into the heap.
+  //  - everything else is loaded (and checked) into host memory here.
   const lazy_loading::Loader loader = setup.option<lazy_loading::LoaderChoice>().loader;
-  const bool map_token_file = loader == lazy_loading::Loader::lazy && flags.data.size() > 4 &&
-                              flags.data.compare(flags.data.size() - 4, 4, ".tok") == 0;
-  std::vector<std::uint16_t> tokens;
-  HostTokens mapped_tokens;
-  if (map_token_file) {
-    mapped_tokens = HostTokens::map_file(flags.data);
-    mapped_tokens.check_vocab(config.vocab, "--data " + flags.data);
+  const bool meta = flags.device.device == "meta";
+  const bool map_token_file = !meta && loader == lazy_loading::Loader::lazy && flags.data != "synthetic" &&
+                              data_format(flags.data) == DataFormat::token_file;
+  std::size_t dataset_tokens = 0;  // a file's size in tokens (synthetic: 0, the corpus is made for the batch)
+  HostTokens tokens;               // meta: made below without values, once the run's size is known
+  if (meta) {
+    dataset_tokens = checked_dataset_tokens(flags, launched_world_size(), flags.batch);
   } else {
-    // Under mpirun every rank loads the corpus of the global batch (N*B rows), as one process would.
-    tokens = load_dataset(flags.data, tokens_for_batches(launched_world_size(), flags.batch, T), config.vocab, flags.seed);
+    const std::size_t min_tokens = tokens_for_batches(launched_world_size(), flags.batch, T);
+    if (map_token_file) {
+      tokens = HostTokens::map_file(flags.data);
+      check_dataset({tokens.size(), tokens.max_token()}, flags.data, min_tokens, config.vocab);
+    } else {
+      tokens = HostTokens(load_dataset(flags.data, min_tokens, config.vocab, flags.seed));
+    }
+    if (flags.data != "synthetic") dataset_tokens = tokens.size();
   }
 
   // The device and the world of ranks (mpirun): each rank takes its rows of a global batch of
@@ -189,7 +199,7 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   const std::size_t rank = world ? static_cast<std::size_t>(world->rank()) : 0;
   const bool reporting_rank = rank == 0;
   setup.backend = device->cuda_pattern() ? DeviceKind::cuda : DeviceKind::cpu;
-  setup.dataset_tokens = loader == lazy_loading::Loader::eager ? tokens.size() : 0;
+  setup.dataset_tokens = dataset_tokens;
   setup.world_size = ranks;
   registered_techniques().complete(setup);
   registered_techniques().validate(setup);
@@ -218,8 +228,8 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
     record_memory.emplace(recorder, flags.record_memory, "--record-memory");
 
   // Model, data loader, strategies and trainer, built as every command builds them.
-  TrainingRun run(setup, registered_techniques(), *device, world.get(),
-                  map_token_file ? std::move(mapped_tokens) : HostTokens(std::move(tokens)));
+  if (meta) tokens = HostTokens::without_values(setup.dataset_size());
+  TrainingRun run(setup, registered_techniques(), *device, world.get(), std::move(tokens));
   const std::string techniques = run.techniques();
 
   // (mpirun forwards output through a pseudo-terminal: one line per step there, not a redrawn one)

@@ -10,12 +10,14 @@
 namespace trainmem::cli {
 
 // `backend`: the device kind whose allocation pattern to predict. `dataset_tokens`: the size of
-// the dataset an eager loader would upload (0: the synthetic corpus's). `world_size`: the ranks.
+// the dataset, a file's (0: the synthetic corpus's, which grows with the batch). `world_size`: the ranks.
 // Completed and validated by every registered technique (std::invalid_argument).
 TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::size_t dataset_tokens = 0,
                              std::size_t world_size = 1);
 
-// The number of tokens --data names (synthetic: 0), for an eager loader's estimate. Reads the file.
-std::size_t dataset_tokens(const TrainFlags& flags);
+// --data checked as `trainmem train` checks it (check_dataset, common/data/dataset_check.h) for a
+// global batch of `world_size` x `batch` rows, without keeping its tokens (host memory bounded);
+// returns its size in tokens for TrainingSetup::dataset_tokens (synthetic: 0). DataError.
+std::size_t checked_dataset_tokens(const TrainFlags& flags, std::size_t world_size, std::size_t batch);
 
 }  // namespace trainmem::cli

@@ -127,8 +127,10 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
     if (e.max_batch == 0) {
       out += "largest micro-batch that fits: none (not even --batch 1)\n";
     } else {
-      std::snprintf(line, sizeof line, "largest micro-batch that fits: %s%zu\n", e.max_batch_capped ? ">= " : "",
-                    e.max_batch);
+      const bool data_limited = e.max_batch_capped && e.max_batch == e.data_max_batch;
+      std::snprintf(line, sizeof line, "largest micro-batch that fits: %s%zu%s\n",
+                    e.max_batch_capped && !data_limited ? ">= " : "", e.max_batch,
+                    data_limited ? " (the data's limit, not memory's: --data holds one batch of at most this)" : "");
       out += line;
     }
   }
@@ -198,7 +200,8 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
                         {"usable_bytes", target.usable_bytes},
                         {"fits", e.fits},
                         {"max_batch", e.max_batch},
-                        {"max_batch_capped", e.max_batch_capped}};
+                        {"max_batch_capped", e.max_batch_capped},
+                        {"data_max_batch", e.data_max_batch ? nlohmann::json(e.data_max_batch) : nlohmann::json()}};
     if (e.on_device && e.on_device->oom)
       d["oom"] = {{"phase", e.on_device->oom_phase},
                   {"tensor", e.on_device->oom->tensor},

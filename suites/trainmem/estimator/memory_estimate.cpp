@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/data/dataset_check.h"
 #include "suites/trainmem/techniques.h"
 #include "suites/zero/zero_memory.h"
 #include "suites/zero/zero_technique.h"
@@ -18,12 +19,17 @@ FormulaBytes formula_bytes(const TrainingSetup& s) {
   return f;
 }
 
+std::size_t data_batch_limit(const TrainingSetup& setup) {
+  return setup.dataset_tokens ? largest_batch_in(setup.dataset_tokens, setup.world_size, setup.seq()) : 0;
+}
+
 bool fits_on(const TrainingSetup& setup, std::size_t capacity) {
   return !run_on_meta(setup, capacity, 0, PeakMoment::skip).oom.has_value();
 }
 
 std::size_t largest_fitting_batch(TrainingSetup setup, std::size_t capacity, std::size_t limit, bool* capped) {
   if (capped) *capped = false;
+  if (const std::size_t data_limit = data_batch_limit(setup)) limit = std::min(limit, data_limit);
   auto with_batch = [&](std::size_t b) {
     setup.batch = b;
     return setup;
@@ -88,6 +94,7 @@ MemoryEstimate estimate_memory(const TrainingSetup& setup, std::size_t capacity)
     e.fits = !e.on_device->oom.has_value();
   }
   e.max_batch = largest_fitting_batch(setup, capacity, kMaxBatchLimit, &e.max_batch_capped);
+  e.data_max_batch = data_batch_limit(setup);
   return e;
 }
 

@@ -49,6 +49,7 @@ struct MemoryEstimate {
   std::optional<MetaRun> on_device;       // that run, when it differs from `run` (its OOM report)
   std::size_t max_batch = 0;              // the largest micro-batch that fits (0: not even 1)
   bool max_batch_capped = false;          // max_batch is only the search's upper limit
+  std::size_t data_max_batch = 0;         // the largest micro-batch --data holds (0: no limit, synthetic)
 };
 
 // The search for the largest micro-batch stops here (then reported as ">= limit").
@@ -58,9 +59,15 @@ constexpr std::size_t kMaxBatchLimit = std::size_t{1} << 16;
 // micro-batch that fits (a search over B, one meta run each).
 MemoryEstimate estimate_memory(const TrainingSetup& setup, std::size_t capacity = 0);
 
+// The largest micro-batch the run's dataset holds (a file's dataset_tokens, world_size x B rows of
+// T tokens; common/data/dataset_check.h largest_batch_in); 0: no limit (the synthetic corpus is
+// made for the batch). A search over B goes no further: train would refuse a larger batch.
+std::size_t data_batch_limit(const TrainingSetup& setup);
+
 // Whether the configuration runs on a device of `capacity` bytes without running out of memory.
 bool fits_on(const TrainingSetup& setup, std::size_t capacity);
-// The largest B in [1, limit] for which fits_on holds (0: none). `capped` is set when limit fits.
+// The largest B in [1, limit] for which fits_on holds (0: none); the limit is at most the data's
+// (data_batch_limit). `capped` is set when that limit fits.
 std::size_t largest_fitting_batch(TrainingSetup setup, std::size_t capacity, std::size_t limit = kMaxBatchLimit,
                                   bool* capped = nullptr);
 

@@ -4,9 +4,8 @@
 #include <memory>
 
 #include "common/comm/meta_communicator.h"
-#include "common/data/token_file.h"
+#include "common/data/host_tokens.h"
 #include "common/train/training_run.h"
-#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/techniques.h"
 
 namespace trainmem::estimator {
@@ -15,21 +14,6 @@ namespace {
 
 // What the allocator can count (common/util/checked_math.h): "unlimited".
 constexpr std::size_t kUnlimited = std::size_t{1} << 62;
-
-// The dataset, as many tokens as the run's, without values (the loaders read none on meta): an
-// eager loader puts all of it on the device, so its size matters (the synthetic corpus's or the
-// file's); the lazy loader needs one global batch. The sequential reader takes a vector: one
-// rank's batch (it wraps around).
-HostTokens meta_tokens(const TrainingSetup& s) {
-  using lazy_loading::Loader;
-  const std::size_t B = s.batch, T = s.seq(), N = s.world_size;
-  switch (s.option<lazy_loading::LoaderChoice>().loader) {
-    case Loader::eager: return HostTokens::without_values(s.dataset_size());
-    case Loader::lazy: return HostTokens::without_values(tokens_for_batches(N, B, T));
-    case Loader::sequential: break;
-  }
-  return HostTokens(std::vector<std::uint16_t>(tokens_for_batches(1, B, T)));
-}
 
 std::string phase_name(std::string_view recorder_phase) {
   return recorder_phase == "none" ? std::string("setup") : std::string(recorder_phase);
@@ -83,7 +67,10 @@ MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank, 
 
   MetaRun r;
   try {
-    TrainingRun run(s, techniques, *device, world.get(), meta_tokens(s));
+    // The dataset as the run's size (a file's, or the synthetic corpus train would make), without
+    // values: on meta the loaders read no token and hold no batch buffer (host memory that does
+    // not grow with the batch); an eager loader's device copy is sized by it.
+    TrainingRun run(s, techniques, *device, world.get(), HostTokens::without_values(s.dataset_size()));
     for (int i = 0; i < kMetaSteps; ++i) run.step();
     const MemoryStats held = device->allocator().stats();
     for (std::size_t c = 0; c < kNumMemoryCategories; ++c)

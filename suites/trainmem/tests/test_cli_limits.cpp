@@ -126,11 +126,12 @@ TEST(CliLimits, EstimateRefusesSizesThatWouldWrapAround) {
 }
 
 // The largest inputs the ranges allow still get an answer (the README records how long they take;
-// times live in benchmarks, so this only checks that an answer comes).
+// times live in benchmarks, so this only checks that an answer comes). --vocab 123: the smallest
+// the synthetic corpus's tokens fit ('z' + 1; estimate checks the data as train does).
 TEST(CliLimits, EstimateAnswersAtTheLargestShapes) {
-  for (const char* args : {"--layers 1024 --dim 8 --heads 1 --seq 1 --vocab 2",
-                           "--layers 1024 --dim 8 --heads 1 --seq 1 --vocab 2 --allocator-config expandable_segments:True",
-                           "--layers 1024 --dim 8 --heads 1 --seq 1 --vocab 2 --fsdp full --world-size 1048576",
+  for (const char* args : {"--layers 1024 --dim 8 --heads 1 --seq 1 --vocab 123",
+                           "--layers 1024 --dim 8 --heads 1 --seq 1 --vocab 123 --allocator-config expandable_segments:True",
+                           "--layers 1024 --dim 8 --heads 1 --seq 1 --vocab 123 --fsdp full --world-size 1048576",
                            "--model gpt2-1.5b --layers 1024 --seq 1048576 --gpu h100-80gb"}) {
     SCOPED_TRACE(args);
     const CliRun r = trainmem(std::string("estimate ") + args);

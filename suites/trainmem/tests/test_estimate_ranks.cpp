@@ -85,6 +85,32 @@ TEST_P(EstimateRanks, LargePool) {
   expect_estimate_equals_training(GetParam(), "--fsdp full --fsdp-prefetch on", 20);
 }
 
+// `mpirun -np N trainmem estimate` printed N estimates, each "over 1 rank" (issue 25). It now
+// estimates the run mpirun started, N ranks, and rank 0 alone prints it: one JSON document, equal
+// to `estimate --world-size N`.
+TEST_P(EstimateRanks, UnderMpirunEstimatesForItsRanksOnce) {
+  const int ranks = GetParam();
+  const std::string flags = std::string(kModel) + " --zero 3 --batch 2 --json";
+  const testing_support::CommandResult r = testing_support::run_command(mpirun(ranks, "estimate " + flags));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json under_mpirun = nlohmann::json::parse(r.out, nullptr, false);  // one document, not N
+  ASSERT_TRUE(under_mpirun.is_object()) << r.out;
+  EXPECT_EQ(under_mpirun["sharding"]["world_size"], ranks);
+  const nlohmann::json alone = run_json(std::string("'") + TRAINMEM_BINARY + "' estimate " + flags +
+                                        " --world-size " + std::to_string(ranks));
+  EXPECT_EQ(under_mpirun, alone);
+
+  // --world-size that contradicts mpirun is refused, naming both
+  const testing_support::CommandResult both =
+      testing_support::run_command(mpirun(ranks, "estimate " + flags + " --world-size " + std::to_string(ranks + 1)));
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+  EXPECT_NE(both.err.find("--world-size " + std::to_string(ranks + 1) + " but mpirun started " + std::to_string(ranks) +
+                          " ranks"),
+            std::string::npos)
+      << both.err;
+  EXPECT_TRUE(both.out.empty()) << both.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, EstimateRanks, testing::Values(2, 4),
                          [](const testing::TestParamInfo<int>& info) { return "np" + std::to_string(info.param); });
 

@@ -7,9 +7,11 @@ Two sources of real results, both produced by `ci/suite --quick` (real binaries,
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -18,6 +20,26 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `reports.trainmem_report`, as `python3 -m` finds it from the root
 FIXTURE = REPO / "reports" / "tests" / "fixtures" / "cpu-quick"
+
+
+class Hangs(BaseException):
+    """Raised by time_limit. Not an Exception (nor an OSError, as TimeoutError is), so that no
+    `except Exception` or `except OSError` of the code under test can swallow it."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Fails the test with Hangs after `seconds` (SIGALRM), where the code under test would hang:
+    a blocking open() or read() is interrupted, so a hang becomes a failure."""
+    def expire(signum, frame):
+        raise Hangs(f"still running after {seconds} s: it hangs")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="session")

@@ -15,15 +15,12 @@ import sys
 
 from . import compare, html, markdown, report
 from .results import load_folder
-from .snapshot import SnapshotError, snapshot_to_pickle
+from .errors import InputError
+from .snapshot import snapshot_to_pickle
 
 
 def render(dirs: list[pathlib.Path], out: pathlib.Path | None) -> int:
-    for d in dirs:
-        if not d.is_dir():
-            print(f"trainmem report: error: {d} is not a folder", file=sys.stderr)
-            return 2
-    folders = [load_folder(d) for d in dirs]
+    folders = [load_folder(d) for d in dirs]  # InputError if one is not a folder
     if len(folders) == 1:
         out = out or dirs[0]
         out.mkdir(parents=True, exist_ok=True)
@@ -59,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             return render(a.dirs, a.out)
         print(f"trainmem report: wrote {snapshot_to_pickle(a.snapshot, a.output)}")
         return 0
-    except SnapshotError as e:
+    except InputError as e:  # a SnapshotError too
         print(f"trainmem report: error: {e}", file=sys.stderr)
         return 2
 

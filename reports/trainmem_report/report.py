@@ -10,7 +10,7 @@ from . import claims as claims_mod
 from . import plots
 from .peers import peer_section
 from .document import FORMATTERS, MiB, Document, Figure, Section, Table, fmt_bytes, fmt_ms, fmt_size
-from .results import Benchmark, ResultFolder
+from .results import Benchmark, ResultFolder, finite_number
 from .snapshot import snapshot_to_pickle
 from .suites import SUITES, Suite, safe_split, suite_for
 from .timeline import CATEGORIES, step_timeline
@@ -40,7 +40,9 @@ def device_rows(folder: ResultFolder) -> list[list[str]]:
     rows.append(["allocator", str(a.get("config", "?"))])
     # Google Benchmark records the 1-minute load average: above the core count, other work
     # shared the machine and the times are inflated (memory figures are not affected).
-    loads = [c["load_avg"][0] for c in folder.contexts.values() if c.get("load_avg")]
+    loads = [finite_number(c["load_avg"][0]) for c in folder.contexts.values()
+             if isinstance(c.get("load_avg"), list) and c["load_avg"]]
+    loads = [x for x in loads if x is not None]
     cpus = next((c.get("num_cpus") for c in folder.contexts.values() if c.get("num_cpus")), None)
     if loads:
         rows.append(["load average while benchmarking", f"{min(loads):.1f} to {max(loads):.1f} on {cpus} CPUs"])
@@ -343,7 +345,7 @@ def build(folder: ResultFolder, out: pathlib.Path) -> Document:
                     "are this device's."])
     doc.missing += folder.problems
     claims = claims_mod.evaluate(folder)
-    doc.sections.append(Section("Device", tables=[Table(["", ""], device_rows(folder))]))
+    _guarded(doc, "device", lambda: Section("Device", tables=[Table(["", ""], device_rows(folder))]))
     doc.sections.append(Section("The guides' claims", ["Each verdict is computed from the numbers by its criterion."],
                                 tables=[claims_table(claims)]))
     if folder.trace is not None:

@@ -15,6 +15,7 @@ import pathlib
 from . import claims as claims_mod
 from . import plots
 from .document import Document, Figure, Section, Table, fmt_bytes, fmt_ms
+from .errors import OutputError
 from .report import grouped, slug, suite_figures
 from .results import ResultFolder
 from .suites import SUITES, Suite
@@ -193,6 +194,8 @@ def build(folders: list[ResultFolder], out: pathlib.Path) -> Document:
             try:
                 doc.sections.append(suite_section(folders, suite, plots_dir))
                 differences += ranking_differences(present, suite) if len(present) >= 2 else []
+            except OutputError:  # the report cannot be written: that stops it (__main__ says why)
+                raise
             except Exception as e:  # noqa: BLE001 - a malformed suite is listed as missing, the rest is drawn
                 doc.missing.append(f"{suite.bench}: could not be compared ({type(e).__name__}: {e})")
     doc.sections.insert(2, Section(

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import matplotlib.ticker  # noqa: E402
 
-from .output_file import write_file  # noqa: E402
+from .output_file import make_folder, write_file  # noqa: E402
 from .timeline import CATEGORIES, Timeline  # noqa: E402
 
 MiB = 1024.0 * 1024.0
@@ -21,9 +21,9 @@ PHASE_COLORS = {"forward": "#e8f0fb", "backward": "#fbeee6", "optimizer": "#eaf5
 
 
 def _save(fig, path: pathlib.Path) -> pathlib.Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
     try:
+        make_folder(path.parent)
+        fig.tight_layout()
         return write_file(path, lambda p: fig.savefig(p, dpi=100))
     finally:
         plt.close(fig)

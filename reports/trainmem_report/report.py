@@ -8,8 +8,9 @@ import re
 
 from . import claims as claims_mod
 from . import plots
-from .peers import peer_section
 from .document import FORMATTERS, MiB, Document, Figure, Section, Table, fmt_bytes, fmt_ms, fmt_size
+from .errors import OutputError
+from .peers import peer_section
 from .results import Benchmark, ResultFolder, finite_number
 from .snapshot import snapshot_to_pickle
 from .suites import SUITES, Suite, safe_split, suite_for
@@ -333,6 +334,8 @@ def _guarded(doc: Document, what: str, build, *a) -> None:
     line in doc.missing (this is the boundary where a partial folder must not stop the report)."""
     try:
         doc.sections.append(build(*a))
+    except OutputError:  # the report cannot be written: that stops it (__main__ says why)
+        raise
     except Exception as e:  # noqa: BLE001 - reported, not swallowed: it lands in the "missing" list
         doc.missing.append(f"{what}: could not be drawn ({type(e).__name__}: {e})")
 

@@ -10,7 +10,7 @@ import pickle
 
 from .errors import InputError
 from .input_file import read_json
-from .output_file import write_file
+from .output_file import make_folder, write_file
 
 SEGMENT_KEYS = {"device", "address", "total_size", "stream", "segment_type", "allocated_size",
                 "active_size", "requested_size", "blocks"}
@@ -54,6 +54,6 @@ def check_snapshot(snap: object) -> dict:
 def snapshot_to_pickle(json_path: pathlib.Path, pickle_path: pathlib.Path) -> pathlib.Path:
     snap = read_json(pathlib.Path(json_path))  # InputError: unreadable, too large, not JSON
     check_snapshot(snap)
-    pickle_path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(pickle_path.parent)
     # Protocol 4: Python's default since 3.8, what torch's _dump_snapshot writes.
     return write_file(pickle_path, lambda p: p.write_bytes(pickle.dumps(snap, protocol=4)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -77,6 +78,11 @@ def fixture_copy(tmp_path) -> pathlib.Path:
     return copy
 
 
+def md_text(markdown: str) -> str:
+    """summary.md's text as it reads: Markdown's backslash escapes (markdown.escape) removed."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
 def section_tables(summary: str, section: str) -> list[tuple[list[str], list[list[str]]]]:
     """Every table of one section of summary.md (`## <section>`), in order: (header, rows of cells)."""
     text = summary.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
@@ -86,7 +92,7 @@ def section_tables(summary: str, section: str) -> list[tuple[list[str], list[lis
         if line.startswith("|---"):
             continue
         if line.startswith("| "):
-            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            cells = [md_text(c.strip()) for c in line.strip("|").split(" | ")]
             if in_table:
                 out[-1][1].append(cells)
             else:

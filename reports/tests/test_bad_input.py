@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tracemalloc
 
-from conftest import REPO, time_limit
+from conftest import REPO, md_text, time_limit
 from reports.trainmem_report.__main__ import main
 from reports.trainmem_report.input_file import MAX_INPUT_BYTES
 from reports.trainmem_report.results import load_folder
@@ -20,7 +20,7 @@ def render_cli(folder) -> subprocess.CompletedProcess:
 
 
 def missing_section(folder) -> str:
-    return (folder / "summary.md").read_text().split("## Missing from these results", 1)[1]
+    return md_text((folder / "summary.md").read_text()).split("## Missing from these results", 1)[1]
 
 
 def test_a_device_json_of_the_wrong_shape_is_named_and_left_out(fixture_copy):

@@ -8,10 +8,12 @@ import subprocess
 import sys
 import tracemalloc
 
-from conftest import REPO, md_text, time_limit
+from conftest import REPO, md_text, section_tables, time_limit
+from reports.trainmem_report import compare, plots
 from reports.trainmem_report.__main__ import main
 from reports.trainmem_report.input_file import MAX_INPUT_BYTES
 from reports.trainmem_report.results import load_folder
+from reports.trainmem_report.suites import suite_for
 
 
 def render_cli(folder) -> subprocess.CompletedProcess:
@@ -129,3 +131,36 @@ def test_a_deeply_nested_file_is_malformed_not_a_crash(fixture_copy):
     folder = load_folder(fixture_copy)
     assert any(p == "bench_baseline.json: unreadable, not JSON (nested too deeply)" for p in folder.problems), \
         folder.problems
+
+
+def many_settings(fixture_copy, folder, count: int):
+    """A results folder whose baseline suite has one group of `count` settings."""
+    folder.mkdir()
+    data = json.loads((fixture_copy / "bench_baseline.json").read_text())
+    entry = data["benchmarks"][0]
+    data["benchmarks"] = [dict(entry, name=f"BM_TrainStep/tiny/s{i}", real_time=1.0 + i) for i in range(count)]
+    (folder / "bench_baseline.json").write_text(json.dumps(data))
+    (folder / "device.json").write_text((fixture_copy / "device.json").read_text())
+    return folder
+
+
+def test_a_group_too_large_to_plot_keeps_its_table_and_says_why_it_has_no_plot(fixture_copy, tmp_path):
+    """1,000 settings in a group (0.7 MB, well within the size limit) took 65 s to plot, their labels
+    mostly; time grew with the file. Now a plot has at most plots.MAX_DRAWN things to label."""
+    folder = many_settings(fixture_copy, tmp_path / "many", 1000)
+    assert main(["render", str(folder)]) == 0
+    summary = md_text((folder / "summary.md").read_text())
+    assert f"Baseline training step, category bars: 1000 settings, more than the {plots.MAX_DRAWN} a plot can " \
+           "show: not drawn" in summary
+    _, rows = section_tables(summary, "Baseline training step (bench_baseline)")[0]
+    assert len(rows) == 1000
+    assert not list((folder / "plots").glob("baseline-*.png"))
+
+
+def test_a_group_too_large_to_rank_is_listed_as_not_compared(fixture_copy, tmp_path):
+    """Rankings compare every pair of a group's settings: time grew with the square of their count."""
+    count = compare.MAX_RANKED + 1
+    folders = [load_folder(many_settings(fixture_copy, tmp_path / name, count)) for name in ("a", "b")]
+    rows = compare.ranking_differences(folders, suite_for("bench_baseline"))
+    assert rows == [["Baseline training step", "train step", "not compared", "-", "-",
+                     f"{count} settings, more than the {compare.MAX_RANKED} whose rankings are compared"]]

@@ -57,6 +57,11 @@ def ranking(runs: list, metric) -> list[str]:
     return [setting for _, setting in sorted(valued)]
 
 
+# The most settings of a group whose rankings are compared: every pair of settings is compared, so
+# the time grows with the square of the count; a group with more is listed as not compared.
+MAX_RANKED = 200
+
+
 def swapped_pairs(runs_a: list, runs_b: list, metric) -> list[tuple[str, str]]:
     """Pairs (x, y) with x clearly better than y on device a and y clearly better than x on b."""
     a = {s: metric(b) for s, b in runs_a if metric(b) is not None}
@@ -109,6 +114,11 @@ def ranking_differences(folders: list[ResultFolder], suite: Suite) -> list[list[
     for other, other_name in zip(folders[1:], names[1:]):
         other_groups = grouped(other, suite)
         for ga, gb in paired_groups(base_groups, other_groups):
+            count = max(len(base_groups[ga]), len(other_groups[gb]))
+            if count > MAX_RANKED:
+                rows.append([suite.title, ga if ga == gb else f"{ga} / {gb}", "not compared", "-", "-",
+                             f"{count} settings, more than the {MAX_RANKED} whose rankings are compared"])
+                continue
             for name, metric in RANKED:
                 if name == "time" and not suite.rank_by_time:
                     continue
@@ -125,13 +135,12 @@ def ranking_differences(folders: list[ResultFolder], suite: Suite) -> list[list[
 
 def suite_table(folders: list[ResultFolder], suite: Suite) -> Table:
     """One row per (group, setting); per device its time and peak allocated."""
-    keys: list[tuple[str, str]] = []
+    keys: dict[tuple[str, str], None] = {}  # in order of first appearance (a dict: no quadratic search)
     values: dict[tuple[str, str, int], object] = {}
     for i, f in enumerate(folders):
         for group, runs in grouped(f, suite).items():
             for setting, b in runs:
-                if (group, setting) not in keys:
-                    keys.append((group, setting))
+                keys.setdefault((group, setting))
                 values[(group, setting, i)] = b
     rows = []
     for group, setting in keys:
@@ -169,8 +178,12 @@ def suite_section(folders: list[ResultFolder], suite: Suite, out: pathlib.Path) 
     # line keeps two folders' plots apart even where their names are alike ("a/same", "a-same")
     for i, (f, name, folder) in enumerate(zip(folders, labels(folders), folder_names(folders))):
         mine = out / f"{i + 1}-{slug(folder)}"
-        s.figures += [Figure(fig.path, f"{name}: {fig.caption}") for fig in suite_figures(f, suite, mine)]
-    s.figures += time_bars(folders, suite, out)
+        s.figures += [Figure(fig.path, f"{name}: {fig.caption}") for fig in suite_figures(f, suite, mine,
+                                                                                           s.paragraphs)]
+    try:
+        s.figures += time_bars(folders, suite, out)
+    except plots.TooManyToDraw as e:
+        s.paragraphs.append(f"{suite.title}, time per device: {e}")
     return s
 
 

@@ -248,13 +248,21 @@ def allocator_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
     return figures
 
 
-def suite_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> list[Figure]:
-    """Every plot of one suite: category bars, the trade-off curve, and the suite's own scaling plots."""
-    figures = category_figures(folder, suite, out) + tradeoff_figure(folder, suite, out)
+def suite_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path, notes: list[str]) -> list[Figure]:
+    """Every plot of one suite: category bars, the trade-off curve, and the suite's own scaling plots.
+    Plots with more to show than one can (plots.TooManyToDraw) are left out, each with a line in `notes`."""
     own = {"flash_attention": attention_figures, "zero": zero_figures, "fsdp": fsdp_figures,
            "allocator": allocator_figures}
+    makers = [("category bars", lambda: category_figures(folder, suite, out)),
+              ("memory vs time", lambda: tradeoff_figure(folder, suite, out))]
     if suite.key in own:
-        figures += own[suite.key](folder, out)
+        makers.append(("scaling plots", lambda: own[suite.key](folder, out)))
+    figures = []
+    for what, make in makers:
+        try:
+            figures += make()
+        except plots.TooManyToDraw as e:
+            notes.append(f"{suite.title}, {what}: {e}")
     return figures
 
 
@@ -284,7 +292,7 @@ def suite_section(folder: ResultFolder, suite: Suite, claims: list[claims_mod.Cl
         s.tables += zero_formula_table(folder)
     if suite.key == "gradient_memory":
         s.tables += gradient_memory_table(folder)
-    s.figures += suite_figures(folder, suite, out)
+    s.figures += suite_figures(folder, suite, out, s.paragraphs)  # a plot not drawn: a paragraph says why
     mine = [c for c in claims if c.suite == suite.key]
     if mine:
         s.tables.append(claims_table(mine))

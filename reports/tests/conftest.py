@@ -18,6 +18,19 @@ import sys
 
 import pytest
 
+try:  # the fuzz tests' settings (test_fuzz_loader.py); hypothesis is installed by ci/setup
+    from hypothesis import HealthCheck, settings
+except ImportError:  # the fuzz tests skip themselves, saying why
+    pass
+else:
+    # ci (the default): a fixed number of examples drawn the same way every run, a few seconds.
+    # long: many more, drawn anew each run (README: `--hypothesis-profile=long`).
+    settings.register_profile("ci", max_examples=150, derandomize=True, deadline=None, database=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("long", max_examples=20_000, deadline=None, database=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("ci")
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `reports.trainmem_report`, as `python3 -m` finds it from the root
 FIXTURE = REPO / "reports" / "tests" / "fixtures" / "cpu-quick"

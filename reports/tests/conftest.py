@@ -7,17 +7,53 @@ Two sources of real results, both produced by `ci/suite --quick` (real binaries,
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import re
 import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 
+try:  # the fuzz tests' settings (test_fuzz_loader.py); hypothesis is installed by ci/setup
+    from hypothesis import HealthCheck, settings
+except ImportError:  # the fuzz tests skip themselves, saying why
+    pass
+else:
+    # ci (the default): a fixed number of examples drawn the same way every run, a few seconds.
+    # long: many more, drawn anew each run (README: `--hypothesis-profile=long`).
+    settings.register_profile("ci", max_examples=150, derandomize=True, deadline=None, database=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("long", max_examples=20_000, deadline=None, database=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("ci")
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `reports.trainmem_report`, as `python3 -m` finds it from the root
 FIXTURE = REPO / "reports" / "tests" / "fixtures" / "cpu-quick"
+
+
+class Hangs(BaseException):
+    """Raised by time_limit. Not an Exception (nor an OSError, as TimeoutError is), so that no
+    `except Exception` or `except OSError` of the code under test can swallow it."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Fails the test with Hangs after `seconds` (SIGALRM), where the code under test would hang:
+    a blocking open() or read() is interrupted, so a hang becomes a failure."""
+    def expire(signum, frame):
+        raise Hangs(f"still running after {seconds} s: it hangs")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +91,11 @@ def fixture_copy(tmp_path) -> pathlib.Path:
     return copy
 
 
+def md_text(markdown: str) -> str:
+    """summary.md's text as it reads: Markdown's backslash escapes (markdown.escape) removed."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
 def section_tables(summary: str, section: str) -> list[tuple[list[str], list[list[str]]]]:
     """Every table of one section of summary.md (`## <section>`), in order: (header, rows of cells)."""
     text = summary.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
@@ -64,7 +105,7 @@ def section_tables(summary: str, section: str) -> list[tuple[list[str], list[lis
         if line.startswith("|---"):
             continue
         if line.startswith("| "):
-            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            cells = [md_text(c.strip()) for c in line.strip("|").split(" | ")]
             if in_table:
                 out[-1][1].append(cells)
             else:

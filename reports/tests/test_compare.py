@@ -11,8 +11,10 @@ import shutil
 
 import pytest
 
+from conftest import section_tables
 from reports.trainmem_report import compare
 from reports.trainmem_report.__main__ import main
+from reports.trainmem_report.document import fmt_bytes
 from reports.trainmem_report.results import load_folder
 from reports.trainmem_report.suites import SUITES
 
@@ -57,3 +59,42 @@ def test_comparison_page_shows_devices_side_by_side(two_machines, tmp_path):
     for ref in re.findall(r'href="([^"#][^"]*)"', page):
         assert (out / ref).is_file(), ref
     assert len(list((out / "plots").rglob("*.png"))) >= 10
+
+
+def test_two_folders_of_the_same_name_each_keep_their_own_plots_and_columns(fixture_copy, tmp_path):
+    """`render a/same b/same` (issue 25): both devices' plots went to plots/same/, so the first
+    device's figures showed the second's data, and both had the same column label. Each folder's
+    plots must be the ones its own render draws, and each column its own numbers."""
+    a, b = tmp_path / "a" / "same", tmp_path / "b" / "same"
+    for folder in (a, b):
+        folder.mkdir(parents=True)
+        for name in ("device.json", "bench_checkpointing.json"):
+            shutil.copy(fixture_copy / name, folder)
+    data = json.loads((b / "bench_checkpointing.json").read_text())
+    for entry in data["benchmarks"]:  # b's own numbers: every peak twice a's
+        for key in [k for k in entry if k.endswith("_bytes")]:
+            entry[key] *= 2
+    (b / "bench_checkpointing.json").write_text(json.dumps(data))
+    for folder in (a, b):  # each alone: the plots of its own data
+        assert main(["render", str(folder)]) == 0
+    own = {folder: {p.name: p.read_bytes() for p in (folder / "plots").glob("checkpointing-*.png")}
+           for folder in (a, b)}
+    assert own[a] and own[a].keys() == own[b].keys()
+    assert all(own[a][name] != own[b][name] for name in own[a])
+
+    out = tmp_path / "compare"
+    assert main(["render", str(a), str(b), "-o", str(out)]) == 0
+    plot_dirs = sorted(p for p in (out / "plots").iterdir() if p.is_dir())
+    assert [p.name for p in plot_dirs] == ["1-a-same", "2-b-same"]
+    for folder, mine in zip((a, b), plot_dirs):
+        assert {p.name: p.read_bytes() for p in mine.glob("checkpointing-*.png")} == own[folder]
+
+    summary = (out / "summary.md").read_text()
+    header, rows = section_tables(summary, "Activation checkpointing (bench_checkpointing)")[0]
+    column = {folder: header.index(f"CPU (AMD EPYC) ({folder.parent.name}/same): peak allocated") for folder in (a, b)}
+    peaks = {folder: [row[column[folder]] for row in rows] for folder in (a, b)}
+    expected = [fmt_bytes(e["peak_allocated_bytes"]) for e in json.loads((a / "bench_checkpointing.json")
+                                                                         .read_text())["benchmarks"]]
+    assert peaks[a] == expected
+    assert peaks[b] == [fmt_bytes(2 * e["peak_allocated_bytes"]) for e in json.loads(
+        (a / "bench_checkpointing.json").read_text())["benchmarks"]]

@@ -7,12 +7,12 @@ import shutil
 import subprocess
 import sys
 
-from conftest import REPO
+from conftest import REPO, md_text
 from reports.trainmem_report.__main__ import main
 
 
 def missing_section(folder) -> str:
-    summary = (folder / "summary.md").read_text()
+    summary = md_text((folder / "summary.md").read_text())
     return summary.split("## Missing from these results", 1)[1]
 
 

@@ -14,23 +14,20 @@ import pathlib
 import sys
 
 from . import compare, html, markdown, report
+from .errors import InputError, OutputError
+from .output_file import make_folder
 from .results import load_folder
-from .snapshot import SnapshotError, snapshot_to_pickle
+from .snapshot import snapshot_to_pickle
 
 
 def render(dirs: list[pathlib.Path], out: pathlib.Path | None) -> int:
-    for d in dirs:
-        if not d.is_dir():
-            print(f"trainmem report: error: {d} is not a folder", file=sys.stderr)
-            return 2
-    folders = [load_folder(d) for d in dirs]
+    folders = [load_folder(d) for d in dirs]  # InputError if one is not a folder
     if len(folders) == 1:
-        out = out or dirs[0]
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_folder(out or dirs[0])
         doc = report.build(folders[0], out)
     else:
         out = out or dirs[0].parent / ("compare-" + "-vs-".join(report.slug(d.name)[:24] for d in dirs))
-        out.mkdir(parents=True, exist_ok=True)
+        make_folder(out)
         doc = compare.build(folders, out)
     html.write(doc, out / "index.html")
     markdown.write(doc, out / "summary.md")
@@ -59,9 +56,12 @@ def main(argv: list[str] | None = None) -> int:
             return render(a.dirs, a.out)
         print(f"trainmem report: wrote {snapshot_to_pickle(a.snapshot, a.output)}")
         return 0
-    except SnapshotError as e:
+    except InputError as e:  # a SnapshotError too
         print(f"trainmem report: error: {e}", file=sys.stderr)
         return 2
+    except OutputError as e:  # files already written stay whole: each is written whole or not at all
+        print(f"trainmem report: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def claim(text: str, suite: str, criterion: str):
             c = Claim(text, suite, criterion)
             try:
                 check(folder, c)
-            except (TypeError, ValueError, ZeroDivisionError, KeyError, IndexError) as e:
+            except (TypeError, ValueError, ArithmeticError, KeyError, IndexError, AttributeError) as e:
                 c.verdict, c.numbers = NOT_MEASURED, {}
                 c.measured = f"results malformed: {type(e).__name__}: {e}"
             return c

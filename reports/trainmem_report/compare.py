@@ -9,11 +9,13 @@ same settings on the other, and the table says which groups were paired.
 """
 from __future__ import annotations
 
+import os
 import pathlib
 
 from . import claims as claims_mod
 from . import plots
 from .document import Document, Figure, Section, Table, fmt_bytes, fmt_ms
+from .errors import OutputError
 from .report import grouped, slug, suite_figures
 from .results import ResultFolder
 from .suites import SUITES, Suite
@@ -24,10 +26,10 @@ RANKED = [("time", lambda b: b.real_time_ms), ("peak allocated", lambda b: b.cou
 
 def device_table(folders: list[ResultFolder]) -> Table:
     rows = []
-    for f in folders:
+    for f, name in zip(folders, folder_names(folders)):
         d = f.device
         memory = d.get("total_memory_bytes") if d.get("kind") == "cuda" else d.get("device_memory_bytes")
-        rows.append([f.name, f.device_name(), str(d.get("kind", "?")), fmt_bytes(memory),
+        rows.append([name, f.device_name(), str(d.get("kind", "?")), fmt_bytes(memory),
                      str(d.get("driver_version") or "-"), str(d.get("runtime_version") or "-"),
                      str(d.get("cudnn_version") or "-")])
     return Table(["results", "device", "kind", "memory (CPU: budget)", "driver", "CUDA runtime", "cuDNN"], rows)
@@ -55,6 +57,11 @@ def ranking(runs: list, metric) -> list[str]:
     return [setting for _, setting in sorted(valued)]
 
 
+# The most settings of a group whose rankings are compared: every pair of settings is compared, so
+# the time grows with the square of the count; a group with more is listed as not compared.
+MAX_RANKED = 200
+
+
 def swapped_pairs(runs_a: list, runs_b: list, metric) -> list[tuple[str, str]]:
     """Pairs (x, y) with x clearly better than y on device a and y clearly better than x on b."""
     a = {s: metric(b) for s, b in runs_a if metric(b) is not None}
@@ -64,10 +71,24 @@ def swapped_pairs(runs_a: list, runs_b: list, metric) -> list[tuple[str, str]]:
     return [(x, y) for x in common for y in common if better(a, x, y) and better(b, y, x)]
 
 
+def folder_names(folders: list[ResultFolder]) -> list[str]:
+    """Each folder's name, unique among `folders`: the shortest end of its path that no other
+    folder's path ends with ("same" alone, "a/same" beside "b/same"), and its position on the
+    command line where even the whole path is another's (the same folder given twice: "same #2")."""
+    paths = [pathlib.Path(os.path.abspath(f.path)).parts for f in folders]
+    names = []
+    for i, path in enumerate(paths):
+        others = [p for j, p in enumerate(paths) if j != i]
+        tail = next((path[-k:] for k in range(1, len(path) + 1) if all(p[-k:] != path[-k:] for p in others)), None)
+        names.append("/".join(tail).lstrip("/") if tail else f"{folders[i].name} #{i + 1}")
+    return names
+
+
 def labels(folders: list[ResultFolder]) -> list[str]:
-    """Each folder's device name, with the folder's name where two devices share a name."""
+    """Each folder's device name, unique among `folders`: with the folder's name where two devices
+    share a name."""
     names = [f.device_name() for f in folders]
-    return [n if names.count(n) == 1 else f"{n} ({f.name})" for n, f in zip(names, folders)]
+    return [n if names.count(n) == 1 else f"{n} ({folder})" for n, folder in zip(names, folder_names(folders))]
 
 
 def paired_groups(a: dict[str, list], b: dict[str, list]) -> list[tuple[str, str]]:
@@ -93,6 +114,11 @@ def ranking_differences(folders: list[ResultFolder], suite: Suite) -> list[list[
     for other, other_name in zip(folders[1:], names[1:]):
         other_groups = grouped(other, suite)
         for ga, gb in paired_groups(base_groups, other_groups):
+            count = max(len(base_groups[ga]), len(other_groups[gb]))
+            if count > MAX_RANKED:
+                rows.append([suite.title, ga if ga == gb else f"{ga} / {gb}", "not compared", "-", "-",
+                             f"{count} settings, more than the {MAX_RANKED} whose rankings are compared"])
+                continue
             for name, metric in RANKED:
                 if name == "time" and not suite.rank_by_time:
                     continue
@@ -109,13 +135,12 @@ def ranking_differences(folders: list[ResultFolder], suite: Suite) -> list[list[
 
 def suite_table(folders: list[ResultFolder], suite: Suite) -> Table:
     """One row per (group, setting); per device its time and peak allocated."""
-    keys: list[tuple[str, str]] = []
+    keys: dict[tuple[str, str], None] = {}  # in order of first appearance (a dict: no quadratic search)
     values: dict[tuple[str, str, int], object] = {}
     for i, f in enumerate(folders):
         for group, runs in grouped(f, suite).items():
             for setting, b in runs:
-                if (group, setting) not in keys:
-                    keys.append((group, setting))
+                keys.setdefault((group, setting))
                 values[(group, setting, i)] = b
     rows = []
     for group, setting in keys:
@@ -149,10 +174,16 @@ def time_bars(folders: list[ResultFolder], suite: Suite, out: pathlib.Path) -> l
 def suite_section(folders: list[ResultFolder], suite: Suite, out: pathlib.Path) -> Section:
     s = Section(f"{suite.title} ({suite.bench})", suite.paragraphs(), figures_per_row=len(folders))
     s.tables.append(suite_table(folders, suite))
-    for f, name in zip(folders, labels(folders)):  # each device's own plots, side by side
-        mine = out / slug(f.name)
-        s.figures += [Figure(fig.path, f"{name}: {fig.caption}") for fig in suite_figures(f, suite, mine)]
-    s.figures += time_bars(folders, suite, out)
+    # each device's own plots, side by side, in a folder of its own: its position on the command
+    # line keeps two folders' plots apart even where their names are alike ("a/same", "a-same")
+    for i, (f, name, folder) in enumerate(zip(folders, labels(folders), folder_names(folders))):
+        mine = out / f"{i + 1}-{slug(folder)}"
+        s.figures += [Figure(fig.path, f"{name}: {fig.caption}") for fig in suite_figures(f, suite, mine,
+                                                                                           s.paragraphs)]
+    try:
+        s.figures += time_bars(folders, suite, out)
+    except plots.TooManyToDraw as e:
+        s.paragraphs.append(f"{suite.title}, time per device: {e}")
     return s
 
 
@@ -161,20 +192,23 @@ def build(folders: list[ResultFolder], out: pathlib.Path) -> Document:
     doc = Document("trainmem report: " + " vs ".join(labels(folders)),
                    ["Results side by side, one column per device. Memory is the same wherever the same "
                     "configuration ran; times and TFLOP/s are each device's own."])
-    for f in folders:
-        doc.missing += [f"{f.name}: {p}" for p in f.problems]
+    names = folder_names(folders)
+    for f, name in zip(folders, names):
+        doc.missing += [f"{name}: {p}" for p in f.problems]
     doc.sections.append(Section("Devices", tables=[device_table(folders)]))
     doc.sections.append(Section("The guides' claims on each device", tables=[claims_side_by_side(folders)]))
     differences = []
     for suite in SUITES:
         present = [f for f in folders if f.runs(suite.bench)]
-        for f in folders:
+        for f, name in zip(folders, names):
             if f not in present:
-                doc.missing.append(f"{f.name}: {suite.bench}.json not run")
+                doc.missing.append(f"{name}: {suite.bench}.json not run")
         if present:
             try:
                 doc.sections.append(suite_section(folders, suite, plots_dir))
                 differences += ranking_differences(present, suite) if len(present) >= 2 else []
+            except OutputError:  # the report cannot be written: that stops it (__main__ says why)
+                raise
             except Exception as e:  # noqa: BLE001 - a malformed suite is listed as missing, the rest is drawn
                 doc.missing.append(f"{suite.bench}: could not be compared ({type(e).__name__}: {e})")
     doc.sections.insert(2, Section(

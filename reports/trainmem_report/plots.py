@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import matplotlib.ticker  # noqa: E402
 
-from .output_file import write_file  # noqa: E402
+from .output_file import make_folder, write_file  # noqa: E402
 from .timeline import CATEGORIES, Timeline  # noqa: E402
 
 MiB = 1024.0 * 1024.0
@@ -20,10 +20,25 @@ CATEGORY_COLORS = dict(zip(CATEGORIES, ["#4c72b0", "#dd8452", "#55a868", "#c44e5
 PHASE_COLORS = {"forward": "#e8f0fb", "backward": "#fbeee6", "optimizer": "#eaf5ea"}
 
 
+# The most bars, labelled points, lines or ticks one plot draws. Past that a plot is unreadable,
+# and its labels take minutes to lay out (1,000 bars took 65 s), so the report's time would grow
+# with what a result file holds.
+MAX_DRAWN = 60
+
+
+class TooManyToDraw(ValueError):
+    """A plot with more than MAX_DRAWN things to label: not drawn (its table has every number)."""
+
+
+def _check_count(n: int, what: str) -> None:
+    if n > MAX_DRAWN:
+        raise TooManyToDraw(f"{n} {what}, more than the {MAX_DRAWN} a plot can show: not drawn")
+
+
 def _save(fig, path: pathlib.Path) -> pathlib.Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
     try:
+        make_folder(path.parent)
+        fig.tight_layout()
         return write_file(path, lambda p: fig.savefig(p, dpi=100))
     finally:
         plt.close(fig)
@@ -33,6 +48,7 @@ def category_bars(bars: list[tuple[str, dict[str, float], float | None]], title:
                   path: pathlib.Path) -> pathlib.Path:
     """One stacked bar per setting: each category's peak (MiB); a black tick marks the peak
     allocated bytes (the categories peak at different moments, so the stack can exceed it)."""
+    _check_count(len(bars), "settings")
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(bars) + 2), 4))
     xs = range(len(bars))
     bottom = [0.0] * len(bars)
@@ -56,6 +72,7 @@ def tradeoff(series: dict[str, list[tuple[float, float, str]]], title: str, xlab
              path: pathlib.Path) -> pathlib.Path:
     """Memory (MiB, y) against time (x), a point per setting, labelled; per group, a dashed line
     joins its Pareto front (the settings no other setting beats in both memory and time)."""
+    _check_count(sum(len(points) for points in series.values()), "labelled points")
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for name, points in series.items():
         points = sorted(points)
@@ -80,6 +97,8 @@ def lines(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str,
     `dashed` maps a series to the series whose colour it takes, drawn dashed with crosses: a
     formula next to the measurement it predicts. With `logx`, the ticks are the x values measured,
     labelled by `xtick_label`."""
+    _check_count(len(series), "lines")
+    _check_count(len({p[0] for points in series.values() for p in points}), "x values")
     dashed = dashed or {}
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     colors = {}
@@ -131,6 +150,7 @@ def memory_timeline(t: Timeline, title: str, path: pathlib.Path) -> pathlib.Path
 
 
 def loss_curves(series: dict[str, list[tuple[int, float]]], title: str, path: pathlib.Path) -> pathlib.Path:
+    _check_count(len(series), "lines")
     fig, ax = plt.subplots(figsize=(6.5, 4.0))
     for name, points in series.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], label=name, linewidth=1)
@@ -152,6 +172,7 @@ def grouped_bars(settings: list[str], values: dict[str, list[float | None]], tit
                  path: pathlib.Path) -> pathlib.Path:
     """One bar per (setting, series), the series of a setting side by side; `values` maps a series
     (a device, or a quantity such as "peak reserved") to its value per setting (None: no bar)."""
+    _check_count(len(settings) * max(1, len(values)), "bars")
     fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(settings) * max(1, len(values)) + 2), 4))
     width = 0.8 / max(1, len(values))
     for i, (series, ys) in enumerate(values.items()):

@@ -8,9 +8,10 @@ import re
 
 from . import claims as claims_mod
 from . import plots
-from .peers import peer_section
 from .document import FORMATTERS, MiB, Document, Figure, Section, Table, fmt_bytes, fmt_ms, fmt_size
-from .results import Benchmark, ResultFolder
+from .errors import OutputError
+from .peers import peer_section
+from .results import Benchmark, ResultFolder, finite_number
 from .snapshot import snapshot_to_pickle
 from .suites import SUITES, Suite, safe_split, suite_for
 from .timeline import CATEGORIES, step_timeline
@@ -40,7 +41,9 @@ def device_rows(folder: ResultFolder) -> list[list[str]]:
     rows.append(["allocator", str(a.get("config", "?"))])
     # Google Benchmark records the 1-minute load average: above the core count, other work
     # shared the machine and the times are inflated (memory figures are not affected).
-    loads = [c["load_avg"][0] for c in folder.contexts.values() if c.get("load_avg")]
+    loads = [finite_number(c["load_avg"][0]) for c in folder.contexts.values()
+             if isinstance(c.get("load_avg"), list) and c["load_avg"]]
+    loads = [x for x in loads if x is not None]
     cpus = next((c.get("num_cpus") for c in folder.contexts.values() if c.get("num_cpus")), None)
     if loads:
         rows.append(["load average while benchmarking", f"{min(loads):.1f} to {max(loads):.1f} on {cpus} CPUs"])
@@ -245,13 +248,21 @@ def allocator_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
     return figures
 
 
-def suite_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> list[Figure]:
-    """Every plot of one suite: category bars, the trade-off curve, and the suite's own scaling plots."""
-    figures = category_figures(folder, suite, out) + tradeoff_figure(folder, suite, out)
+def suite_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path, notes: list[str]) -> list[Figure]:
+    """Every plot of one suite: category bars, the trade-off curve, and the suite's own scaling plots.
+    Plots with more to show than one can (plots.TooManyToDraw) are left out, each with a line in `notes`."""
     own = {"flash_attention": attention_figures, "zero": zero_figures, "fsdp": fsdp_figures,
            "allocator": allocator_figures}
+    makers = [("category bars", lambda: category_figures(folder, suite, out)),
+              ("memory vs time", lambda: tradeoff_figure(folder, suite, out))]
     if suite.key in own:
-        figures += own[suite.key](folder, out)
+        makers.append(("scaling plots", lambda: own[suite.key](folder, out)))
+    figures = []
+    for what, make in makers:
+        try:
+            figures += make()
+        except plots.TooManyToDraw as e:
+            notes.append(f"{suite.title}, {what}: {e}")
     return figures
 
 
@@ -281,7 +292,7 @@ def suite_section(folder: ResultFolder, suite: Suite, claims: list[claims_mod.Cl
         s.tables += zero_formula_table(folder)
     if suite.key == "gradient_memory":
         s.tables += gradient_memory_table(folder)
-    s.figures += suite_figures(folder, suite, out)
+    s.figures += suite_figures(folder, suite, out, s.paragraphs)  # a plot not drawn: a paragraph says why
     mine = [c for c in claims if c.suite == suite.key]
     if mine:
         s.tables.append(claims_table(mine))
@@ -331,6 +342,8 @@ def _guarded(doc: Document, what: str, build, *a) -> None:
     line in doc.missing (this is the boundary where a partial folder must not stop the report)."""
     try:
         doc.sections.append(build(*a))
+    except OutputError:  # the report cannot be written: that stops it (__main__ says why)
+        raise
     except Exception as e:  # noqa: BLE001 - reported, not swallowed: it lands in the "missing" list
         doc.missing.append(f"{what}: could not be drawn ({type(e).__name__}: {e})")
 
@@ -343,7 +356,7 @@ def build(folder: ResultFolder, out: pathlib.Path) -> Document:
                     "are this device's."])
     doc.missing += folder.problems
     claims = claims_mod.evaluate(folder)
-    doc.sections.append(Section("Device", tables=[Table(["", ""], device_rows(folder))]))
+    _guarded(doc, "device", lambda: Section("Device", tables=[Table(["", ""], device_rows(folder))]))
     doc.sections.append(Section("The guides' claims", ["Each verdict is computed from the numbers by its criterion."],
                                 tables=[claims_table(claims)]))
     if folder.trace is not None:

@@ -10,15 +10,23 @@ A folder holds:
   memory-snapshot.json    `trainmem train --memory-snapshot` (PyTorch's snapshot structure)
   peer-torch-<label>.json trainmem beside PyTorch (reports/peers/compare_torch.py); optional
 
-Loading never raises for what is inside the folder: a file that is missing, unreadable or
-malformed becomes a line in `ResultFolder.problems`, and the report shows what is there.
+Loading never raises for what is inside the folder: a file that is missing, unreadable (not a
+regular file, larger than input_file.MAX_INPUT_BYTES, not JSON) or malformed becomes a line in
+`ResultFolder.problems` that names it and says what is wrong, and the report shows what is there.
+What is loaded has the types the report expects: the device's fields are plain values (its sizes
+and counts numbers), and every time and counter of a benchmark is a finite number (NaN or an
+infinity, which Google Benchmark writes as NaN / Infinity, is listed and left out). Only a path
+that is not a folder raises, an InputError.
 """
 from __future__ import annotations
 
-import json
+import math
 import pathlib
 import re
 from dataclasses import dataclass, field
+
+from .errors import InputError
+from .input_file import read_json
 
 # Google Benchmark's time units, in milliseconds.
 _MS_PER_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -78,22 +86,56 @@ class ResultFolder:
 
 
 def _read_json(path: pathlib.Path, problems: list[str]):
+    """The file's JSON value, or None with the reason in `problems`."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        problems.append(f"{path.name}: unreadable ({type(e).__name__}: {e})")
+        return read_json(path)
+    except InputError as e:
+        problems.append(str(e))
         return None
 
 
-def parse_benchmark(entry: dict) -> Benchmark | None:
-    """A Google Benchmark entry, or None for aggregates (mean/median of repetitions)."""
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def finite_number(value: object) -> float | None:
+    """`value` as a float if it is a finite number (not a boolean), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:  # an integer beyond a float's range
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _not_finite(value: object) -> str:
+    """Why finite_number(value) is None, for a number."""
+    return "too large for a float" if isinstance(value, int) else f"{value}, not a finite number"
+
+
+def parse_benchmark(entry: dict, problems: list[str], where: str) -> Benchmark | None:
+    """A Google Benchmark entry, or None for aggregates (mean/median of repetitions). A counter
+    that is not a finite number is left out, with a line in `problems` (prefixed by `where`);
+    raises ValueError for an entry without a finite time."""
     if entry.get("run_type") == "aggregate":
         return None
+    name = _RUN_OPTIONS.sub("", str(entry["name"]))
     unit = _MS_PER_UNIT.get(entry.get("time_unit", "ns"), 1e-6)
-    counters = {k: float(v) for k, v in entry.items()
-                if k not in _NOT_COUNTERS and isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return Benchmark(name=_RUN_OPTIONS.sub("", str(entry["name"])), label=str(entry.get("label", "")),
-                     real_time_ms=float(entry["real_time"]) * unit, counters=counters)
+    real_time = finite_number(entry["real_time"])
+    if real_time is None:
+        raise ValueError(f"real_time is {entry['real_time']!r}" if not isinstance(entry["real_time"], (int, float))
+                         else f"real_time is {_not_finite(entry['real_time'])}")
+    counters = {}
+    for key, value in entry.items():
+        if key in _NOT_COUNTERS or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        counters[key] = finite_number(value)
+        if counters[key] is None:
+            del counters[key]
+            problems.append(f"{where}: {name}: {key} is {_not_finite(value)}: left out")
+    return Benchmark(name=name, label=str(entry.get("label", "")), real_time_ms=real_time * unit, counters=counters)
 
 
 def _load_benchmark_file(path: pathlib.Path, folder: ResultFolder) -> None:
@@ -115,9 +157,12 @@ def _load_benchmark_file(path: pathlib.Path, folder: ResultFolder) -> None:
             folder.problems.append(f"{path.name}: {entry.get('name')} failed: {entry.get('error_message', '?')}")
             continue
         try:
-            run = parse_benchmark(entry)
-        except (KeyError, TypeError, ValueError) as e:
-            folder.problems.append(f"{path.name}: entry {entry.get('name', '?')} malformed ({e})")
+            run = parse_benchmark(entry, folder.problems, path.name)
+        except (KeyError, TypeError) as e:
+            folder.problems.append(f"{path.name}: entry {entry.get('name', '?')} malformed ({type(e).__name__}: {e})")
+            continue
+        except ValueError as e:
+            folder.problems.append(f"{path.name}: {entry.get('name', '?')}: {e}: run left out")
             continue
         if run is not None:
             runs.append(run)
@@ -127,30 +172,66 @@ def _load_benchmark_file(path: pathlib.Path, folder: ResultFolder) -> None:
     folder.contexts[path.stem] = data.get("context", {}) if isinstance(data.get("context"), dict) else {}
 
 
-def _device_from_context(context: dict) -> dict:
-    """The device as benchmark_context.h flattens it: "trainmem.device.<key>" -> value."""
-    prefix = "trainmem.device."
-    device = {k[len(prefix):]: v for k, v in context.items() if k.startswith(prefix)}
-    for key in ("device_memory_bytes", "total_memory_bytes", "sm_count", "cpu_cores"):
-        try:
-            device[key] = int(device[key])
-        except (KeyError, ValueError):
-            pass
+# The device's fields that are numbers (sizes and counts); every other field is shown as text.
+_DEVICE_NUMBERS = ("device_memory_bytes", "total_memory_bytes", "sm_count", "cpu_cores")
+
+
+def _device_fields(fields: dict, where: str, problems: list[str]) -> dict:
+    """The device's fields the report can show: plain values, and numbers where a number is meant
+    (a number written as text, as a benchmark's context writes it, is read as one). Any other
+    field is left out, with a line in `problems` saying which and why."""
+    device = {}
+    for key, value in fields.items():
+        if key in _DEVICE_NUMBERS:
+            number = finite_number(value)
+            if number is None and isinstance(value, str):
+                try:
+                    number = finite_number(float(value))
+                except ValueError:
+                    pass
+            if number is None:
+                problems.append(f"{where}: device.{key} is {value!r}, not a number: left out")
+                continue
+            device[key] = int(number) if number.is_integer() else number
+        elif isinstance(value, (dict, list)):
+            problems.append(f"{where}: device.{key} is {_json_type(value)}, not a plain value: left out")
+        else:
+            device[key] = value
     return device
 
 
+def _device_from_context(context: dict, where: str, problems: list[str]) -> dict:
+    """The device as benchmark_context.h flattens it: "trainmem.device.<key>" -> value."""
+    prefix = "trainmem.device."
+    return _device_fields({k[len(prefix):]: v for k, v in context.items() if k.startswith(prefix)}, where, problems)
+
+
+def _object(data: dict, key: str, where: str, problems: list[str]) -> dict:
+    """data[key] if it is an object; {} if absent, and {} with a line in `problems` if it is not one."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"{where}: '{key}' is {_json_type(value)}, not an object: left out")
+        return {}
+    return value
+
+
 def load_folder(path: str | pathlib.Path) -> ResultFolder:
+    """The results in the folder at `path`; raises InputError if it is not a folder."""
     folder = ResultFolder(path=pathlib.Path(path))
     if not folder.path.is_dir():
-        folder.problems.append(f"{folder.path}: not a folder")
-        return folder
+        raise InputError(f"{folder.path} is not a folder")
 
     info = folder.path / "device.json"
-    if info.exists():
+    if info.exists() or info.is_symlink():
         data = _read_json(info, folder.problems)
         if isinstance(data, dict):
-            folder.device = data.get("device", {}) or {}
-            folder.allocator = data.get("allocator", {}) or {}
+            folder.device = _device_fields(_object(data, "device", info.name, folder.problems), info.name,
+                                           folder.problems)
+            folder.allocator = _object(data, "allocator", info.name, folder.problems)
+        elif data is not None:
+            folder.problems.append(f"{info.name}: {_json_type(data)}, not an object: left out")
     else:
         folder.problems.append("device.json: missing (the device is taken from the benchmarks' context)")
 
@@ -158,8 +239,8 @@ def load_folder(path: str | pathlib.Path) -> ResultFolder:
     for path in sorted(folder.path.glob("bench_*.json"), key=lambda p: (p.stem.split("-")[0], len(p.stem), p.stem)):
         _load_benchmark_file(path, folder)
     if not folder.device:
-        for context in folder.contexts.values():
-            folder.device = _device_from_context(context)
+        for stem, context in folder.contexts.items():
+            folder.device = _device_from_context(context, f"{stem}.json", folder.problems)
             if folder.device:
                 break
 
@@ -171,7 +252,7 @@ def load_folder(path: str | pathlib.Path) -> ResultFolder:
             folder.problems.append(f"{path.name}: not a `trainmem train --json` result (no steps/memory)")
 
     trace = folder.path / "memory-trace.json"
-    if trace.exists():
+    if trace.exists() or trace.is_symlink():
         data = _read_json(trace, folder.problems)
         if isinstance(data, dict) and isinstance(data.get("events"), list):
             folder.trace = data
@@ -188,6 +269,6 @@ def load_folder(path: str | pathlib.Path) -> ResultFolder:
             folder.problems.append(f"{path.name}: not a reports/peers/compare_torch.py result")
 
     snapshot = folder.path / "memory-snapshot.json"
-    if snapshot.exists():
+    if snapshot.exists() or snapshot.is_symlink():  # read when the report pickles it
         folder.snapshot_path = snapshot
     return folder

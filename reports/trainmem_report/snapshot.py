@@ -5,11 +5,12 @@ this checks it and pickles it.
 """
 from __future__ import annotations
 
-import json
 import pathlib
 import pickle
 
-from .output_file import write_file
+from .errors import InputError
+from .input_file import read_json
+from .output_file import make_folder, write_file
 
 SEGMENT_KEYS = {"device", "address", "total_size", "stream", "segment_type", "allocated_size",
                 "active_size", "requested_size", "blocks"}
@@ -17,7 +18,7 @@ BLOCK_KEYS = {"address", "size", "requested_size", "state"}
 TRACE_KEYS = {"action", "addr", "size", "stream", "frames"}
 
 
-class SnapshotError(ValueError):
+class SnapshotError(InputError):
     """The file is not a memory snapshot; the message says what is wrong."""
 
 
@@ -27,25 +28,32 @@ def check_snapshot(snap: object) -> dict:
             or not isinstance(snap.get("device_traces"), list):
         raise SnapshotError("not a memory snapshot: needs a 'segments' list and a 'device_traces' list")
     for i, seg in enumerate(snap["segments"]):
+        if not isinstance(seg, dict):
+            raise SnapshotError(f"segment {i} is not an object")
         missing = SEGMENT_KEYS - set(seg)
         if missing:
             raise SnapshotError(f"segment {i} lacks {sorted(missing)}")
+        if not isinstance(seg["blocks"], list):
+            raise SnapshotError(f"segment {i}'s blocks are not a list")
         for j, block in enumerate(seg["blocks"]):
+            if not isinstance(block, dict):
+                raise SnapshotError(f"segment {i} block {j} is not an object")
             if BLOCK_KEYS - set(block):
                 raise SnapshotError(f"segment {i} block {j} lacks {sorted(BLOCK_KEYS - set(block))}")
     for d, trace in enumerate(snap["device_traces"]):
+        if not isinstance(trace, list):
+            raise SnapshotError(f"device {d}'s trace is not a list")
         for k, entry in enumerate(trace):
+            if not isinstance(entry, dict):
+                raise SnapshotError(f"device {d} trace entry {k} is not an object")
             if TRACE_KEYS - set(entry):
                 raise SnapshotError(f"device {d} trace entry {k} lacks {sorted(TRACE_KEYS - set(entry))}")
     return snap
 
 
 def snapshot_to_pickle(json_path: pathlib.Path, pickle_path: pathlib.Path) -> pathlib.Path:
-    try:
-        snap = json.loads(pathlib.Path(json_path).read_text())
-    except (OSError, ValueError) as e:
-        raise SnapshotError(f"{json_path}: unreadable ({e})") from e
+    snap = read_json(pathlib.Path(json_path))  # InputError: unreadable, too large, not JSON
     check_snapshot(snap)
-    pickle_path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(pickle_path.parent)
     # Protocol 4: Python's default since 3.8, what torch's _dump_snapshot writes.
     return write_file(pickle_path, lambda p: p.write_bytes(pickle.dumps(snap, protocol=4)))

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/shared_memory_limit.h"
 #include "kernels/flash_attention.h"
 
 namespace trainmem::kernels::cuda::flash {
@@ -81,14 +82,21 @@ __device__ __forceinline__ HeadOffsets head_offsets(const Dims& d, int bh, int D
   return {b * T * 3 * d.C + h * D, b * T * d.C + h * D, static_cast<std::size_t>(bh) * T};
 }
 
-// Dynamic shared memory above 48 KiB must be asked for per kernel (sm_80: up to 163 KiB,
-// sm_90: up to 227 KiB per block).
+// Dynamic shared memory above 48 KiB must be asked for per kernel, up to the device's opt-in limit
+// (sm_80: 163 KiB, sm_90: 227 KiB per block); more than that is refused here, with the sizes.
 template <typename Kernel>
 void allow_shared_memory(Kernel kernel, std::size_t bytes, const char* name) {
+  int device = 0, optin = 0;
+  ::trainmem::kernels::cuda::detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
+  ::trainmem::kernels::cuda::detail::check_cuda(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+      "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)", __FILE__, __LINE__);
+  const std::string refusal = shared_memory_refusal(name, bytes, static_cast<std::size_t>(optin), device);
+  if (!refusal.empty()) throw std::runtime_error(refusal);
   if (bytes > 48u * 1024u)
     ::trainmem::kernels::cuda::detail::check_cuda(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), name,
-        __FILE__, __LINE__);
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+        ("cudaFuncSetAttribute(" + std::string(name) + ")").c_str(), __FILE__, __LINE__);
 }
 
 inline void require_aligned(const void* p, std::size_t bytes, const char* what) {

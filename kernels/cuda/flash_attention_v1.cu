@@ -272,7 +272,7 @@ void forward_launch(cudaStream_t stream, std::uint16_t* out, float* lse, const s
                     const AttentionShape& shape) {
   const Dims d = make_dims(shape);
   const std::size_t smem = forward_smem_bytes<D>();
-  allow_shared_memory(forward_kernel<E, D>, smem, "cudaFuncSetAttribute(flash v1 forward)");
+  allow_shared_memory(forward_kernel<E, D>, smem, "flash v1 forward");
   const dim3 grid(static_cast<unsigned>((shape.T + kBr - 1) / kBr), static_cast<unsigned>(shape.B * shape.H));
   forward_kernel<E, D><<<grid, kBr, smem, stream>>>(out, lse, qkv, d);
   CUDA_CHECK_LAUNCH("flash_attention v1 forward_kernel");
@@ -283,11 +283,11 @@ void backward_launch(cudaStream_t stream, std::uint16_t* dqkv, const std::uint16
                      const float* lse, const float* Dvec, const AttentionShape& shape) {
   const Dims d = make_dims(shape);
   const unsigned bh = static_cast<unsigned>(shape.B * shape.H);
-  allow_shared_memory(dq_kernel<E, D>, dq_smem_bytes<D>(), "cudaFuncSetAttribute(flash v1 dq)");
+  allow_shared_memory(dq_kernel<E, D>, dq_smem_bytes<D>(), "flash v1 dq");
   dq_kernel<E, D><<<dim3(static_cast<unsigned>((shape.T + kBr - 1) / kBr), bh), kBr, dq_smem_bytes<D>(), stream>>>(
       dqkv, dout, qkv, lse, Dvec, d);
   CUDA_CHECK_LAUNCH("flash_attention v1 dq_kernel");
-  allow_shared_memory(dkdv_kernel<E, D>, dkdv_smem_bytes<D>(), "cudaFuncSetAttribute(flash v1 dkdv)");
+  allow_shared_memory(dkdv_kernel<E, D>, dkdv_smem_bytes<D>(), "flash v1 dkdv");
   dkdv_kernel<E, D><<<dim3(static_cast<unsigned>((shape.T + kBc - 1) / kBc), bh), kBc, dkdv_smem_bytes<D>(),
                       stream>>>(dqkv, dout, qkv, lse, Dvec, d);
   CUDA_CHECK_LAUNCH("flash_attention v1 dkdv_kernel");

@@ -211,7 +211,7 @@ template <typename E, int D>
 void launch(cudaStream_t stream, std::uint16_t* out, float* lse, const std::uint16_t* qkv, const AttentionShape& shape) {
   const Dims d = make_dims(shape);
   const std::size_t smem = smem_bytes<D>();
-  allow_shared_memory(forward_kernel<E, D>, smem, "cudaFuncSetAttribute(flash v2 forward)");
+  allow_shared_memory(forward_kernel<E, D>, smem, "flash v2 forward");
   const dim3 grid(static_cast<unsigned>((shape.T + kBr - 1) / kBr), static_cast<unsigned>(shape.B * shape.H));
   forward_kernel<E, D><<<grid, kThreads, smem, stream>>>(out, lse, qkv, d);
   CUDA_CHECK_LAUNCH("flash_attention v2 forward_kernel");

@@ -458,7 +458,7 @@ void forward_launch(cudaStream_t stream, std::uint16_t* out, float* lse, const s
                     const AttentionShape& shape) {
   const Dims d = make_dims(shape);
   const std::size_t smem = forward_smem_bytes<D>();
-  allow_shared_memory(forward_kernel<E, D>, smem, "cudaFuncSetAttribute(flash v3 forward)");
+  allow_shared_memory(forward_kernel<E, D>, smem, "flash v3 forward");
   const dim3 grid(static_cast<unsigned>((shape.T + kFwdBr - 1) / kFwdBr), static_cast<unsigned>(shape.B * shape.H));
   forward_kernel<E, D><<<grid, kThreads, smem, stream>>>(out, lse, qkv, d);
   CUDA_CHECK_LAUNCH("flash_attention v3 forward_kernel");
@@ -471,7 +471,7 @@ void backward_launch(cudaStream_t stream, std::uint16_t* dqkv, float* dq_acc, co
   const std::size_t n = shape.B * shape.H * shape.T * shape.D;
   CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, n * sizeof(float), stream));
   const std::size_t smem = backward_smem_bytes<D>();
-  allow_shared_memory(backward_kernel<E, D>, smem, "cudaFuncSetAttribute(flash v3 backward)");
+  allow_shared_memory(backward_kernel<E, D>, smem, "flash v3 backward");
   const dim3 grid(static_cast<unsigned>((shape.T + kBwdBc - 1) / kBwdBc), static_cast<unsigned>(shape.B * shape.H));
   backward_kernel<E, D><<<grid, kThreads, smem, stream>>>(dqkv, dq_acc, dout, qkv, lse, Dvec, d);
   CUDA_CHECK_LAUNCH("flash_attention v3 backward_kernel");

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "kernels/convert.h"
+#include "kernels/cuda/flash_attention_internal.cuh"
 #include "kernels/cudnn_attention.h"
 #include "kernels/flash_attention.h"
 #include "kernels/tests/gpu_test_support.h"
@@ -282,6 +283,26 @@ TEST(FlashAttentionCudaVersions, NamesAndRange) {  // no GPU needed: the version
   EXPECT_THROW(cuda::flash_attention_forward(nullptr, cuda::flash_attention_versions() + 1, Half16::bf16, nullptr,
                                              nullptr, nullptr, shape),
                std::invalid_argument);
+}
+
+// A kernel asking for more dynamic shared memory than the device lets a block opt in to is refused
+// before the launch, with the sizes (kernels/cuda/shared_memory_limit.h), not a bare "invalid argument".
+__global__ void shared_memory_probe_kernel() {}
+
+TEST(FlashAttentionCudaSharedMemory, MoreThanTheDeviceOffersIsAClearError) {
+  SKIP_WITHOUT_GPU();
+  int device = 0, optin = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+  const std::size_t limit = static_cast<std::size_t>(optin);
+  EXPECT_NO_THROW(cuda::flash::allow_shared_memory(shared_memory_probe_kernel, limit, "probe"));
+  try {
+    cuda::flash::allow_shared_memory(shared_memory_probe_kernel, limit + 16, "probe");
+    FAIL() << "expected a refusal above " << limit << " bytes";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("probe: needs " + std::to_string(limit + 16) + " bytes"), std::string::npos)
+        << e.what();
+  }
 }
 
 // ------------------------------------------------------------------------------------ cuDNN

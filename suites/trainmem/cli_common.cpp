@@ -60,6 +60,13 @@ std::size_t DeviceFlags::device_memory_or(std::size_t fallback) const {
 
 AllocatorConfig DeviceFlags::allocator() const { return AllocatorConfig::parse(allocator_config); }
 
+DeviceKind DeviceFlags::backend() const {
+  if (!pattern.empty()) return pattern == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+  if (device == "cuda") return DeviceKind::cuda;
+  if (device == "cpu" || device == "meta") return DeviceKind::cpu;  // meta follows the CPU backend's allocations
+  return cuda_unavailable_reason() ? DeviceKind::cpu : DeviceKind::cuda;
+}
+
 DeviceOptions DeviceFlags::to_options() const {
   DeviceOptions options;
   options.choice = device;

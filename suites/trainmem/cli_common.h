@@ -41,6 +41,9 @@ struct DeviceFlags {
   std::string pattern;           // --pattern cpu|cuda (meta); empty: not given
 
   DeviceOptions to_options() const;
+  // Whose rules and allocation pattern the run follows: --pattern on meta, cuda for --device cuda,
+  // the CPU's for cpu and meta, and for auto what Device::open would pick (a GPU when one answers).
+  DeviceKind backend() const;
   std::size_t device_memory_or(std::size_t fallback) const;
   AllocatorConfig allocator() const;
 };

@@ -64,15 +64,12 @@ struct EstimateFlags {
 // --device cuda mean a GPU; auto means a GPU when one answers (as trainmem train would pick), else
 // the CPU.
 DeviceKind backend_for(const EstimateFlags& f) {
-  const std::string& d = f.train.device.device;
-  if (!f.train.device.pattern.empty()) return f.train.device.pattern == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+  if (!f.train.device.pattern.empty()) return f.train.device.backend();
   if (!f.gpu.empty()) {
-    if (d == "cpu") throw std::invalid_argument("--gpu names a GPU: drop --device cpu (or drop --gpu)");
+    if (f.train.device.device == "cpu") throw std::invalid_argument("--gpu names a GPU: drop --device cpu (or drop --gpu)");
     return DeviceKind::cuda;
   }
-  if (d == "cuda") return DeviceKind::cuda;
-  if (d == "cpu" || d == "meta") return DeviceKind::cpu;  // meta follows the CPU backend's allocations
-  return cuda_unavailable_reason() ? DeviceKind::cpu : DeviceKind::cuda;
+  return f.train.device.backend();
 }
 
 estimator::EstimateTarget target_for(const EstimateFlags& f, DeviceKind backend) {

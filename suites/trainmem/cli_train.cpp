@@ -163,7 +163,7 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   const std::size_t T = config.seq;
   // The run the flags describe, every rule of them checked (the registrations, techniques.h) before
   // any data or device; what only the device and the data say is filled in and checked below.
-  TrainingSetup setup = training_setup(flags, DeviceKind::cpu, 0, launched_world_size());
+  TrainingSetup setup = training_setup(flags, flags.device.backend(), 0, launched_world_size());
   check_output_flags(flags);  // a path that cannot be written is found now, not after the run
   // Data first: a bad file is an input error, found before any memory is touched. Under mpirun
   // every rank checks (and loads) the corpus of the global batch (N*B rows), as one process would.

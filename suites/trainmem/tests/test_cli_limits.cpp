@@ -183,14 +183,14 @@ TEST(CliLimits, DataLargerThanHostMemoryIsRefusedBeforeReading) {
 // Out of the device budget: stopped before the first step with the allocator's report (this run
 // touched 5 GiB of host memory for 20 s before); beyond the host: stopped with the sizes.
 TEST(CliLimits, ARunThatCannotFitStopsBeforeItStarts) {
-  const CliRun oom = trainmem("train --seq 1048576 --steps 1");
+  const CliRun oom = trainmem("train --device cpu --seq 1048576 --steps 1");
   EXPECT_EQ(oom.exit_code, 1) << oom.err;
   EXPECT_NE(oom.err.find("stopped before the first step"), std::string::npos) << oom.err;
   EXPECT_NE(oom.err.find("out of memory"), std::string::npos) << oom.err;
   EXPECT_NE(oom.err.find("what would help"), std::string::npos) << oom.err;
   EXPECT_EQ(oom.out.find("step"), std::string::npos) << oom.out;
 
-  const CliRun host = trainmem("train --device-memory 4096TiB --model gpt2-350m --batch 1024 --steps 1");
+  const CliRun host = trainmem("train --device cpu --device-memory 4096TiB --model gpt2-350m --batch 1024 --steps 1");
   EXPECT_EQ(host.exit_code, 1) << host.err;
   EXPECT_NE(host.err.find("of host memory (its peak reserved), more than the"), std::string::npos) << host.err;
   EXPECT_EQ(host.out.find("step"), std::string::npos) << host.out;

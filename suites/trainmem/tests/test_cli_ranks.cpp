@@ -55,14 +55,16 @@ void expect_both_ranks_refused(const TimedResult& r, const std::string& differen
 }
 
 TEST(CliRanks, DifferentStepsStopEveryRankNamingSteps) {
-  expect_both_ranks_refused(two_ranks("train --model tiny --zero 2 --steps 3", "train --model tiny --zero 2 --steps 6"),
+  expect_both_ranks_refused(two_ranks("train --device cpu --model tiny --zero 2 --steps 3",
+                                      "train --device cpu --model tiny --zero 2 --steps 6"),
                             "--steps is 3 on rank 0 but 6 on rank 1");
 }
 
 // The flag given on one rank only: the other rank's value is the default.
 TEST(CliRanks, LayersOnOneRankOnlyStopEveryRankNamingLayers) {
   expect_both_ranks_refused(
-      two_ranks("train --model tiny --zero 2 --steps 3", "train --model tiny --zero 2 --steps 3 --layers 3"),
+      two_ranks("train --device cpu --model tiny --zero 2 --steps 3",
+                "train --device cpu --model tiny --zero 2 --steps 3 --layers 3"),
       "--layers is (default) on rank 0 but 3 on rank 1");
 }
 
@@ -70,7 +72,8 @@ TEST(CliRanks, LayersOnOneRankOnlyStopEveryRankNamingLayers) {
 TEST(CliRanks, SameFlagsTrainAndOutputPathsMayDiffer) {
   const std::string json = testing_support::scratch_path("cli_ranks.json");
   const TimedResult r =
-      two_ranks("train --model tiny --zero 2 --steps 3 --json '" + json + "'", "train --model tiny --zero 2 --steps 3");
+      two_ranks("train --device cpu --model tiny --zero 2 --steps 3 --json '" + json + "'",
+                "train --device cpu --model tiny --zero 2 --steps 3");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("step    3/3"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("world: 2 ranks (mpi), ZeRO-2"), std::string::npos) << r.err;

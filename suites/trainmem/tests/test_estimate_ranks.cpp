@@ -19,7 +19,7 @@
 namespace trainmem {
 namespace {
 
-const char* const kModel = "--model tiny --vocab 251";
+const char* const kModel = "--device cpu --model tiny --vocab 251";
 
 std::string mpirun(int ranks, const std::string& args) {
   // OpenMPI refuses to run as root (CI) unless both variables are set.

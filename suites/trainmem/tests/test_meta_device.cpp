@@ -139,6 +139,20 @@ TEST(MetaDevice, PatternAppliesToMetaOnly) {
   EXPECT_NE(r.err.find("--pattern cuda applies to --device meta"), std::string::npos) << r.err;
 }
 
+// The flags' rules that depend on the device are checked against the device the flags name before
+// it is opened: cuDNN's attention on the CUDA pattern is accepted (it was refused as if on the
+// CPU, which would also refuse `train --device cuda --attention cudnn` on a GPU), and on the CPU
+// it is refused.
+TEST(MetaDevice, CudnnAttentionFollowsTheNamedPattern) {
+  const std::string flags = " --model tiny --dim 128 --heads 2 --precision bf16 --attention cudnn --steps 1";
+  const CliRun cuda = trainmem("train --device meta --pattern cuda" + flags);
+  EXPECT_EQ(cuda.exit_code, 0) << cuda.err;
+  EXPECT_NE(cuda.out.find("attention=cudnn"), std::string::npos) << cuda.out;
+  const CliRun cpu = trainmem("train --device meta" + flags);
+  EXPECT_EQ(cpu.exit_code, 2) << cpu.err;
+  EXPECT_NE(cpu.err.find("--attention cudnn needs a CUDA device"), std::string::npos) << cpu.err;
+}
+
 // Nothing is computed, so any size runs at once: gpt2-1.5b for two steps (its host-side
 // initialization alone, 6 GB of random values, is skipped too).
 TEST(MetaDevice, RunsAModelNoCpuCouldTrainHere) {

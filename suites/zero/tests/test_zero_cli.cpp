@@ -47,10 +47,10 @@ std::size_t count(const std::string& text, const std::string& what) {
 TEST(ZeroCli, TwoRanksWithZero2MatchOneProcessWithTheWholeBatch) {
   SKIP_WITHOUT_MPI();
   const std::string single_json = temp_path("single.json"), sharded_json = temp_path("sharded.json");
-  const CliRun single = trainmem("train --model tiny --steps 3 --batch 4 --json '" + single_json + "'");
+  const CliRun single = trainmem("train --device cpu --model tiny --steps 3 --batch 4 --json '" + single_json + "'");
   ASSERT_EQ(single.exit_code, 0) << single.err;
   const CliRun sharded =
-      trainmem_mpirun(2, "train --model tiny --steps 3 --batch 2 --zero 2 --json '" + sharded_json + "'");
+      trainmem_mpirun(2, "train --device cpu --model tiny --steps 3 --batch 2 --zero 2 --json '" + sharded_json + "'");
   ASSERT_EQ(sharded.exit_code, 0) << sharded.out << sharded.err;
 
   // Only rank 0 reports: one line per step, one "world:" line.
@@ -93,10 +93,11 @@ TEST(ZeroCli, TwoRanksWithZero2MatchOneProcessWithTheWholeBatch) {
 TEST(ZeroCli, Fp16OverTwoRanksSkipsTheStepsOneProcessSkips) {
   SKIP_WITHOUT_MPI();
   const std::string single_json = temp_path("fp16_single.json"), sharded_json = temp_path("fp16_sharded.json");
-  const CliRun single = trainmem("train --model tiny --steps 3 --batch 4 --precision fp16 --json '" + single_json + "'");
+  const CliRun single =
+      trainmem("train --device cpu --model tiny --steps 3 --batch 4 --precision fp16 --json '" + single_json + "'");
   ASSERT_EQ(single.exit_code, 0) << single.err;
   const CliRun sharded = trainmem_mpirun(
-      2, "train --model tiny --steps 3 --batch 2 --precision fp16 --zero 1 --json '" + sharded_json + "'");
+      2, "train --device cpu --model tiny --steps 3 --batch 2 --precision fp16 --zero 1 --json '" + sharded_json + "'");
   ASSERT_EQ(sharded.exit_code, 0) << sharded.out << sharded.err;
   const auto a = nlohmann::json::parse(read_text_file(single_json));
   const auto b = nlohmann::json::parse(read_text_file(sharded_json));
@@ -110,25 +111,25 @@ TEST(ZeroCli, Fp16OverTwoRanksSkipsTheStepsOneProcessSkips) {
 }
 
 TEST(ZeroCli, OffloadWithoutZeroIsRefused) {
-  const CliRun r = trainmem("train --model tiny --steps 1 --offload optimizer");
+  const CliRun r = trainmem("train --device cpu --model tiny --steps 1 --offload optimizer");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("trainmem: error: --offload optimizer needs --zero 1, 2 or 3"), std::string::npos) << r.err;
 }
 
 TEST(ZeroCli, OffloadParamsNeedsStage3) {
-  const CliRun r = trainmem("train --model tiny --steps 1 --zero 2 --offload params");
+  const CliRun r = trainmem("train --device cpu --model tiny --steps 1 --zero 2 --offload params");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--offload params needs --zero 3"), std::string::npos) << r.err;
 }
 
 TEST(ZeroCli, Stage3RefusesSqrtRecompute) {
-  const CliRun r = trainmem("train --model tiny --steps 1 --zero 3 --recompute sqrt");
+  const CliRun r = trainmem("train --device cpu --model tiny --steps 1 --zero 3 --recompute sqrt");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--recompute sqrt"), std::string::npos) << r.err;
 }
 
 TEST(ZeroCli, AStageAloneRunsAsAWorldOfOne) {
-  const CliRun r = trainmem("train --model tiny --steps 2 --zero 3 --offload optimizer --precision bf16");
+  const CliRun r = trainmem("train --device cpu --model tiny --steps 2 --zero 3 --offload optimizer --precision bf16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("world: 1 rank (local), ZeRO-3"), std::string::npos) << r.err;
   EXPECT_EQ(count(r.out, "zero=3 offload=optimizer N=1"), 2u) << r.out;
@@ -140,7 +141,7 @@ TEST(ZeroCli, TwoRanksWithTheEagerOrLazyLoaderMatchOneProcess) {
   SKIP_WITHOUT_MPI();
   for (const std::string loader : {"eager", "lazy"}) {
     const std::string single_json = temp_path(loader + "_single.json"), sharded_json = temp_path(loader + "_sharded.json");
-    const std::string common = "train --model tiny --steps 3 --loader " + loader;
+    const std::string common = "train --device cpu --model tiny --steps 3 --loader " + loader;
     const CliRun single = trainmem(common + " --batch 4 --json '" + single_json + "'");
     ASSERT_EQ(single.exit_code, 0) << single.err;
     const CliRun sharded = trainmem_mpirun(2, common + " --batch 2 --zero 2 --json '" + sharded_json + "'");

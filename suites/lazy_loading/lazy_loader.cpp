@@ -54,6 +54,12 @@ bool LazyLoader::pinned() const {
   return !slots_.empty() && slots_.front().staging->pinned();
 }
 
+// A staging buffer holds a batch's inputs, then its targets. On meta it has no memory (nullptr),
+// and no pointer arithmetic on it is allowed either.
+std::int32_t* LazyLoader::targets_after(std::int32_t* inputs) const {
+  return inputs == nullptr ? nullptr : inputs + B_ * T_;
+}
+
 void LazyLoader::assemble(ShuffleOrder& order, std::uint64_t k, std::int32_t* tokens, std::int32_t* targets) {
   if (options_.before_assemble) options_.before_assemble(k);
   if (!device_.computes()) return;  // meta: the tokens have no values to read, the copies are skipped
@@ -81,7 +87,7 @@ void LazyLoader::worker_loop() {
       }
       Slot& s = slots_[k % N];
       auto* host_tokens = static_cast<std::int32_t*>(s.staging->data());
-      auto* host_targets = host_tokens + B_ * T_;
+      auto* host_targets = targets_after(host_tokens);
       assemble(order, k, host_tokens, host_targets);
       copy_stream_->wait(s.released->handle());  // GPU: the previous user of the slot has copied out
       copy_stream_->copy_to_device_async(s.tokens.data(), host_tokens, batch_bytes);
@@ -115,7 +121,7 @@ void LazyLoader::next(Tensor& tokens, Tensor& targets) {
   const std::uint64_t k = served_;
   if (options_.prefetch == 0) {
     auto* host_tokens = static_cast<std::int32_t*>(sync_staging_->data());
-    auto* host_targets = host_tokens + B_ * T_;
+    auto* host_targets = targets_after(host_tokens);
     assemble(sync_order_, k, host_tokens, host_targets);
     copy_host_to_device(device_, tokens.data(), host_tokens, batch_bytes);
     copy_host_to_device(device_, targets.data(), host_targets, batch_bytes);

@@ -75,6 +75,7 @@ class LazyLoader : public BatchSource {
     std::unique_ptr<ComputeEvent> released;  // recorded after next() has copied out of it
   };
 
+  std::int32_t* targets_after(std::int32_t* inputs) const;
   void assemble(ShuffleOrder& order, std::uint64_t k, std::int32_t* tokens, std::int32_t* targets);
   void worker_loop();
   void check_shape(const Tensor& tokens, const Tensor& targets) const;

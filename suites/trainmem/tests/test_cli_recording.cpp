@@ -100,7 +100,7 @@ TEST(CliRecording, TheLossScaleStaysInItsRange) {
 // the limit, instead of failing halfway with a device out-of-memory report and its advice.
 // Peak reserved 1.41 GiB; the limits are 1 GB. Before: a device OOM report halfway, advising
 // techniques.
-constexpr const char* kLargerThanOneGigabyte = "train --device cpu --model small --batch 256 --steps 1";
+[[maybe_unused]] constexpr const char* kLargerThanOneGigabyte = "train --device cpu --model small --batch 256 --steps 1";
 
 TEST(CliRecording, ARunLargerThanTheProcesssDataLimitIsRefusedNamingIt) {
 #ifdef TRAINMEM_UNDER_ASAN

@@ -161,4 +161,24 @@ class SimulatedRanks : public Strategy {
   Gradients reduced_;                            // the latest reduction
 };
 
+// `steps` optimizer steps of N ranks of B rows made in this process on `model` (its device's
+// tokens from `corpus`), each rank with `per_rank`'s options (K = its accumulation steps) and the
+// loss scaled by a static `loss_scale`: the fp32 master weights (an fp32 model's parameters).
+inline std::vector<float> data_parallel_masters(GPT& model, const std::vector<std::uint16_t>& corpus, std::size_t world,
+                                                GradientHome home, const std::vector<UnitLayout>& units,
+                                                TrainerOptions per_rank, double loss_scale, long steps) {
+  struct StaticLossScale : Strategy {
+    double scale = 1;
+    std::string name() const override { return "static_loss_scale"; }
+    double loss_scale() const override { return scale; }
+  } scale;
+  scale.scale = loss_scale;
+  RankInterleavedBatches data(model.device(), corpus, per_rank.batch, per_rank.seq, world);
+  SimulatedRanks ranks(model, world, home, units);
+  per_rank.accumulation_steps *= world;  // every rank's micro-batches, one after another
+  Trainer trainer(model, data, per_rank, {&ranks, &scale});
+  for (long i = 0; i < steps; ++i) trainer.step();
+  return trainer.optimizer().has_master_weights() ? trainer.optimizer().master_values() : model.parameter_values();
+}
+
 }  // namespace trainmem::testing_support

@@ -83,16 +83,9 @@ std::vector<float> reference_parameters(const RunSetup& s, int world, const Fsdp
   auto device = cpu_device();
   GPT model(*device, s.config, kSeed, ModelOptions{s.precision});
   const auto N = static_cast<std::size_t>(world);
-  testing_support::RankInterleavedBatches data(*device, corpus(s, world), s.batch, s.config.seq, N);
-  testing_support::SimulatedRanks ranks(model, N, options.mode == ShardingMode::none ? GradientHome::whole : GradientHome::shard,
-                                        fsdp_units(s.config, N, options));
-  StaticLossScale scale;
-  scale.scale = s.loss_scale;
-  TrainerOptions topt = trainer_options(s, s.batch);
-  topt.accumulation_steps = N * s.accum;
-  Trainer trainer(model, data, topt, {&ranks, &scale});
-  for (long i = 0; i < s.steps; ++i) trainer.step();
-  return trainer.optimizer().has_master_weights() ? trainer.optimizer().master_values() : model.parameter_values();
+  return testing_support::data_parallel_masters(
+      model, corpus(s, world), N, options.mode == ShardingMode::none ? GradientHome::whole : GradientHome::shard,
+      fsdp_units(s.config, N, options), trainer_options(s, s.batch), s.loss_scale, s.steps);
 }
 
 // The plain Trainer on one rank: what --fsdp full must equal at world size 1.

@@ -132,17 +132,10 @@ inline std::vector<float> data_parallel_reference(const Settings& s, int world_s
   mo.precision = s.precision;
   GPT model(*device, test_config(), kModelSeed, mo);
   const auto N = static_cast<std::size_t>(world_size);
-  testing_support::RankInterleavedBatches data(*device, corpus(s, world_size), s.batch, test_config().seq, N);
-  testing_support::SimulatedRanks ranks(model, N, s.stage >= 2 ? GradientHome::shard : GradientHome::whole,
-                                        unit_layouts(test_config(), N, 1));
-  StaticLossScale scale;
-  scale.scale = s.loss_scale;
-  TrainerOptions options = trainer_options(s, s.batch);
-  options.accumulation_steps = N * s.accumulation;
-  Trainer trainer(model, data, options, {&ranks, &scale});
-  for (int i = 0; i < s.steps; ++i) trainer.step();
-  if (trainer.optimizer().has_master_weights()) return trainer.optimizer().master_values();
-  return model.parameter_values();
+  return testing_support::data_parallel_masters(model, corpus(s, world_size), N,
+                                                s.stage >= 2 ? GradientHome::shard : GradientHome::whole,
+                                                unit_layouts(test_config(), N, 1), trainer_options(s, s.batch),
+                                                s.loss_scale, s.steps);
 }
 
 inline double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {

@@ -43,6 +43,9 @@ struct Preset {
   std::size_t vocab, seq, layers, heads, dim;
 };
 // GPT-2 sizes from the GPT-2 paper / llm.c; tiny and small are ours, byte-level (V = 256).
+// tiny-hd64 and tiny-hd128 are tiny models with the head dims the CUDA flash kernels take (64,
+// 128; tiny's is 16), and T = 128, two of their 64-row tiles: the models that run flash and
+// cuDNN attention on a GPU (ci/gpu-check's train step, test_training_cuda).
 constexpr Preset kPresets[] = {
     {"tiny", 256, 64, 2, 4, 64},
     {"small", 256, 128, 4, 4, 128},
@@ -50,6 +53,8 @@ constexpr Preset kPresets[] = {
     {"gpt2-350m", 50257, 1024, 24, 16, 1024},
     {"gpt2-774m", 50257, 1024, 36, 20, 1280},
     {"gpt2-1.5b", 50257, 1024, 48, 25, 1600},
+    {"tiny-hd64", 256, 128, 2, 2, 128},
+    {"tiny-hd128", 256, 128, 2, 2, 256},
 };
 }  // namespace
 

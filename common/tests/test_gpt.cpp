@@ -4,8 +4,12 @@
 // forward pass written here from the same definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/device/device.h"
 #include "common/device/device_ops.h"
@@ -108,9 +112,26 @@ TEST(Gpt, PresetsHaveTheirPublishedParameterCounts) {
   EXPECT_EQ(gpt_preset("gpt2-774m").num_parameters(), 774030080u);
   EXPECT_EQ(gpt_preset("gpt2-1.5b").num_parameters(), 1557611200u);
   EXPECT_THROW(gpt_preset("gpt5"), GPTConfigError);
+  // V C + T C + L (12 C^2 + 13 C) + 2 C (test_parameter_table.cpp), L = 2, V = 256, T = 128:
+  // C = 128: 32768 + 16384 + 2 (196608 + 1664) + 256; C = 256: 65536 + 32768 + 2 (786432 + 3328) + 512
+  EXPECT_EQ(gpt_preset("tiny-hd64").num_parameters(), 445952u);
+  EXPECT_EQ(gpt_preset("tiny-hd128").num_parameters(), 1678336u);
   GPTConfig bad = gpt_preset("tiny");
   bad.heads = 3;
   EXPECT_THROW(bad.validate(), GPTConfigError);
+}
+
+// The models that run flash and cuDNN attention on a GPU: head dims the CUDA kernels take
+// (kernels/flash_attention.h: 64 and 128) and T a whole number of their 64-row tiles.
+TEST(Gpt, TheHeadDimPresetsHaveTheHeadDimsOfTheFlashKernels) {
+  for (const auto& [name, head_dim] : {std::pair{"tiny-hd64", 64u}, std::pair{"tiny-hd128", 128u}}) {
+    const GPTConfig c = gpt_preset(name);
+    EXPECT_EQ(c.dim / c.heads, head_dim) << name;
+    EXPECT_EQ(c.seq % 64, 0u) << name;
+  }
+  const std::vector<std::string> names = gpt_preset_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "tiny-hd64"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "tiny-hd128"), names.end());
 }
 
 TEST(Gpt, ParametersAndGradientsAreAccountedInTheirCategories) {

@@ -23,7 +23,9 @@ GPTConfig model_config(const TrainFlags& f) {
 }
 
 void add_model_flags(CLI::App& command, TrainFlags& flags) {
-  command.add_option("--model", flags.model, "Preset: tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b")
+  std::string presets;
+  for (const std::string& name : gpt_preset_names()) presets += (presets.empty() ? "" : ", ") + name;
+  command.add_option("--model", flags.model, "Preset: " + presets)
       ->capture_default_str();
   using L = FlagLimits;
   command.add_option("--layers", flags.layers, "Override the preset's number of layers L")->check(whole_number(1, L::max_layers));

@@ -1,0 +1,130 @@
+// A few training steps of a GPT on one device, recorded step by step, for comparing devices and
+// precisions: the same seed gives the same initial weights (drawn in fp32 on the host, then
+// rounded to the storage type) and the same tokens (the synthetic corpus) on every device.
+//
+// The run is the trainer's (common/train/trainer.h) with what --precision adds to it: fp16 gets
+// mixed_precision's dynamic loss scaler (suites/mixed_precision/mixed_precision_technique.cpp),
+// bf16 and fp32 nothing. Clipping is off, so that each step's update depends on that step's
+// gradients alone (cuda_vs_cpu_tolerance.h counts on it).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/data/batch_source.h"
+#include "common/data/token_file.h"
+#include "common/device/device.h"
+#include "common/model/gpt.h"
+#include "common/model/parameter_table.h"
+#include "common/train/trainer.h"
+#include "suites/mixed_precision/loss_scaler.h"
+
+namespace trainmem::testing_support {
+
+struct TraceSetup {
+  GPTConfig model;
+  ModelOptions options;  // precision and attention
+  std::size_t batch = 4;
+  std::size_t steps = 4;
+  std::uint64_t seed = 1;       // the initial weights
+  std::uint64_t data_seed = 1;  // the synthetic corpus
+  kernels::AdamWHyper adam;
+};
+
+struct TracedStep {
+  double loss = 0;
+  double grad_norm = 0;   // the trainer's: of the unscaled gradients
+  double loss_scale = 1;
+  bool skipped = false;
+  // The gradients before the update, divided by the loss scale, widened to fp32, in parameters() order.
+  std::vector<float> gradients;
+  // A bound on |logit| from the weights the step started with (cuda_vs_cpu_tolerance.h):
+  // (max|lnf.weight| sqrt(C) + ||lnf.bias||) max_v ||wte[v]||.
+  double logit_bound = 0;
+};
+
+// The bound on every logit z = lnf(x) . wte[v]: lnf's output is gamma * xhat + beta with
+// ||xhat|| <= sqrt(C) (unit variance over C channels), so ||lnf(x)|| <= max|gamma| sqrt(C) + ||beta||,
+// and |z| <= ||lnf(x)|| ||wte[v]|| (Cauchy-Schwarz).
+inline double logit_bound(const GPTConfig& config, const std::vector<float>& values) {
+  const ParameterTable table(config);
+  const std::size_t C = config.dim;
+  std::size_t lnf_offset = 0;  // lnf.weight and lnf.bias are the last 2C values
+  for (std::size_t i = 0; i < table.lnf_weight(); ++i) lnf_offset += table[i].numel();
+  double gamma_max = 0, beta_sq = 0, row_max = 0;
+  for (std::size_t c = 0; c < C; ++c) {
+    gamma_max = std::max(gamma_max, std::fabs(static_cast<double>(values[lnf_offset + c])));
+    beta_sq += static_cast<double>(values[lnf_offset + C + c]) * values[lnf_offset + C + c];
+  }
+  for (std::size_t v = 0; v < config.vocab; ++v) {  // wte comes first: row v at v * C
+    double sq = 0;
+    for (std::size_t c = 0; c < C; ++c) sq += static_cast<double>(values[v * C + c]) * values[v * C + c];
+    row_max = std::max(row_max, std::sqrt(sq));
+  }
+  return (gamma_max * std::sqrt(static_cast<double>(C)) + std::sqrt(beta_sq)) * row_max;
+}
+
+// Runs setup.steps steps on `device_choice` (cpu or cuda). Throws what the parts throw (no usable
+// GPU, --attention cudnn without cuDNN, out of memory).
+inline std::vector<TracedStep> trace_training(const std::string& device_choice, const TraceSetup& setup) {
+  DeviceOptions device_options;
+  device_options.choice = device_choice;
+  if (device_choice == "cpu") device_options.device_memory = std::size_t{1} << 30;
+  const std::unique_ptr<Device> device = Device::open(device_options);
+  GPT model(*device, setup.model, setup.seed, setup.options);
+  const std::size_t T = setup.model.seq;
+  SequentialBatches data(*device, synthetic_corpus(setup.batch * T * setup.steps + 1, setup.data_seed), setup.batch, T);
+  TrainerOptions options;
+  options.batch = setup.batch;
+  options.seq = T;
+  options.adam = setup.adam;
+  options.max_grad_norm = 0;
+
+  // The gradients as the optimizer gets them (after the loss scaler's hooks: it runs first).
+  struct CaptureGradients : Strategy {
+    std::vector<float> gradients;
+    std::string name() const override { return "capture_gradients"; }
+    void before_optimizer_step(StepContext& ctx) override { gradients = ctx.model.gradient_values(); }
+  } capture;
+  std::vector<Strategy*> strategies;
+  std::unique_ptr<DynamicLossScaler> scaler;
+  if (setup.options.precision == Precision::fp16) {
+    scaler = std::make_unique<DynamicLossScaler>();
+    strategies.push_back(scaler.get());
+  }
+  strategies.push_back(&capture);
+  Trainer trainer(model, data, options, strategies);
+
+  std::vector<TracedStep> trace;
+  for (std::size_t k = 0; k < setup.steps; ++k) {
+    TracedStep t;
+    t.logit_bound = logit_bound(setup.model, model.parameter_values());
+    const StepResult r = trainer.step();
+    t.loss = r.loss;
+    t.grad_norm = r.grad_norm;
+    t.loss_scale = r.loss_scale;
+    t.skipped = r.skipped;
+    t.gradients = std::move(capture.gradients);
+    // The loss scale is a power of 2 (2^16, halved or doubled): dividing by it is exact.
+    for (float& g : t.gradients) g = static_cast<float>(g / r.loss_scale);
+    trace.push_back(std::move(t));
+  }
+  return trace;
+}
+
+// ||a - b|| / ||b|| over two gradient vectors of the same length.
+inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    diff += d * d;
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff) / std::sqrt(norm);
+}
+
+}  // namespace trainmem::testing_support

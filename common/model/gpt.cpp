@@ -277,6 +277,10 @@ Tensor GPT::make_bytes(std::size_t bytes, const std::string& name) {
                 MemoryCategory::workspace, name);
 }
 
+Tensor GPT::make_cuda_workspace(std::size_t bytes, const std::string& name) {
+  return device_.cuda_pattern() ? make_bytes(bytes, name) : Tensor{};
+}
+
 void GPT::embed_forward() {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
@@ -391,10 +395,12 @@ void GPT::head_backward(float dloss) {
     // The residual stream's gradient starts here and flows down through every layer.
     dresidual_ = make({B, Tn, Ci}, MemoryCategory::workspace, "residual.grad");
     zero_device_memory(device_, dresidual_.data(), dresidual_.nbytes());
+    Tensor workspace = make_cuda_workspace(kernels::layernorm_backward_workspace_bytes(N, C), "lnf.backward.workspace");
     kernels::layernorm_backward<T>(s, dresidual_.data_as<T>(), grad_for_write(lnf).data_as<T>(),
                                    grad_for_write(lnf + 1).data_as<T>(), dlnf.data_as<T>(),
                                    residual_[config_.layers].data_as<T>(), params_[lnf].value.data_as<T>(),
-                                   f(lnf_mean_), f(lnf_rstd_), N, C);
+                                   f(lnf_mean_), f(lnf_rstd_), workspace.data(), N, C);
+    workspace.reset();
     lnf_.reset();
     lnf_mean_.reset();
     lnf_rstd_.reset();
@@ -431,9 +437,12 @@ void GPT::layer_backward(std::size_t l) {
       dfch.reset();
       a.ln2.reset();
       // d residual2 = d x_{l+1} (skip path) + ln2's backward (accumulated into the same buffer)
+      Tensor workspace =
+          make_cuda_workspace(kernels::layernorm_backward_workspace_bytes(N, C), h + "ln2.backward.workspace");
       kernels::layernorm_backward<T>(s, dres.data_as<T>(), g(l, kLn2W).data_as<T>(), g(l, kLn2B).data_as<T>(),
                                      dln2.data_as<T>(), a.residual2.data_as<T>(), p(l, kLn2W).data_as<T>(),
-                                     f(a.ln2_mean), f(a.ln2_rstd), N, C);
+                                     f(a.ln2_mean), f(a.ln2_rstd), workspace.data(), N, C);
+      workspace.reset();
       dln2.reset();
       a.residual2.reset();
       a.ln2_mean.reset();
@@ -454,9 +463,11 @@ void GPT::layer_backward(std::size_t l) {
       dqkv.reset();
       a.qkv.reset();
       a.ln1.reset();
+      Tensor workspace =
+          make_cuda_workspace(kernels::layernorm_backward_workspace_bytes(N, C), h + "ln1.backward.workspace");
       kernels::layernorm_backward<T>(s, dres.data_as<T>(), g(l, kLn1W).data_as<T>(), g(l, kLn1B).data_as<T>(),
                                      dln1.data_as<T>(), residual_[l].data_as<T>(), p(l, kLn1W).data_as<T>(),
-                                     f(a.ln1_mean), f(a.ln1_rstd), N, C);
+                                     f(a.ln1_mean), f(a.ln1_rstd), workspace.data(), N, C);
     }
     a = LayerActivations{};  // this layer's saved tensors are no longer needed,
     residual_[l].reset();    // nor its input (the embedding's backward needs only the tokens)
@@ -466,9 +477,12 @@ void GPT::layer_backward(std::size_t l) {
 void GPT::embed_backward() {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
+    Tensor workspace =
+        make_cuda_workspace(kernels::embedding_backward_workspace_bytes(B_ * T_), "embedding.backward.workspace");
     kernels::embedding_backward<T>(kernel_stream(device_), grad_for_write(kWte).data_as<T>(),
                                    grad_for_write(kWpe).data_as<T>(), dresidual_.data_as<T>(),
-                                   tokens_->data_as<std::int32_t>(), B_, T_, config_.dim);
+                                   tokens_->data_as<std::int32_t>(), workspace.data(), B_, T_, config_.dim);
+    workspace.reset();
     dresidual_.reset();
   });
 }

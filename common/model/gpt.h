@@ -128,6 +128,9 @@ class GPT {
   kernels::AttentionShape attention_shape() const;
   kernels::Half16 half16() const;  // the 16-bit storage type, for the CUDA kernels that take one  // of the current micro-batch (causal)
   Tensor make_bytes(std::size_t bytes, const std::string& name);  // workspace for a library
+  // Scratch a CUDA kernel asks of its caller (a host formula beside the kernel), made on the CUDA
+  // pattern only (a named rule of Device::cuda_pattern; the CPU kernels need none): empty elsewhere.
+  Tensor make_cuda_workspace(std::size_t bytes, const std::string& name);
   // A tensor in the model's storage type (f32 only where stated: layernorm statistics, losses).
   Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);
   Tensor make_f32(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);

@@ -3,7 +3,7 @@
 //
 // On the CPU each tensor is summed in double; on the CUDA pattern every tensor adds into one
 // device float (kernels/grad_norm.h), "grad_norm.accumulator", allocated by the constructor in
-// category workspace (one of the two named rules of Device::cuda_pattern) and copied to the host
+// category workspace (one of the named rules of Device::cuda_pattern) and copied to the host
 // once by total(). On a device that computes nothing (meta) the sum is 0.
 #pragma once
 #include <cstddef>

@@ -146,11 +146,12 @@ TYPED_TEST(KernelsDtypeCuda, LayerNormForwardAndBackward) {
     std::vector<T> dx = random_values<T>(N * C, ++seed, -1.0, 1.0), dw = random_values<T>(C, ++seed, -1.0, 1.0),
                    db = random_values<T>(C, ++seed, -1.0, 1.0);
     DeviceBuffer<T> d_dx(dx), d_dw(dw), d_db(db), d_dout(dout);
-    DeviceBuffer<float> d_mean_in(mean), d_rstd_in(rstd);
+    DeviceBuffer<float> d_mean_in(mean), d_rstd_in(rstd), d_workspace(layernorm_backward_workspace_bytes(N, C) / 4);
+    d_workspace.poison();
     cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), weight.data(), mean.data(),
                             rstd.data(), N, C);
     cuda::layernorm_backward<T>(stream.get(), d_dx.get(), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(),
-                                d_mean_in.get(), d_rstd_in.get(), N, C);
+                                d_mean_in.get(), d_rstd_in.get(), d_workspace.get(), N, C);
     finish();
     // sums over C (dx) or N (dweight, dbias) in another fp32 order: 1e-4 (as the fp32 test)
     EXPECT_TRUE(all_close("layernorm dx (accumulated)", d_dx.download(), dx, one_ulp<T>(1e-4)));
@@ -228,7 +229,9 @@ TYPED_TEST(KernelsDtypeCuda, EmbeddingForwardAndBackward) {
   cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C);
   cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C);
   cuda::embedding_forward<T>(stream.get(), d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), B, Tn, C);
-  cuda::embedding_backward<T>(stream.get(), d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(), B, Tn, C);
+  DeviceBuffer<std::uint32_t> d_workspace(embedding_backward_workspace_bytes(B * Tn) / sizeof(std::uint32_t));
+  cuda::embedding_backward<T>(stream.get(), d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(),
+                              d_workspace.get(), B, Tn, C);
   finish();
   // One fp32 add; and sums in the CPU's order (positions in order, from the old value): bit for bit.
   EXPECT_TRUE(all_close("embedding out", d_out.download(), out, kExact));
@@ -387,9 +390,9 @@ TYPED_TEST(KernelsDtypeCuda, EmptySizesDoNothing) {
   EXPECT_NO_THROW(cuda::residual_forward<T>(s, nullptr, nullptr, nullptr, 0));
   EXPECT_NO_THROW(cuda::layernorm_forward<T>(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 72));
   EXPECT_NO_THROW(
-      cuda::layernorm_backward<T>(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 72));
+      cuda::layernorm_backward<T>(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 72));
   EXPECT_NO_THROW(cuda::embedding_forward<T>(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72));
-  EXPECT_NO_THROW(cuda::embedding_backward<T>(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72));
+  EXPECT_NO_THROW(cuda::embedding_backward<T>(s, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72));
   EXPECT_NO_THROW(cuda::attention_forward<T>(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
   EXPECT_NO_THROW(cuda::attention_backward<T>(s, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
   EXPECT_NO_THROW(cuda::cross_entropy_forward<T>(s, nullptr, nullptr, nullptr, 0, 101));

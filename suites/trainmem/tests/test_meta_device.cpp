@@ -96,6 +96,8 @@ nlohmann::json tensor_events(const nlohmann::json& events, const std::function<b
 // backend's by exactly the declared rules, and nothing else:
 //   - flash attention's CUDA backward takes its workspace ("attn.flash.workspace",
 //     kernels/flash_attention_workspace.h);
+//   - the CUDA layernorm and embedding backwards take theirs ("ln1.backward.workspace", ...,
+//     "embedding.backward.workspace"; kernels/layernorm.h, kernels/embedding.h);
 //   - the CUDA gradient norm sums into one device float ("grad_norm.accumulator").
 // With those left out, the two sequences are the same, request for request. And in no precision
 // does either make an fp32 copy of a 16-bit tensor (the kernels take the storage type).
@@ -107,7 +109,10 @@ TEST(MetaDevice, CudaPatternDiffersFromTheCpusByTheDeclaredRulesOnly) {
       "--precision bf16 --recompute full --zero 3",
       "--precision bf16 --attention flash --fsdp full --fsdp-prefetch on",
   };
-  auto rule = [](const std::string& name) { return ends_with(name, "attn.flash.workspace") || name == "grad_norm.accumulator"; };
+  auto rule = [](const std::string& name) {
+    return ends_with(name, "attn.flash.workspace") || ends_with(name, ".backward.workspace") ||
+           name == "grad_norm.accumulator";
+  };
   auto count = [](const nlohmann::json& events, const std::string& suffix) {
     long n = 0;
     for (const nlohmann::json& e : events)
@@ -125,6 +130,11 @@ TEST(MetaDevice, CudaPatternDiffersFromTheCpusByTheDeclaredRulesOnly) {
     const bool flash = flags.find("flash") != std::string::npos;
     EXPECT_EQ(count(cuda.events, "attn.flash.workspace") > 0, flash);
     EXPECT_EQ(count(cpu.events, "attn.flash.workspace"), 0);
+    EXPECT_GT(count(cuda.events, "ln1.backward.workspace"), 0);
+    EXPECT_GT(count(cuda.events, "ln2.backward.workspace"), 0);
+    EXPECT_EQ(count(cuda.events, "lnf.backward.workspace"), count(cuda.events, "embedding.backward.workspace"));
+    EXPECT_GT(count(cuda.events, "embedding.backward.workspace"), 0);
+    EXPECT_EQ(count(cpu.events, ".backward.workspace"), 0);
     EXPECT_GT(count(cuda.events, "grad_norm.accumulator"), 0);
     EXPECT_EQ(count(cpu.events, "grad_norm.accumulator"), 0);
     EXPECT_EQ(count(cpu.events, ".f32"), 0) << "an fp32 copy of a 16-bit tensor";

@@ -302,6 +302,11 @@ void CudaDeviceMemory::unmap_pages(void* ptr, std::size_t bytes, std::size_t pag
   in_use_ -= bytes;
 }
 
+void CudaDeviceMemory::synchronize_all_streams() {
+  TRAINMEM_CUDA_CHECK(cudaSetDevice(device_index_));
+  TRAINMEM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 std::size_t CudaDeviceMemory::total_bytes() const { return budget_ != 0 ? budget_ : card_total_; }
 
 std::size_t CudaDeviceMemory::free_bytes() const {

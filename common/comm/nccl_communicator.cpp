@@ -50,7 +50,7 @@ class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(Device& device, int rank, int size, const ncclUniqueId& id)
       : device_(device), rank_(rank), size_(size), timeout_(timeout_seconds()) {
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&device_scratch_), sizeof(Scratch)), "cudaMalloc");
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&device_scratch_), 2 * sizeof(double)), "cudaMalloc");
     check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_scalar_), sizeof(double)), "cudaMallocHost");
     // Non-blocking: the legacy default stream (compute) would otherwise wait for it, and it for
     // the default stream, at every launch, and nothing would overlap.
@@ -109,8 +109,9 @@ class NcclCommunicator : public Communicator {
   // The element is zeroed first (on the same stream), so the sum is of defined values: 0.
   void do_barrier() override {
     collective("ncclAllReduce (barrier)", [&](cudaStream_t s) {
-      check_cuda(cudaMemsetAsync(&device_scratch_->barrier, 0, sizeof(double), s), "cudaMemsetAsync (barrier)");
-      return ncclAllReduce(&device_scratch_->barrier, &device_scratch_->barrier, 1, ncclFloat64, ncclSum, comm_, s);
+      double* element = barrier_slot();
+      check_cuda(cudaMemsetAsync(element, 0, sizeof(double), s), "cudaMemsetAsync (barrier)");
+      return ncclAllReduce(element, element, 1, ncclFloat64, ncclSum, comm_, s);
     });
   }
   // A host value: in and out through pinned host memory on the communication stream, so that the
@@ -120,7 +121,7 @@ class NcclCommunicator : public Communicator {
     const char* call = max ? "ncclAllReduce (max of a host value)" : "ncclAllReduce (sum of a host value)";
     wait_for_stream(comm_stream_, call);  // the pinned slot is free (an earlier call may still read it)
     *host_scalar_ = value;
-    double* slot = &device_scratch_->scalar;
+    double* slot = scalar_slot();
     check_cuda(cudaMemcpyAsync(slot, host_scalar_, sizeof(double), cudaMemcpyHostToDevice, comm_stream_), call);
     wait_for_call(ncclAllReduce(slot, slot, 1, ncclFloat64, max ? ncclMax : ncclSum, comm_, comm_stream_), call);
     check_cuda(cudaMemcpyAsync(host_scalar_, slot, sizeof(double), cudaMemcpyDeviceToHost, comm_stream_), call);
@@ -286,12 +287,6 @@ class NcclCommunicator : public Communicator {
     if (status != cudaSuccess) fail(call, cudaGetErrorString(status));
   }
 
-  // This communicator's own device memory: a host scalar's slot and the barrier's element.
-  struct Scratch {
-    double scalar;
-    double barrier;
-  };
-
   Device& device_;
   int rank_;
   int size_;
@@ -301,7 +296,9 @@ class NcclCommunicator : public Communicator {
   cudaStream_t comm_stream_ = nullptr;           // every NCCL call, beside the compute
   cudaEvent_t inputs_ready_ = nullptr;           // recorded on compute, waited for by comm
   cudaEvent_t done_ = nullptr;                   // a synchronous collective's end, recorded on comm
-  Scratch* device_scratch_ = nullptr;
+  double* device_scratch_ = nullptr;  // two doubles of device memory: a host scalar's slot, the barrier's element
+  double* scalar_slot() { return device_scratch_; }
+  double* barrier_slot() { return device_scratch_ + 1; }
   double* host_scalar_ = nullptr;  // pinned: the copies of a host scalar never block the host
 };
 

@@ -24,6 +24,10 @@ CachingAllocator::CachingAllocator(DeviceMemory& device, AllocatorConfig config)
 CachingAllocator::~CachingAllocator() {
   // Tensors should be gone by now; whatever is left is given back to the device regardless.
   std::lock_guard<std::mutex> lock(mutex_);
+  // Work on any stream may still use the memory (a block freed on the compute stream, another
+  // stream's use of one): unmapping a page does not wait for it as cudaFree would, so wait for
+  // the whole device first.
+  device_.synchronize_all_streams();
   for (auto& [event, block] : pending_events_) device_.destroy_event(event);
   release_all_expandable_segments();
   std::vector<Block*> heads;

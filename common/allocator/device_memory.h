@@ -58,6 +58,10 @@ class DeviceMemory {
   // Unmaps the pages at [ptr, ptr + bytes) and gives their memory back, after the work queued on
   // `stream` (which may still be using them) has finished.
   virtual void unmap_pages(void* /*ptr*/, std::size_t /*bytes*/, std::size_t /*page_bytes*/, StreamId /*stream*/) {}
+  // Waits for the work queued on every stream of the device (cudaDeviceSynchronize): before the
+  // allocator gives everything back at teardown, when the streams that used its blocks (a copy
+  // stream, a communicator's) cannot be named any more. The CPU has nothing in flight.
+  virtual void synchronize_all_streams() {}
 
   // Cross-stream frees (PyTorch's record_stream): the allocator records an event on every other
   // stream that used a block and reuses the block only when all those events have completed.

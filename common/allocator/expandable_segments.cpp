@@ -245,7 +245,8 @@ void CachingAllocator::release_all_expandable_segments() {
       const std::uintptr_t range_start = b->address;
       while (b && b->mapped) b = b->next;
       const std::uintptr_t range_end = b ? b->address : segment.address + segment.reserved_bytes;
-      // Streams that used the pages may be gone by now; nothing may run on them any more.
+      // The destructor has waited for every stream (synchronize_all_streams): streams that used
+      // the pages may be gone by now, so none is named here.
       device_.unmap_pages(as_pointer(range_start), range_end - range_start, segment.page_bytes, kDefaultStream);
     }
     device_.release_address_range(as_pointer(segment.address), segment.reserved_bytes);

@@ -50,10 +50,13 @@ class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(Device& device, int rank, int size, const ncclUniqueId& id)
       : device_(device), rank_(rank), size_(size), timeout_(timeout_seconds()) {
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), 2 * sizeof(double)), "cudaMalloc");
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&device_scratch_), 2 * sizeof(double)), "cudaMalloc");
+    check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_scalar_), sizeof(double)), "cudaMallocHost");
     // Non-blocking: the legacy default stream (compute) would otherwise wait for it, and it for
     // the default stream, at every launch, and nothing would overlap.
     check_cuda(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check_cuda(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // calls return at once; wait() polls for errors and the timeout
     const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
@@ -62,8 +65,16 @@ class NcclCommunicator : public Communicator {
 
   ~NcclCommunicator() override {
     if (comm_) shut_down();
-    if (comm_stream_) cudaStreamDestroy(comm_stream_);
-    cudaFree(scratch_);
+    // Nothing of this communicator may still run when its buffers go: NCCL's kernels have ended
+    // (finalized, or aborted, which stops them), so this wait is short.
+    if (comm_stream_) {
+      cudaStreamSynchronize(comm_stream_);
+      cudaStreamDestroy(comm_stream_);
+    }
+    if (inputs_ready_) cudaEventDestroy(inputs_ready_);
+    if (done_) cudaEventDestroy(done_);
+    cudaFreeHost(host_scalar_);
+    cudaFree(device_scratch_);
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -74,66 +85,120 @@ class NcclCommunicator : public Communicator {
 
  protected:
   void do_all_reduce(void* buffer, std::size_t count, DType dtype) override {
-    run(ncclAllReduce(buffer, buffer, count, nccl_type(dtype), ncclSum, comm_, stream_), "ncclAllReduce");
+    collective("ncclAllReduce", [&](cudaStream_t s) {
+      return ncclAllReduce(buffer, buffer, count, nccl_type(dtype), ncclSum, comm_, s);
+    });
   }
   // In place when recv == send + rank*recv_count, as NCCL defines it.
   void do_reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype) override {
-    run(ncclReduceScatter(send, recv, recv_count, nccl_type(dtype), ncclSum, comm_, stream_), "ncclReduceScatter");
+    collective("ncclReduceScatter", [&](cudaStream_t s) {
+      return ncclReduceScatter(send, recv, recv_count, nccl_type(dtype), ncclSum, comm_, s);
+    });
   }
   void do_all_gather(const void* send, void* recv, std::size_t send_count, DType dtype) override {
-    run(ncclAllGather(send, recv, send_count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
+    collective("ncclAllGather", [&](cudaStream_t s) {
+      return ncclAllGather(send, recv, send_count, nccl_type(dtype), comm_, s);
+    });
   }
   void do_broadcast(void* buffer, std::size_t count, DType dtype, int root) override {
-    run(ncclBroadcast(buffer, buffer, count, nccl_type(dtype), root, comm_, stream_), "ncclBroadcast");
+    collective("ncclBroadcast", [&](cudaStream_t s) {
+      return ncclBroadcast(buffer, buffer, count, nccl_type(dtype), root, comm_, s);
+    });
   }
   // NCCL has no barrier: a one-element all-reduce completes on no rank before every rank joined.
+  // The element is zeroed first (on the same stream), so the sum is of defined values: 0.
   void do_barrier() override {
-    run(ncclAllReduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, comm_, stream_), "ncclAllReduce (barrier)");
+    collective("ncclAllReduce (barrier)", [&](cudaStream_t s) {
+      double* element = barrier_slot();
+      check_cuda(cudaMemsetAsync(element, 0, sizeof(double), s), "cudaMemsetAsync (barrier)");
+      return ncclAllReduce(element, element, 1, ncclFloat64, ncclSum, comm_, s);
+    });
   }
+  // A host value: in and out through pinned host memory on the communication stream, so that the
+  // host waits only by polling (with the timeout), never in a blocking copy. Independent of the
+  // compute stream: nothing on it is read or written.
   double do_all_reduce_host(double value, bool max) override {
-    check_cuda(cudaMemcpy(scratch_, &value, sizeof value, cudaMemcpyHostToDevice), "cudaMemcpy");
-    run(ncclAllReduce(scratch_, scratch_, 1, ncclFloat64, max ? ncclMax : ncclSum, comm_, stream_), "ncclAllReduce");
-    double result = 0;
-    check_cuda(cudaMemcpy(&result, scratch_, sizeof result, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    return result;
+    const char* call = max ? "ncclAllReduce (max of a host value)" : "ncclAllReduce (sum of a host value)";
+    wait_for_stream(comm_stream_, call);  // the pinned slot is free (an earlier call may still read it)
+    *host_scalar_ = value;
+    double* slot = scalar_slot();
+    check_cuda(cudaMemcpyAsync(slot, host_scalar_, sizeof(double), cudaMemcpyHostToDevice, comm_stream_), call);
+    wait_for_call(ncclAllReduce(slot, slot, 1, ncclFloat64, max ? ncclMax : ncclSum, comm_, comm_stream_), call);
+    check_cuda(cudaMemcpyAsync(host_scalar_, slot, sizeof(double), cudaMemcpyDeviceToHost, comm_stream_), call);
+    wait_for_stream(comm_stream_, call);  // the host reads the result: wait for it here
+    return *host_scalar_;
   }
-  void wait_for_device() override { device_.synchronize(); }
+  // Before a synchronous collective (for its timing): the gathers in flight on the communication
+  // stream first, polled with the timeout (a rank that died leaves them waiting, and a device
+  // synchronization would then wait for ever), then the whole device.
+  void wait_for_device() override {
+    wait_for_stream(comm_stream_, "waiting for the all-gathers in flight");
+    device_.synchronize();
+  }
 
-  // The asynchronous all-gather, on the communication stream, with two events:
-  //   ready  recorded on the compute stream: the kernels that wrote `send` (and the allocation of
-  //          `recv`) come before it; the communication stream waits for it
-  //   done   recorded on the communication stream after the gather; wait() makes the compute
-  //          stream wait for it (cudaStreamWaitEvent: the host does not block)
-  // Nothing synchronizes the device, so the kernels queued meanwhile on the compute stream run
-  // while NCCL gathers. Two operations of this communicator never run at once: gathers in flight
-  // share the one communication stream (in issue order), and every synchronous collective starts
-  // with wait_for_device(), cudaDeviceSynchronize, which lets the gathers in flight finish first
-  // (every rank issued them at the same point, so they can). A rank that died leaves `done`
-  // unrecorded: the next synchronous call's device synchronization waits on it (a hang that the
-  // dead rank's MPI_Abort ends, as for any collective).
+  // The asynchronous all-gather: ordered after the compute stream's work so far (the kernels that
+  // wrote `send`, the allocation of `recv`), launched on the communication stream, and `done`
+  // recorded after it. wait() makes the compute stream wait for `done` (cudaStreamWaitEvent: the
+  // host does not block), so the kernels queued on the compute stream meanwhile run while NCCL
+  // gathers. Gathers in flight share the one communication stream (in issue order, the same on
+  // every rank), and every synchronous collective starts by waiting for them (wait_for_device).
   std::unique_ptr<InFlight> do_start_all_gather(const void* send, void* recv, std::size_t send_count,
                                                 DType dtype) override {
-    cudaEvent_t ready = nullptr, done = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cudaEvent_t done = nullptr;
     check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    check_cuda(cudaEventRecord(ready, stream_), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(comm_stream_, ready, 0), "cudaStreamWaitEvent");
-    cudaEventDestroy(ready);  // allowed while in use: CUDA frees it once the wait is done
+    auto op = std::make_unique<AllGatherInFlight>(*this, done);  // owns the event from here on, even if a call throws
+    comm_after_compute();
     wait_for_call(ncclAllGather(send, recv, send_count, nccl_type(dtype), comm_, comm_stream_), "ncclAllGather (async)");
     check_cuda(cudaEventRecord(done, comm_stream_), "cudaEventRecord");
-    return std::make_unique<AllGatherInFlight>(*this, done);
+    return op;
   }
 
  private:
+  // The two streams and what orders them (never a host synchronization):
+  //   compute  the default stream (nullptr), where trainmem's kernels and copies run
+  //   comm     this communicator's own non-blocking stream, where every NCCL call runs
+  // Before a collective the comm stream waits for an event recorded on the compute stream (its
+  // inputs are written); after it, the compute stream waits for an event recorded on the comm
+  // stream (its outputs are there). A synchronous collective makes the compute stream wait at
+  // once; an asynchronous all-gather when its handle's wait() is called.
+  //
+  // The caching allocator (common/allocator) reuses a block freed on a stream at once for later
+  // work on that stream; blocks used on other streams need record_stream. Every buffer NCCL reads
+  // or writes here was allocated on, and is freed on, the compute stream, and the compute stream
+  // waits for the collective's `done` event before anything queued after the wait can run: a
+  // synchronous collective before it returns, an asynchronous one in wait() (the handle's
+  // destructor waits, and FlatUnit drops its handle before freeing the buffer). So a free after
+  // that point is already stream-ordered after the collective, and a block handed out again can
+  // only be written by compute work that runs after NCCL is done with it: no record_stream is
+  // needed (nor possible in general: NCCL is given raw pointers, e.g. a slice of a block). A
+  // free *before* wait() would break this, which is why communicator.h forbids it.
+  // (Teardown's unmapping waits for the whole device, common/allocator.)
+  void comm_after_compute() {
+    check_cuda(cudaEventRecord(inputs_ready_, compute_stream_), "cudaEventRecord (inputs ready)");
+    check_cuda(cudaStreamWaitEvent(comm_stream_, inputs_ready_, 0), "cudaStreamWaitEvent (inputs ready)");
+  }
+  void compute_after(cudaEvent_t done, const char* call) {
+    check_cuda(cudaStreamWaitEvent(compute_stream_, done, 0), call);
+  }
+
+  // A synchronous collective: launched on the comm stream in stream order, then waited for by the
+  // host, polling (the counts time the transfer, and a rank that died is found by the timeout).
+  template <class Launch>
+  void collective(const char* call, Launch launch) {
+    comm_after_compute();
+    wait_for_call(launch(comm_stream_), call);
+    check_cuda(cudaEventRecord(done_, comm_stream_), call);
+    compute_after(done_, call);
+    wait_for_event(done_, call);
+  }
+
   class AllGatherInFlight : public InFlight {
    public:
     AllGatherInFlight(NcclCommunicator& comm, cudaEvent_t done) : comm_(comm), done_(done) {}
     ~AllGatherInFlight() override { cudaEventDestroy(done_); }
     // The compute stream's later kernels (those that read the gathered buffer, and its free)
-    // run after the gather.
-    void wait() override {
-      comm_.check_cuda(cudaStreamWaitEvent(comm_.stream_, done_, 0), "cudaStreamWaitEvent (all_gather)");
-    }
+    // run after the gather; the host goes on at once.
+    void wait() override { comm_.compute_after(done_, "cudaStreamWaitEvent (all_gather)"); }
 
    private:
     NcclCommunicator& comm_;
@@ -162,12 +227,6 @@ class NcclCommunicator : public Communicator {
     comm_ = nullptr;
   }
 
-  // A collective: the call, then its work on the stream, both waited for.
-  void run(ncclResult_t launched, const char* call) {
-    wait_for_call(launched, call);
-    wait_for_stream(call);
-  }
-
   // A non-blocking communicator's call may still be in progress when it returns.
   void wait_for_call(ncclResult_t launched, const char* call) {
     if (launched != ncclSuccess && launched != ncclInProgress) fail(call, ncclGetErrorString(launched));
@@ -182,13 +241,21 @@ class NcclCommunicator : public Communicator {
     }
   }
 
-  // The kernels NCCL queued; a rank that died leaves them waiting, so poll with the timeout.
-  void wait_for_stream(const char* call) {
+  // The work NCCL queued; a rank that died leaves it waiting, so poll with the timeout.
+  void wait_for_event(cudaEvent_t event, const char* call) {
+    poll([&] { return cudaEventQuery(event); }, call);
+  }
+  void wait_for_stream(cudaStream_t stream, const char* call) {
+    poll([&] { return cudaStreamQuery(stream); }, call);
+  }
+  template <class Query>
+  void poll(Query query, const char* call) {
     const auto start = std::chrono::steady_clock::now();
     for (;;) {
-      const cudaError_t q = cudaStreamQuery(stream_);
+      const cudaError_t q = query();
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) fail(call, cudaGetErrorString(q));
+      if (comm_ == nullptr) fail(call, "the communicator was aborted by an earlier failure");
       ncclResult_t state = ncclSuccess;
       ncclCommGetAsyncError(comm_, &state);
       if (state != ncclSuccess && state != ncclInProgress) fail(call, ncclGetErrorString(state));
@@ -225,9 +292,14 @@ class NcclCommunicator : public Communicator {
   int size_;
   double timeout_;
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;  // the default stream, where trainmem's kernels run
-  cudaStream_t comm_stream_ = nullptr;  // start_all_gather's gathers, beside the compute
-  double* scratch_ = nullptr;
+  const cudaStream_t compute_stream_ = nullptr;  // the default stream, where trainmem's kernels run
+  cudaStream_t comm_stream_ = nullptr;           // every NCCL call, beside the compute
+  cudaEvent_t inputs_ready_ = nullptr;           // recorded on compute, waited for by comm
+  cudaEvent_t done_ = nullptr;                   // a synchronous collective's end, recorded on comm
+  double* device_scratch_ = nullptr;  // two doubles of device memory: a host scalar's slot, the barrier's element
+  double* scalar_slot() { return device_scratch_; }
+  double* barrier_slot() { return device_scratch_ + 1; }
+  double* host_scalar_ = nullptr;  // pinned: the copies of a host scalar never block the host
 };
 
 }  // namespace

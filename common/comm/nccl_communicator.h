@@ -5,13 +5,19 @@
 // included, is waited for by polling ncclCommGetAsyncError and the stream, up to a timeout
 // (TRAINMEM_COMM_TIMEOUT_S seconds, default 600); an error or the timeout aborts the
 // communicator (ncclCommAbort) and throws CommError naming the rank, so nothing waits forever
-// on a rank that died. Collectives run on the default stream, after the kernels that produced
-// their buffers, and are waited for (the counts time them); start_all_gather's run on a second,
-// communication stream beside the compute (see do_start_all_gather).
+// on a rank that died. Every NCCL call runs on the communicator's own non-blocking CUDA stream,
+// ordered against the compute (default) stream by events, never by a host synchronization: the
+// collective waits for an event recorded on the compute stream after its inputs were written,
+// and the compute stream waits for the collective's completion event before using its results.
+// The synchronous calls are then waited for by the host as well (the counts time them, and the
+// timeout finds a rank that died); start_all_gather's gathers are not: their wait() only orders
+// the compute stream after them, so the compute kernels queued meanwhile overlap the gather.
+// Host scalars go through pinned host memory on the communication stream, waited for by polling.
 //
 // 16-bit sums are NCCL's own (communicator.h says how they compare with the other backends).
-// The communicator allocates 16 bytes of device memory of its own (cudaMalloc, outside the
-// caching allocator) for host scalars and the barrier; NCCL's internal buffers are NCCL's.
+// The communicator allocates 16 bytes of device memory (cudaMalloc) and 8 of pinned host memory
+// (cudaMallocHost) of its own, outside the caching allocator, for host scalars and the barrier;
+// NCCL's internal buffers are NCCL's.
 #pragma once
 #include <memory>
 

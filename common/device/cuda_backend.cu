@@ -117,6 +117,10 @@ std::string version_string(int major, int minor, int patch = -1) {
 
 bool cuda_compiled() { return true; }
 
+// Answers without making a CUDA context: a context made here would be on the device current now
+// (GPU 0, before a rank has chosen its own) and would stay for the life of the process, so every
+// rank would hold memory on GPU 0. The context is made by cuda_start_context, on this process's
+// own GPU. cudaGetDeviceCount and cudaDeviceGetAttribute ask the driver, not a context.
 std::optional<std::string> cuda_unavailable_reason() {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
@@ -125,12 +129,27 @@ std::optional<std::string> cuda_unavailable_reason() {
     return std::string(cudaGetErrorString(status));
   }
   if (count == 0) return std::string("no CUDA device found");
-  // A device can be listed and still be unusable (busy, wrong driver): make a context.
-  status = cudaSetDevice(0);
-  if (status == cudaSuccess) status = cudaFree(nullptr);
+  const int index = cuda_device_for_this_process();
+  int mode = cudaComputeModeDefault;
+  status = cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, index);
   if (status != cudaSuccess) {
     cudaGetLastError();
     return std::string(cudaGetErrorString(status));
+  }
+  if (mode == cudaComputeModeProhibited)
+    return "cuda:" + std::to_string(index) + " is in the Prohibited compute mode (nvidia-smi -c sets it)";
+  return std::nullopt;
+}
+
+std::optional<std::string> cuda_start_context(int index) {
+  // cudaSetDevice makes the device's primary context (CUDA 12 and later); cudaFree(nullptr) makes
+  // it on older runtimes too. Either fails on a device that is listed but cannot be used (busy in
+  // an exclusive compute mode, a broken driver).
+  cudaError_t status = cudaSetDevice(index);
+  if (status == cudaSuccess) status = cudaFree(nullptr);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return "cuda:" + std::to_string(index) + ": " + cudaGetErrorString(status);
   }
   return std::nullopt;
 }
@@ -300,6 +319,11 @@ void CudaDeviceMemory::unmap_pages(void* ptr, std::size_t bytes, std::size_t pag
     page_handles_.erase(it);
   }
   in_use_ -= bytes;
+}
+
+void CudaDeviceMemory::synchronize_all_streams() {
+  TRAINMEM_CUDA_CHECK(cudaSetDevice(device_index_));
+  TRAINMEM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 std::size_t CudaDeviceMemory::total_bytes() const { return budget_ != 0 ? budget_ : card_total_; }

@@ -10,6 +10,7 @@ constexpr const char* kNoCuda = "trainmem was built without CUDA (no nvcc at con
 
 bool cuda_compiled() { return false; }
 std::optional<std::string> cuda_unavailable_reason() { return std::string(kNoCuda); }
+std::optional<std::string> cuda_start_context(int) { return std::string(kNoCuda); }
 int cuda_device_count() { return 0; }
 DeviceInfo query_cuda_device_info(int) { throw DeviceError(kNoCuda); }
 std::unique_ptr<DeviceMemory> make_cuda_device_memory(int, std::size_t) { throw DeviceError(kNoCuda); }

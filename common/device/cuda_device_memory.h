@@ -34,6 +34,7 @@ class CudaDeviceMemory : public DeviceMemory {
   void release_address_range(void* ptr, std::size_t bytes) override;
   bool map_pages(void* ptr, std::size_t bytes, std::size_t page_bytes) override;
   void unmap_pages(void* ptr, std::size_t bytes, std::size_t page_bytes, StreamId stream) override;
+  void synchronize_all_streams() override;  // cudaDeviceSynchronize on this GPU
 
   EventHandle record_event(StreamId stream) override;
   bool event_completed(EventHandle event) override;

@@ -40,13 +40,7 @@ nlohmann::json DeviceInfo::to_json() const {
           {"cpu_cores", cpu_cores}};
 }
 
-namespace {
-
-// Which GPU this process uses: under mpirun, one rank per GPU by node-local rank (OpenMPI's
-// OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, Slurm's SLURM_LOCALID); ranks beyond the
-// GPU count share them round-robin (e.g. 2 ranks on one GPU, which the MPI backend stages through
-// the host). A single process uses GPU 0 (restrict it with CUDA_VISIBLE_DEVICES).
-int gpu_index_for_this_process() {
+int cuda_device_for_this_process() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
     const char* value = std::getenv(name);
     if (value == nullptr) continue;
@@ -57,15 +51,16 @@ int gpu_index_for_this_process() {
   return 0;
 }
 
-}  // namespace
-
 std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream* log) {
   if (options.choice != "auto" && options.choice != "cpu" && options.choice != "cuda" && options.choice != "meta")
     throw DeviceError("--device must be auto, cpu, cuda or meta, not '" + options.choice + "'");
 
   // auto = cuda if a usable GPU answers, else cpu; the reason for cpu is printed.
   const bool asks_gpu = options.choice == "auto" || options.choice == "cuda";
-  const std::optional<std::string> no_cuda = asks_gpu ? cuda_unavailable_reason() : std::nullopt;
+  std::optional<std::string> no_cuda = asks_gpu ? cuda_unavailable_reason() : std::nullopt;
+  // This process's first CUDA context, on its own GPU (a rank's, under mpirun), never on GPU 0 first.
+  const int gpu = asks_gpu && !no_cuda ? cuda_device_for_this_process() : 0;
+  if (asks_gpu && !no_cuda) no_cuda = cuda_start_context(gpu);
   DeviceKind kind = DeviceKind::cpu;
   if (options.pattern == DeviceKind::meta) throw DeviceError("--pattern must be cpu or cuda");
   if (options.pattern == DeviceKind::cuda && options.choice != "meta")
@@ -82,9 +77,8 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
   std::unique_ptr<Device> device(new Device());
   device->cuda_pattern_ = kind == DeviceKind::meta && options.pattern == DeviceKind::cuda;
   if (kind == DeviceKind::cuda) {
-    const int index = gpu_index_for_this_process();
-    device->memory_ = make_cuda_device_memory(index, options.device_memory.value_or(0));
-    device->info_ = query_cuda_device_info(index);
+    device->memory_ = make_cuda_device_memory(gpu, options.device_memory.value_or(0));
+    device->info_ = query_cuda_device_info(gpu);
   } else {
     // meta: a budget with no memory behind it (addresses only), as a trace replay uses.
     const bool backed = kind == DeviceKind::cpu && options.backed;

@@ -63,8 +63,16 @@ struct DeviceOptions {
 
 // Implemented with the CUDA runtime where trainmem was built with CUDA, by stubs otherwise.
 bool cuda_compiled();
-std::optional<std::string> cuda_unavailable_reason();  // nullopt: a usable GPU answered
-int cuda_device_count();                               // 0 without CUDA
+// nullopt: a GPU answered that this process may use. Makes no CUDA context (so it may be asked
+// before a rank has chosen its GPU); cuda_start_context makes the first one, on the GPU given.
+std::optional<std::string> cuda_unavailable_reason();
+std::optional<std::string> cuda_start_context(int index);  // nullopt: made; else why not
+int cuda_device_count();                                   // 0 without CUDA
+// Which GPU this process uses: under mpirun, one rank per GPU by node-local rank (OpenMPI's
+// OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, Slurm's SLURM_LOCALID); ranks beyond the
+// GPU count share them round-robin (e.g. 2 ranks on one GPU, which the MPI backend stages through
+// the host). A single process uses GPU 0 (restrict it with CUDA_VISIBLE_DEVICES).
+int cuda_device_for_this_process();
 DeviceInfo query_cuda_device_info(int index);
 std::unique_ptr<DeviceMemory> make_cuda_device_memory(int index, std::size_t budget_bytes /*0: the card*/);
 void cuda_synchronize();

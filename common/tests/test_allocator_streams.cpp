@@ -110,5 +110,37 @@ TEST(AllocatorStreams, RecordingTheAllocatingStreamIsANoOp) {
   EXPECT_THROW(a.record_stream(p, kStreamB), std::invalid_argument);  // p is no longer live
 }
 
+// Teardown gives every page back while work on any stream may still use it (cuMemUnmap, unlike
+// cudaFree, does not wait): a page unmapped before the streams that used it have finished is
+// memory pulled from under a running kernel. This device knows which streams were waited for.
+class TeardownWatchingDevice : public BudgetDeviceMemory {
+ public:
+  TeardownWatchingDevice() : BudgetDeviceMemory(GiB, /*backed=*/false) {}
+  void unmap_pages(void* ptr, std::size_t bytes, std::size_t page_bytes, StreamId stream) override {
+    finished_.insert(stream);  // what unmap_pages(stream) waits for
+    unmapped_while_busy_ += !(all_finished_ || (finished_.count(kStreamA) && finished_.count(kStreamB)));
+    BudgetDeviceMemory::unmap_pages(ptr, bytes, page_bytes, stream);
+  }
+  void synchronize_all_streams() override { all_finished_ = true; }
+  int unmapped_while_busy() const { return unmapped_while_busy_; }
+
+ private:
+  std::set<StreamId> finished_;
+  bool all_finished_ = false;
+  int unmapped_while_busy_ = 0;
+};
+
+TEST(AllocatorStreams, TeardownWaitsForEveryStreamBeforeUnmapping) {
+  TeardownWatchingDevice device;
+  {
+    CachingAllocator a(device, AllocatorConfig::parse("expandable_segments:True"));
+    void* on_a = a.allocate(5 * MiB, MemoryCategory::other, kStreamA);  // stream A's own segment
+    void* used_on_b = a.allocate(5 * MiB, MemoryCategory::other, kDefaultStream);
+    a.record_stream(used_on_b, kStreamB);  // still used on B when the allocator goes
+    a.free(on_a);
+  }  // teardown: every mapped page unmapped
+  EXPECT_EQ(device.unmapped_while_busy(), 0) << "pages were unmapped before streams A and B had finished";
+}
+
 }  // namespace
 }  // namespace trainmem::test

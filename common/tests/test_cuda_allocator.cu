@@ -4,7 +4,12 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
+#include <cstdlib>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -216,6 +221,56 @@ TEST(CudaDevice, InfoNamesTheGpuAndItsLibraries) {
   EXPECT_FALSE(info.driver_version.empty());
   EXPECT_FALSE(info.cpu_model.empty()) << "the host is described too";
   if (!info.cudnn_version.empty()) EXPECT_EQ(info.cudnn_version.rfind("9.", 0), 0u) << info.cudnn_version;
+}
+
+// The GPUs on which this process holds a CUDA context (a primary context that is active), asked
+// of the driver directly (libcuda, opened at run time as cuda_backend.cu does): the runtime has no
+// call that tells, and asking must not make one. nullopt when the driver cannot be asked.
+std::optional<std::set<int>> gpus_with_a_context() {
+  using DeviceGet = int (*)(int*, int);
+  using PrimaryCtxGetState = int (*)(int, unsigned*, int*);
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (driver == nullptr) driver = dlopen("libcuda.so.1", RTLD_NOW);
+  if (driver == nullptr) return std::nullopt;
+  const auto device_get = reinterpret_cast<DeviceGet>(dlsym(driver, "cuDeviceGet"));
+  const auto get_state = reinterpret_cast<PrimaryCtxGetState>(dlsym(driver, "cuDevicePrimaryCtxGetState"));
+  if (device_get == nullptr || get_state == nullptr) return std::nullopt;
+  std::set<int> active;
+  for (int index = 0; index < cuda_device_count(); ++index) {
+    int device = 0, is_active = 0;
+    unsigned flags = 0;
+    if (device_get(&device, index) != 0 || get_state(device, &flags, &is_active) != 0) return std::nullopt;
+    if (is_active) active.insert(index);
+  }
+  return active;
+}
+
+// Under mpirun every rank probes for a GPU before it opens its own. The probe must make no CUDA
+// context (one made there lands on GPU 0 and stays, so every rank would hold memory on GPU 0),
+// and opening the device makes the process's first context on its own GPU only. Checked in a
+// fresh process (a death test re-runs this binary), as this rank of the node: the last GPU.
+TEST(CudaDevice, ProbingMakesNoContextAndOpeningMakesOneOnThisRanksOwnGpu) {
+  SKIP_WITHOUT_GPU();
+  if (!gpus_with_a_context()) GTEST_SKIP() << "GPU test skipped: the CUDA driver (libcuda.so.1) cannot be asked";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts from exec: no CUDA state
+  const int own = cuda_device_count() - 1;
+  EXPECT_EXIT(
+      {
+        setenv("OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(own).c_str(), 1);
+        int status = 0;
+        if (cuda_unavailable_reason()) status |= 1;  // the probe must still say yes
+        if (gpus_with_a_context() != std::set<int>{}) status |= 2;
+        DeviceOptions options;
+        options.choice = "cuda";
+        options.device_memory = 64 * MiB;
+        auto device = Device::open(options);
+        if (device->info().index != own) status |= 4;
+        if (gpus_with_a_context() != std::set<int>{own}) status |= 8;
+        std::exit(status);
+      },
+      ::testing::ExitedWithCode(0), "")
+      << "exit code bits: 1 the probe said no, 2 the probe made a context, 4 not this rank's GPU, "
+         "8 a context on another GPU than this rank's";
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "common/train/trainer.h"
 #include "suites/lazy_loading/eager_loader.h"
 #include "suites/lazy_loading/lazy_loader.h"
+#include "suites/lazy_loading/loader_test_support.h"
 
 namespace trainmem::lazy_loading {
 namespace {
@@ -39,62 +40,6 @@ using testing_support::cpu_device;
 
 std::int64_t data_current(Device& d) { return d.allocator().stats().by_category[index_of(MemoryCategory::data)].current; }
 std::int64_t data_peak(Device& d) { return d.allocator().stats().by_category[index_of(MemoryCategory::data)].peak; }
-
-struct Batch {
-  std::vector<std::int32_t> tokens, targets;
-  bool operator==(const Batch&) const = default;
-};
-
-// Pulls `count` batches from `source` through device tensors of category data.
-std::vector<Batch> pull(Device& device, BatchSource& source, std::size_t B, std::size_t T, std::size_t count) {
-  const auto b = static_cast<std::int64_t>(B), t = static_cast<std::int64_t>(T);
-  Tensor x(device.allocator(), {b, t}, DType::i32, MemoryCategory::data, "test.tokens");
-  Tensor y(device.allocator(), {b, t}, DType::i32, MemoryCategory::data, "test.targets");
-  std::vector<Batch> out;
-  for (std::size_t i = 0; i < count; ++i) {
-    source.next(x, y);
-    Batch batch{std::vector<std::int32_t>(B * T), std::vector<std::int32_t>(B * T)};
-    std::memcpy(batch.tokens.data(), x.data(), x.nbytes());
-    std::memcpy(batch.targets.data(), y.data(), y.nbytes());
-    out.push_back(std::move(batch));
-  }
-  return out;
-}
-
-// What batch k must be, computed from the host tokens and the epoch permutation alone.
-Batch expected_batch(const std::vector<std::uint16_t>& data, std::size_t B, std::size_t T, std::uint64_t seed,
-                     std::uint64_t k) {
-  ShuffleOrder order(data.size(), B, T, seed);
-  const auto perm = order.permutation(k / order.batches_per_epoch());
-  Batch batch{std::vector<std::int32_t>(B * T), std::vector<std::int32_t>(B * T)};
-  for (std::size_t b = 0; b < B; ++b) {
-    const std::size_t start = perm[(k % order.batches_per_epoch()) * B + b] * T;
-    for (std::size_t t = 0; t < T; ++t) {
-      batch.tokens[b * T + t] = data[start + t];
-      batch.targets[b * T + t] = data[start + t + 1];
-    }
-  }
-  return batch;
-}
-
-// A fresh directory for the test's files, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string("trainmem-lazy-") + info->name() + "-" + std::to_string(::getpid());
-    for (char& c : name)
-      if (c == '/') c = '_';
-    path = fs::temp_directory_path() / name;
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 // Runs fn on a thread; false if it has not finished within `seconds` (the thread is then left).
 bool finishes_within(std::function<void()> fn, double seconds) {

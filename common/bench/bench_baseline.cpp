@@ -32,9 +32,8 @@ void BM_TrainStep(benchmark::State& state, const std::string& preset, std::size_
   const double tokens = static_cast<double>(batch * config.seq);
   const double flops_per_token = 6.0 * static_cast<double>(config.num_parameters()) +
                                  6.0 * static_cast<double>(config.layers * config.dim * config.seq);
-  state.counters["tokens_per_s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["TFLOP_per_s"] =
-      benchmark::Counter(tokens * flops_per_token / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, "tokens", tokens);
+  set_rate_counters(state, "TFLOP", tokens * flops_per_token / 1e12);
   state.counters["parameters"] = static_cast<double>(config.num_parameters());
   set_memory_counters(state, run.stats());
   state.SetLabel(preset + " B=" + std::to_string(batch) + " T=" + std::to_string(config.seq) + " fp32 on " +
@@ -48,9 +47,11 @@ int main(int argc, char** argv) {
   return trainmem::benchmark_main(argc, argv, "bench_baseline", [](const std::string& device, bool gpu) {
     trainmem::g_device = device;
     using benchmark::RegisterBenchmark;
-    RegisterBenchmark("BM_TrainStep/tiny", trainmem::BM_TrainStep, "tiny", 4)->Unit(benchmark::kMillisecond);
-    RegisterBenchmark("BM_TrainStep/small", trainmem::BM_TrainStep, "small", 4)->Unit(benchmark::kMillisecond);
+    RegisterBenchmark("BM_TrainStep/tiny", trainmem::BM_TrainStep, "tiny", 4)->Unit(benchmark::kMillisecond)->UseRealTime();
+    RegisterBenchmark("BM_TrainStep/small", trainmem::BM_TrainStep, "small", 4)->Unit(benchmark::kMillisecond)->UseRealTime();
     if (gpu)
-      RegisterBenchmark("BM_TrainStep/gpt2-124m", trainmem::BM_TrainStep, "gpt2-124m", 8)->Unit(benchmark::kMillisecond);
+      RegisterBenchmark("BM_TrainStep/gpt2-124m", trainmem::BM_TrainStep, "gpt2-124m", 8)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
   });
 }

@@ -46,6 +46,16 @@ inline benchmark::Counter bytes_counter(double bytes) {
   return benchmark::Counter(bytes, benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
 }
 
+// A rate per second of wall-clock time, `<what>_per_s`, and the amount it counts in one iteration,
+// `<what>_per_iteration`, so that rate x time = amount can be checked on every result
+// (reports/tests/test_rates.py). Google Benchmark divides a rate counter (kIsRate) by the main
+// thread's CPU time unless the benchmark is registered with UseRealTime() (or UseManualTime()):
+// every trainmem benchmark is, so its rates agree with its time column, which is wall time.
+inline void set_rate_counters(benchmark::State& state, const std::string& what, double per_iteration) {
+  state.counters[what + "_per_s"] = benchmark::Counter(per_iteration, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters[what + "_per_iteration"] = per_iteration;
+}
+
 // peak_allocated_bytes, peak_reserved_bytes and <category>_peak_bytes for non-empty categories.
 inline void set_memory_counters(benchmark::State& state, const MemoryStats& stats) {
   state.counters["peak_allocated_bytes"] = bytes_counter(static_cast<double>(stats.allocated_bytes[0].peak));

@@ -17,6 +17,37 @@ const char* flag_value(const char* arg, const char* flag) {
   return std::strncmp(arg, flag, n) == 0 && arg[n] == '=' ? arg + n + 1 : nullptr;
 }
 
+// Whether `text` is whole JSON as Google Benchmark writes it: standard JSON, except that a counter
+// that is not a number is written NaN, -NaN, Infinity or -Infinity (the "cv" aggregate of a counter
+// whose mean is 0, with --benchmark_repetitions). Those words, outside strings, are read as null.
+bool whole_benchmark_json(const std::string& text) {
+  std::string standard;
+  standard.reserve(text.size());
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      standard += c;
+      if (c == '\\' && i + 1 < text.size()) standard += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (const char* word : {"-Infinity", "Infinity", "-NaN", "NaN"}) {
+      const std::size_t n = std::strlen(word);
+      if (text.compare(i, n, word) == 0) {
+        standard += "null";
+        i += n - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) standard += c;
+  }
+  return nlohmann::json::accept(standard);
+}
+
 }  // namespace
 
 BenchmarkOutFile::BenchmarkOutFile(int& argc, char**& argv, bool writes) {
@@ -52,7 +83,7 @@ void BenchmarkOutFile::commit() {
     text << in.rdbuf();
     if (!in) file_->fail("cannot read back what Google Benchmark wrote");
     if (text.str().empty()) file_->fail("Google Benchmark wrote nothing");
-    if (format_ == "json" && !nlohmann::json::accept(text.str()))
+    if (format_ == "json" && !whole_benchmark_json(text.str()))
       file_->fail("what Google Benchmark wrote is not whole JSON (a full disk?)");
   }
   file_->commit();

@@ -4,7 +4,8 @@
 //
 //   build/cpu/kernels/bench_blas_threads --benchmark_min_time=0.5
 //
-// Name: BM_Linear/<model>/<N>x<C>x<OC>/threads:<1|all>. Counter mnk: N * C * OC, the size of each
+// Name: BM_Linear/<model>/<N>x<C>x<OC>/blas_threads:<1|all> (not "threads:", which is Google
+// Benchmark's own option in a name). Counters: blas_threads, the threads used; mnk, N * C * OC, the size of each
 // of its three products (forward, dinp, dweight). Compare the pairs' real time; on a shared
 // machine, run it more than once and note the load.
 #include <benchmark/benchmark.h>
@@ -42,7 +43,7 @@ void BM_Linear(benchmark::State& state, std::size_t N, std::size_t C, std::size_
     benchmark::DoNotOptimize(dweight.data());
   }
   state.counters["mnk"] = static_cast<double>(N * C * OC);
-  state.counters["threads"] = all_threads ? policy.max_threads : 1;
+  state.counters["blas_threads"] = all_threads ? policy.max_threads : 1;
   cpu::set_blas_thread_policy(before);
 }
 
@@ -64,8 +65,10 @@ int main(int argc, char** argv) {
   for (const Shape& s : kShapes)
     for (bool all : {false, true}) {
       const std::string name = std::string("BM_Linear/") + s.model + "/" + std::to_string(s.N) + "x" +
-                               std::to_string(s.C) + "x" + std::to_string(s.OC) + "/threads:" + (all ? "all" : "1");
-      benchmark::RegisterBenchmark(name.c_str(), BM_Linear, s.N, s.C, s.OC, all)->Unit(benchmark::kMillisecond);
+                               std::to_string(s.C) + "x" + std::to_string(s.OC) + "/blas_threads:" + (all ? "all" : "1");
+      benchmark::RegisterBenchmark(name.c_str(), BM_Linear, s.N, s.C, s.OC, all)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
     }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -91,6 +91,20 @@ def fixture_copy(tmp_path) -> pathlib.Path:
     return copy
 
 
+def cases(entries: list[dict]) -> list[dict]:
+    """One entry per benchmark case, as the report shows it: its "median" aggregate when it was
+    repeated (ci/suite repeats every case), else its one entry; in the order the cases ran."""
+    medians = {e["run_name"]: e for e in entries if e.get("aggregate_name") == "median"}
+    out, seen = [], set()
+    for e in entries:
+        case = e.get("run_name", e["name"])
+        if e.get("run_type") == "aggregate" or case in seen:
+            continue
+        seen.add(case)
+        out.append(medians.get(case, e))
+    return out
+
+
 def md_text(markdown: str) -> str:
     """summary.md's text as it reads: Markdown's backslash escapes (markdown.escape) removed."""
     return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from conftest import FIXTURE, section_tables
+from conftest import FIXTURE, cases, section_tables
 from reports.trainmem_report.__main__ import main
 
 SECTION = "Gradient memory (bench_gradient_memory)"
@@ -21,7 +21,9 @@ def mib(b: float) -> str:
 
 
 def entries() -> list[dict]:
-    return json.loads((FIXTURE / "bench_gradient_memory.json").read_text())["benchmarks"]
+    """The fixture's cases (each its median over the repetitions), named by the case."""
+    return [dict(e, name=e.get("run_name", e["name"]).removesuffix("/real_time"))
+            for e in cases(json.loads((FIXTURE / "bench_gradient_memory.json").read_text())["benchmarks"])]
 
 
 def render(folder, benchmarks: list[dict]) -> tuple[str, list]:

@@ -19,6 +19,7 @@ from reports.trainmem_report.results import load_folder
 MiB = 1024 * 1024
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 UNITS_MS = {"ms": 1.0, "µs": 1e-3, "ns": 1e-6}
+UNITS_MS_JSON = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}  # Google Benchmark's time_unit
 SECTION_BENCH = re.compile(r"^## .*\((bench_\w+)\)$")
 
 
@@ -53,10 +54,44 @@ def md_tables(summary: str) -> dict[str, list[dict[str, str]]]:
 
 
 def bench_entries(folder: pathlib.Path, bench: str) -> list[dict]:
-    """A suite's Google Benchmark entries, read with the json module alone, from all its files in
-    the order the report lists them: bench_zero.json (world size 1), then bench_zero-n2.json, -n4."""
+    """A suite's cases, read with the json module alone, from all its files in the order the report
+    lists them (bench_zero.json (world size 1), then bench_zero-n2.json, -n4): per case its "median"
+    aggregate with the "stddev" aggregate's real_time added as `stddev`, or its one entry when it
+    ran once (no `stddev`)."""
     files = [folder / f"{bench}.json"] + sorted(folder.glob(f"{bench}-n*.json"), key=lambda p: (len(p.name), p.name))
-    return [e for path in files if path.exists() for e in json.loads(path.read_text())["benchmarks"]]
+    cases = []
+    for path in files:
+        if not path.exists():
+            continue
+        entries = json.loads(path.read_text())["benchmarks"]
+        aggregates = {(e["run_name"], e["aggregate_name"]): e for e in entries if e.get("run_type") == "aggregate"}
+        seen = set()
+        for e in entries:
+            case = e.get("run_name", e["name"])
+            if e.get("run_type") == "aggregate" or case in seen:
+                continue
+            seen.add(case)
+            if (case, "median") in aggregates:
+                stddev = aggregates.get((case, "stddev"))
+                e = {**aggregates[(case, "median")], "stddev": stddev["real_time"] if stddev else None}
+            cases.append({**e, "name": case})
+    return cases
+
+
+def faster(a: dict, b: dict, factor: float = 1.0) -> bool | None:
+    """reports/trainmem_report/noise.py's rule, written again here from its statement: a takes less
+    than factor x b's time when the gap exceeds 2 combined standard deviations (3 repetitions at
+    least); None when it does not."""
+    if a.get("stddev") is None or b.get("stddev") is None or min(a["repetitions"], b["repetitions"]) < 3:
+        return None
+    stddev_ms = lambda e: e["stddev"] * UNITS_MS_JSON[e["time_unit"]]
+    gap = factor * ms(b) - ms(a)
+    spread = (stddev_ms(a) ** 2 + (factor * stddev_ms(b)) ** 2) ** 0.5
+    return None if abs(gap) <= 2 * spread else gap > 0
+
+
+def all_of(oks: list[bool | None]) -> bool | None:
+    return False if False in oks else (None if None in oks else True)
 
 
 def by_name(entries: list[dict]) -> dict[str, dict]:
@@ -65,7 +100,7 @@ def by_name(entries: list[dict]) -> dict[str, dict]:
 
 
 def ms(entry: dict) -> float:
-    return entry["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[entry["time_unit"]]
+    return entry["real_time"] * UNITS_MS_JSON[entry["time_unit"]]
 
 
 def verdict(rendered: pathlib.Path, claim_start: str) -> str:
@@ -75,8 +110,8 @@ def verdict(rendered: pathlib.Path, claim_start: str) -> str:
     return line.split(" | ")[1]
 
 
-def expected(ok: bool) -> str:
-    return "holds" if ok else "does not hold"
+def expected(ok: bool | None) -> str:
+    return "not resolved at this noise" if ok is None else ("holds" if ok else "does not hold")
 
 
 def test_every_plot_is_a_non_empty_png(rendered):
@@ -149,19 +184,15 @@ def test_summary_numbers_equal_the_json(rendered):
 
 def test_claim_verdicts_follow_from_the_json(rendered):
     """The checkpointing verdict recomputed here from the raw JSON matches the report's."""
-    entries = json.loads((rendered / "bench_checkpointing.json").read_text())["benchmarks"]
-    by_name = {e["name"]: e for e in entries}
+    runs = by_name(bench_entries(rendered, "bench_checkpointing"))
     oks = []
-    for name, none in by_name.items():
-        if name.endswith("/none") and name[:-4] + "full" in by_name:
-            full = by_name[name[:-4] + "full"]
+    for name, none in runs.items():
+        if name.endswith("/none") and name[:-4] + "full" in runs:
+            full = runs[name[:-4] + "full"]
             saving = 1 - full["peak_allocated_bytes"] / none["peak_allocated_bytes"]
-            overhead = full["real_time"] / none["real_time"] - 1
-            oks.append(saving >= 0.30 and overhead <= 0.30)
-    expected = "holds" if all(oks) else "does not hold"
-    summary = (rendered / "summary.md").read_text()
-    line = next(l for l in summary.splitlines() if l.startswith("| Activation checkpointing saves 30-50%"))
-    assert line.split(" | ")[1] == expected
+            oks.append(all_of([saving >= 0.30, faster(full, none, 1.30)]))
+    assert oks
+    assert verdict(rendered, "Activation checkpointing saves 30-50%") == expected(all_of(oks))
 
 
 def test_allocator_claims_follow_from_the_json(rendered):
@@ -171,16 +202,18 @@ def test_allocator_claims_follow_from_the_json(rendered):
                 for size in [name.rsplit("/", 1)[-1]]
                 if name.startswith("BM_AllocFree/hit/fixed/") and "touch" not in name]
     assert speedups
-    assert verdict(rendered, "Caching exists") == expected(all(x >= 2 for x in speedups))
+    oks = [faster(hit, runs[f"BM_AllocFree/raw/{name.rsplit('/', 1)[-1]}"], 0.5) for name, hit in runs.items()
+           if name.startswith("BM_AllocFree/hit/fixed/") and "touch" not in name]
+    assert verdict(rendered, "Caching exists") == expected(all_of(oks))
 
     frag = lambda e: e["peak_reserved_bytes"] / e["peak_allocated_bytes"]
     oks = []
     for segments in ("fixed", "expandable"):
         never, every = runs.get(f"BM_TrainEmptyCache/{segments}/never"), runs.get(f"BM_TrainEmptyCache/{segments}/every-step")
         if never and every:
-            oks.append(ms(every) <= 1.05 * ms(never) and frag(every) < frag(never))
+            oks.append(all_of([frag(every) < frag(never), faster(every, never, 1.05)]))
     assert oks
-    assert verdict(rendered, "Calling empty_cache() every step") == expected(all(oks))
+    assert verdict(rendered, "Calling empty_cache() every step") == expected(all_of(oks))
 
     seq, kept = "BM_GrowingSequence/", "BM_GrowingWithKeptTensors/"
     ratio_at_oom = lambda e: e["reserved_at_oom_bytes"] / e["allocated_at_oom_bytes"]
@@ -244,7 +277,7 @@ def test_every_claim_has_a_computed_verdict(rendered):
     verdicts = {c.claim: c.verdict for c in claims.evaluate(folder)}
     measured = [v for v in verdicts.values() if v != claims.NOT_MEASURED]
     assert len(measured) >= 17, verdicts
-    assert set(measured) <= {claims.HOLDS, claims.FAILS}
+    assert set(measured) <= {claims.HOLDS, claims.FAILS, claims.NOT_RESOLVED, claims.NOT_MEASURABLE_ON_CPU}
 
 
 def test_the_command_line_renders_and_converts(rendered, tmp_path):

@@ -43,6 +43,13 @@ def fmt_ms(ms: float | None) -> str:
     return f"{ms * 1e6:.1f} ns"
 
 
+def fmt_spread(stddev_ms: float | None, repetitions: int) -> str:
+    """A time's spread over its repetitions: "± 2.3 ms (5 runs)", or "1 run" without one."""
+    if stddev_ms is None:
+        return f"{repetitions} run" + ("s" if repetitions != 1 else "")
+    return f"± {fmt_ms(stddev_ms)} ({repetitions} runs)"
+
+
 def fmt_number(x: float | None) -> str:
     if x is None:
         return "-"
@@ -100,5 +107,6 @@ class Section:
 class Document:
     title: str
     intro: list[str] = field(default_factory=list)
+    notice: list[str] = field(default_factory=list)    # shown first, boxed, on every page (a quick run)
     sections: list[Section] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)   # what could not be shown, and why

@@ -21,8 +21,12 @@ td.holds { background: #e3f4e3; } td.fails { background: #fbe3e3; } td.none { co
 figure { margin: 1em 0; } figcaption { font-size: 13px; color: #555; }
 img { max-width: 100%; border: 1px solid #eee; }
 .missing li { color: #a33; }
+.notice { border: 2px solid #c80; background: #fff6e0; padding: 0.5em 1em; margin: 1em 0; }
+.wide { overflow-x: auto; max-width: 100%; }
+td { overflow-wrap: anywhere; }
 """
-VERDICT_CLASS = {"holds": "holds", "does not hold": "fails", "not measured": "none"}
+VERDICT_CLASS = {"holds": "holds", "does not hold": "fails", "not measured": "none",
+                 "not resolved at this noise": "none", "not measurable on CPU": "none"}
 
 
 def _esc(text: object) -> str:
@@ -37,7 +41,8 @@ def table_html(t: Table) -> str:
                         else f"<td>{_esc(c)}</td>" for c in row)
         rows.append(f"<tr>{cells}</tr>")
     caption = f"<caption>{_esc(t.caption)}</caption>" if t.caption else ""
-    return f"<table>{caption}<tr>{head}</tr>{''.join(rows)}</table>"
+    # in a scrolling box: a table wider than the page scrolls instead of spilling over it
+    return f'<div class="wide"><table>{caption}<tr>{head}</tr>{"".join(rows)}</table></div>'
 
 
 def figure_html(path: pathlib.Path, caption: str, href: str) -> str:
@@ -51,6 +56,7 @@ def write(doc: Document, path: pathlib.Path) -> pathlib.Path:
     rel = lambda p: pathlib.Path(os.path.relpath(p, here)).as_posix()
     parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{_esc(doc.title)}</title>"
              f"<style>{STYLE}</style></head><body><h1>{_esc(doc.title)}</h1>"]
+    parts += [f'<p class="notice">{_esc(p)}</p>' for p in doc.notice]
     parts += [f"<p>{_esc(p)}</p>" for p in doc.intro]
     parts.append("<ul>" + "".join(f'<li><a href="#s{i}">{_esc(s.title)}</a></li>' for i, s in enumerate(doc.sections))
                  + '<li><a href="#missing">Missing from these results</a></li></ul>')

@@ -61,7 +61,8 @@ def write(doc: Document, path: pathlib.Path) -> pathlib.Path:
     here = path.parent
     # a link's target: the file's path relative to summary.md, percent-encoded (spaces, parentheses)
     rel = lambda p: urllib.parse.quote(pathlib.Path(os.path.relpath(p, here)).as_posix())
-    lines = [f"# {escape(doc.title)}", ""] + [escape_line(p) + "\n" for p in doc.intro]
+    lines = [f"# {escape(doc.title)}", ""] + [f"> {escape(p)}\n" for p in doc.notice]
+    lines += [escape_line(p) + "\n" for p in doc.intro]
     for s in doc.sections:
         lines += [f"## {escape(s.title)}", ""] + [escape_line(p) + "\n" for p in s.paragraphs]
         for t in s.tables:

@@ -4,6 +4,8 @@ writes one PNG and returns its path. matplotlib runs headless (Agg): no display,
 from __future__ import annotations
 
 import pathlib
+import zlib
+from dataclasses import dataclass
 
 import matplotlib
 
@@ -18,6 +20,59 @@ MiB = 1024.0 * 1024.0
 CATEGORY_COLORS = dict(zip(CATEGORIES, ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
                                         "#da8bc3", "#8c8c8c"]))
 PHASE_COLORS = {"forward": "#e8f0fb", "backward": "#fbeee6", "optimizer": "#eaf5ea"}
+
+# One colour per method, the same in every plot: a recompute policy, a precision, an attention
+# implementation, a way of holding gradients, a loader, an allocator mode, a ZeRO stage. Each
+# suite's baseline (none, fp32, persistent, eager, naive ...) is grey-blue. A name not listed gets a
+# colour from its text (the same in every run: a CRC, not Python's salted hash).
+_PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974",
+            "#64b5cd"]
+METHOD_COLORS = {
+    "none": _PALETTE[0], "selective": _PALETTE[1], "every:2": _PALETTE[2], "full": _PALETTE[3], "sqrt": _PALETTE[4],
+    "fp32": _PALETTE[0], "bf16": _PALETTE[1], "fp16": _PALETTE[2],
+    "naive": _PALETTE[0], "flash": _PALETTE[2], "cudnn": _PALETTE[4],
+    "persistent": _PALETTE[0], "on-demand": _PALETTE[1], "in-backward": _PALETTE[2],
+    "eager": _PALETTE[0], "lazy": _PALETTE[2], "sequential": _PALETTE[5], "lazy_unpinned": _PALETTE[6],
+    "hit/fixed": _PALETTE[2], "miss/fixed": _PALETTE[1], "raw": _PALETTE[3], "hit/expandable": _PALETTE[8],
+    "miss/expandable": _PALETTE[6],
+    "stage 0": _PALETTE[0], "stage 1": _PALETTE[1], "stage 2": _PALETTE[2], "stage 3": _PALETTE[3],
+}
+# Line styles for lines that can lie on each other (loss curves): the n-th line of a plot.
+LINE_STYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+
+
+def method_of(series: str) -> str:
+    """The method a series or setting name shows: "flash D=64" -> "flash", "naive_cpu D=64" -> "naive",
+    "stage 3 offload optimizer" -> "stage 3"."""
+    if series in METHOD_COLORS:
+        return series
+    for n in (2, 1):
+        head = " ".join(series.split()[:n])
+        if head in METHOD_COLORS:
+            return head
+        if head.split("_")[0] in METHOD_COLORS:
+            return head.split("_")[0]
+    return series
+
+
+def color_of(series: str) -> str:
+    """The colour of a series or setting: its method's (METHOD_COLORS), else one from its name."""
+    method = method_of(series)
+    return METHOD_COLORS.get(method) or _PALETTE[zlib.crc32(method.encode()) % len(_PALETTE)]
+
+
+class PlainLogFormatter(matplotlib.ticker.LogFormatter):
+    """matplotlib's choice of which log-axis ticks to label (every decade; the minor ticks too when
+    the axis spans few decades), each label a plain number: "4", "0.5", "128", never "4×10⁰"."""
+    def __call__(self, x, pos=None):
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
+def plain_ticks(axis) -> None:
+    """Plain-number tick labels on a log axis, major and minor (PlainLogFormatter)."""
+    axis.set_major_formatter(PlainLogFormatter())
+    axis.set_minor_formatter(PlainLogFormatter(minor_thresholds=(2, 0.5)))
 
 
 # The most bars, labelled points, lines or ticks one plot draws. Past that a plot is unreadable,
@@ -68,31 +123,52 @@ def category_bars(bars: list[tuple[str, dict[str, float], float | None]], title:
     return _save(fig, path)
 
 
-def tradeoff(series: dict[str, list[tuple[float, float, str]]], title: str, xlabel: str, ylabel: str,
-             path: pathlib.Path) -> pathlib.Path:
-    """Memory (MiB, y) against time (x), a point per setting, labelled; per group, a dashed line
-    joins its Pareto front (the settings no other setting beats in both memory and time)."""
+@dataclass
+class TradeoffPoint:
+    setting: str
+    time_ms: float
+    memory_bytes: float
+    spread_ms: float      # the time's standard deviation over the repetitions (0: not known)
+    on_front: bool        # no other setting beats it in memory while being faster beyond the noise
+
+
+def tradeoff_figure(series: dict[str, list[TradeoffPoint]], title: str, xlabel: str, ylabel: str):
+    """Memory (MiB, y) against time (x): a point per setting in its method's colour, labelled, with
+    its spread as a horizontal bar; a marker per group; per group a dashed line joins its front
+    (the points marked on_front), in order of memory."""
     _check_count(sum(len(points) for points in series.values()), "labelled points")
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for name, points in series.items():
-        points = sorted(points)
-        front = [p for i, p in enumerate(points) if all(q[1] > p[1] for q in points[:i])]
-        dots = ax.plot([p[0] for p in points], [p[1] / MiB for p in points], marker="o", linestyle="none",
-                       label=name)
-        ax.plot([p[0] for p in front], [p[1] / MiB for p in front], linestyle="--", color=dots[0].get_color())
-        for x, y, label in points:
-            ax.annotate(label, (x, y / MiB), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    for (name, points), marker in zip(series.items(), MARKERS * (1 + len(series) // len(MARKERS))):
+        for p in points:
+            ax.errorbar([p.time_ms], [p.memory_bytes / MiB], xerr=[p.spread_ms] if p.spread_ms else None,
+                        marker=marker, linestyle="none", color=color_of(p.setting), capsize=3)
+            ax.annotate(p.setting, (p.time_ms, p.memory_bytes / MiB), fontsize=7, xytext=(4, 3),
+                        textcoords="offset points")
+        front = sorted((p for p in points if p.on_front), key=lambda p: -p.memory_bytes)
+        ax.plot([p.time_ms for p in front], [p.memory_bytes / MiB for p in front], linestyle="--", color="#555555",
+                marker=marker, markerfacecolor="none", label=f"{name} (front dashed)")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
+
+
+def tradeoff(series: dict[str, list[TradeoffPoint]], title: str, xlabel: str, ylabel: str,
+             path: pathlib.Path) -> pathlib.Path:
+    return _save(tradeoff_figure(series, title, xlabel, ylabel), path)
 
 
 def lines(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, ylabel: str,
           path: pathlib.Path, logx: bool = False, logy: bool = False,
           dashed: dict[str, str] | None = None, xtick_label=lambda x: f"{x:g}") -> pathlib.Path:
+    return _save(lines_figure(series, title, xlabel, ylabel, logx, logy, dashed, xtick_label), path)
+
+
+def lines_figure(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, ylabel: str,
+                 logx: bool = False, logy: bool = False, dashed: dict[str, str] | None = None,
+                 xtick_label=lambda x: f"{x:g}"):
     """A line per series (scaling plots: memory or TFLOP/s vs sequence length or world size).
     `dashed` maps a series to the series whose colour it takes, drawn dashed with crosses: a
     formula next to the measurement it predicts. With `logx`, the ticks are the x values measured,
@@ -101,14 +177,13 @@ def lines(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str,
     _check_count(len({p[0] for points in series.values() for p in points}), "x values")
     dashed = dashed or {}
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    colors = {}
     for name, points in sorted(series.items(), key=lambda item: item[0] in dashed):  # measured first
         points = sorted(points)
         xs, ys = [p[0] for p in points], [p[1] for p in points]
         if name in dashed:
-            ax.plot(xs, ys, linestyle="--", linewidth=1, marker="x", color=colors.get(dashed[name]), label=name)
+            ax.plot(xs, ys, linestyle="--", linewidth=1, marker="x", color=color_of(dashed[name]), label=name)
         else:
-            colors[name] = ax.plot(xs, ys, marker="o", label=name)[0].get_color()
+            ax.plot(xs, ys, marker="o", color=color_of(name), label=name)
     if logx:
         ax.set_xscale("log", base=2)
         xs = sorted({p[0] for points in series.values() for p in points})
@@ -116,6 +191,7 @@ def lines(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str,
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     if logy:
         ax.set_yscale("log")
+        plain_ticks(ax.yaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -125,7 +201,7 @@ def lines(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str,
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     else:
         ax.legend(fontsize=7)
-    return _save(fig, path)
+    return fig
 
 
 def memory_timeline(t: Timeline, title: str, path: pathlib.Path) -> pathlib.Path:
@@ -150,16 +226,25 @@ def memory_timeline(t: Timeline, title: str, path: pathlib.Path) -> pathlib.Path
 
 
 def loss_curves(series: dict[str, list[tuple[int, float]]], title: str, path: pathlib.Path) -> pathlib.Path:
+    return _save(loss_curves_figure(series, title), path)
+
+
+def loss_curves_figure(series: dict[str, list[tuple[int, float]]], title: str):
+    """A line per run, each in its method's colour with its own line style and markers (about ten
+    per line, offset between lines), so that curves lying on each other can still be told apart."""
     _check_count(len(series), "lines")
     fig, ax = plt.subplots(figsize=(6.5, 4.0))
-    for name, points in series.items():
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=name, linewidth=1)
+    for i, (name, points) in enumerate(series.items()):
+        every = max(1, len(points) // 10)
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=name, linewidth=1.2, color=color_of(name),
+                linestyle=LINE_STYLES[i % len(LINE_STYLES)], marker=MARKERS[i % len(MARKERS)], markersize=4,
+                markevery=(i * every // max(1, len(series)), every))
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
 def device_bars(settings: list[str], values: dict[str, list[float | None]], title: str, ylabel: str,

@@ -7,8 +7,8 @@ import pathlib
 import re
 
 from . import claims as claims_mod
-from . import plots
-from .document import FORMATTERS, MiB, Document, Figure, Section, Table, fmt_bytes, fmt_ms, fmt_size
+from . import noise, plots
+from .document import FORMATTERS, MiB, Document, Figure, Section, Table, fmt_bytes, fmt_ms, fmt_size, fmt_spread
 from .errors import OutputError
 from .peers import peer_section
 from .results import Benchmark, ResultFolder, finite_number
@@ -50,6 +50,23 @@ def device_rows(folder: ResultFolder) -> list[list[str]]:
     return rows
 
 
+def run_notice(folder: ResultFolder) -> list[str]:
+    """What every page says first about how the results were run: a quick run is a smoke test, and
+    cases with too few repetitions have no time comparison."""
+    notice = []
+    name = folder.name
+    if folder.run.get("quick"):
+        notice.append(f"{name}: a quick run ({folder.run.get('command', 'ci/suite --quick')}: "
+                      f"{folder.run.get('repetitions', '?')} repetitions of at least {folder.run.get('min_time_s', '?')} s "
+                      "per case). A smoke test: its times are indicative only, and a time difference within the "
+                      "noise of the repetitions is reported as not resolved.")
+    few = [b for runs in folder.benchmarks.values() for b in runs if noise.spread_ms(b) is None]
+    if few:
+        notice.append(f"{name}: {len(few)} benchmark case(s) have fewer than {noise.MIN_REPETITIONS} repetitions "
+                      "(no measured spread): no time comparison with them is resolved.")
+    return notice
+
+
 def grouped(folder: ResultFolder, suite: Suite) -> dict[str, list[tuple[str, Benchmark]]]:
     """group -> [(setting, benchmark)] in the order the benchmarks ran."""
     out: dict[str, list[tuple[str, Benchmark]]] = {}
@@ -64,10 +81,10 @@ def suite_table(folder: ResultFolder, suite: Suite) -> Table:
     rows = []
     for b in folder.runs(suite.bench):  # in the order they ran, as in the JSON
         group, setting = safe_split(suite, b)
-        rows.append([group, setting, fmt_ms(b.real_time_ms)] +
+        rows.append([group, setting, fmt_ms(b.real_time_ms), fmt_spread(b.time_stddev_ms, b.repetitions)] +
                     [FORMATTERS[kind](b.counter(key)) for key, _, kind in columns])
-    return Table(["group", "setting", "time / iteration"] + [h for _, h, _ in columns], rows,
-                 caption=f"{suite.bench}.json")
+    return Table(["group", "setting", "time / iteration", "spread"] + [h for _, h, _ in columns], rows,
+                 caption=f"{suite.bench}.json (time: median of the repetitions; spread: their standard deviation)")
 
 
 def category_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> list[Figure]:
@@ -86,14 +103,45 @@ def tradeoff_figure(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> li
     if suite.key not in TRADEOFF_SUITES:
         return []
     counter, ylabel = TRADEOFF_SUITES[suite.key]
-    series = {group: [(b.real_time_ms, b.counter(counter), setting) for setting, b in runs if b.counter(counter)]
-              for group, runs in grouped(folder, suite).items()}
+    series = {}
+    for group, runs in grouped(folder, suite).items():
+        measured = [(setting, b) for setting, b in runs if b.counter(counter)]
+        # On the front: no other setting holds at most as much memory and is faster beyond the noise.
+        series[group] = [plots.TradeoffPoint(setting, b.real_time_ms, b.counter(counter), noise.spread_ms(b) or 0.0,
+                                             not any(o is not b and o.counter(counter) <= b.counter(counter) and
+                                                     noise.is_less(o, b) for _, o in measured))
+                         for setting, b in measured]
     series = {g: p for g, p in series.items() if p}
     if not series:
         return []
-    path = plots.tradeoff(series, f"{suite.title}: memory vs time", "time per step (ms)", ylabel,
+    title = f"{suite.title}: memory vs time" + (" (quick run)" if folder.run.get("quick") else "")
+    path = plots.tradeoff(series, title, "time per step (ms), median ± standard deviation", ylabel,
                           out / f"{suite.key}-tradeoff.png")
-    return [Figure(path, f"{suite.title}: the memory-time trade-off (lower left is better).")]
+    return [Figure(path, f"{suite.title}: the memory-time trade-off (lower left is better). The dashed front joins "
+                         "the settings that no other setting beats in memory while being faster beyond the noise "
+                         f"(noise.py: a gap of more than {noise.K:g} standard deviations).")]
+
+
+def attention_batch(b: Benchmark) -> float | None:
+    """An attention case's batch B: its counter, else its label ("B=8 H=4")."""
+    if b.counter("B") is not None:
+        return b.counter("B")
+    m = re.search(r"\bB=(\d+)", b.label)
+    return float(m.group(1)) if m else None
+
+
+def attention_shape_words(cases: set[tuple[float | None, float]]) -> str:
+    """What stays fixed as T varies, from the (B, T) of the cases: "B·T = 1024 fixed" (the CPU
+    shapes), "B = 8 fixed", or "B varies" when neither holds."""
+    if any(batch is None for batch, _ in cases):
+        return "B not recorded"
+    tokens = {batch * t for batch, t in cases}
+    batches = {batch for batch, _ in cases}
+    if len(tokens) == 1 and len(batches) > 1:
+        return f"B·T = {int(tokens.pop())} fixed (B = {', '.join(f'{b:g}' for b in sorted(batches))})"
+    if len(batches) == 1:
+        return f"B = {batches.pop():g} fixed"
+    return "B varies"
 
 
 def attention_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
@@ -101,7 +149,7 @@ def attention_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
     runs = folder.runs("bench_flash_attention")
     figures = []
     for pass_name in ("fwd", "fwd_bwd"):
-        memory, speed = {}, {}
+        memory, speed, batches = {}, {}, set()
         for b in runs:
             parts = b.name.split("/")
             if len(parts) < 3 or parts[2] != pass_name or b.counter("causal") != 0:
@@ -109,14 +157,17 @@ def attention_figures(folder: ResultFolder, out: pathlib.Path) -> list[Figure]:
             key = f"{parts[1]} D={int(b.counter('D', 0))}"
             memory.setdefault(key, []).append((b.counter("T"), b.counter("saved_bytes") / MiB))
             speed.setdefault(key, []).append((b.counter("T"), b.counter("TFLOP/s")))
+            batches.add((attention_batch(b), b.counter("T")))
         if memory:
-            figures.append(Figure(plots.lines(memory, f"attention {pass_name}: memory saved for backward",
-                                              "sequence length T", "MiB", out / f"attention-memory-{pass_name}.png",
-                                              logx=True, logy=True),
-                                  f"Attention ({pass_name}, non-causal): bytes kept for the backward vs T."))
-            figures.append(Figure(plots.lines(speed, f"attention {pass_name}: TFLOP/s", "sequence length T",
-                                              "TFLOP/s", out / f"attention-tflops-{pass_name}.png", logx=True),
-                                  f"Attention ({pass_name}, non-causal): achieved TFLOP/s vs T."))
+            shape = attention_shape_words(batches)
+            figures.append(Figure(plots.lines(memory, f"attention {pass_name}: memory saved for backward vs T, {shape}",
+                                              f"sequence length T ({shape})", "MiB",
+                                              out / f"attention-memory-{pass_name}.png", logx=True, logy=True),
+                                  f"Attention ({pass_name}, non-causal): bytes kept for the backward vs T, {shape}."))
+            figures.append(Figure(plots.lines(speed, f"attention {pass_name}: TFLOP/s vs T, {shape}",
+                                              f"sequence length T ({shape})", "TFLOP/s",
+                                              out / f"attention-tflops-{pass_name}.png", logx=True),
+                                  f"Attention ({pass_name}, non-causal): achieved TFLOP/s vs T, {shape}."))
     series = {k: [(t, b / MiB) for t, b in v] for k, v in claims_mod.attention_memory_series(folder).items()}
     if series:
         figures.append(Figure(plots.lines(series, "GPT activation peak vs T (trainmem train)", "sequence length T",
@@ -206,11 +257,11 @@ def gradient_memory_table(folder: ResultFolder) -> list[Table]:
                 continue
             saved = [base.counter(key) - b.counter(key) for key in ("peak_allocated_bytes", "held_between_steps_bytes")]
             rows.append([group, setting, *map(fmt_bytes, saved), fmt_bytes(base.counter("gradients_peak_bytes")),
-                         f"{b.real_time_ms / base.real_time_ms:.2f}"])
+                         f"{b.real_time_ms / base.real_time_ms:.2f}", noise.ordering(b, base)])
     if not rows:
         return []
     return [Table(["group", "mode", "peak allocated saved", "held between steps saved", "G (all gradients)",
-                   "time / persistent's"], rows,
+                   "time / persistent's", "time against persistent"], rows,
                   caption="Against persistent gradients (a mode that frees every gradient after the step saves "
                           "exactly G between steps)")]
 
@@ -277,6 +328,48 @@ def detail_tables(folder: ResultFolder, suite: Suite) -> list[Table]:
                     for b in runs]
             tables.append(Table(["group", "setting"] + [h for _, h, _ in columns], rows, caption=title))
     return tables
+
+
+# The techniques side by side on one model: each suite's settings against one baseline measurement,
+# bench_baseline's plain step of this preset. (suite, the suite's own setting without the technique):
+# a group of the suite is on the same model and batch when that setting's peak allocated equals the
+# baseline's to the byte (memory is exact), so no name or label is trusted for it.
+SUMMARY_BASELINE = ("bench_baseline", "BM_TrainStep/small")
+SUMMARY_SUITES = [("checkpointing", "none"), ("mixed_precision", "fp32"), ("gradient_memory", "persistent"),
+                  ("accumulation", "32x1"), ("allocator", "never")]
+
+
+def summary_section(folder: ResultFolder) -> Section:
+    base = next((b for b in folder.runs(SUMMARY_BASELINE[0]) if b.name == SUMMARY_BASELINE[1]), None)
+    if base is None:
+        raise ValueError(f"{SUMMARY_BASELINE[0]}.json has no {SUMMARY_BASELINE[1]}: nothing to measure against")
+    base_peak = base.counter("peak_allocated_bytes")
+    rows, elsewhere = [], []
+    for key, own_baseline in SUMMARY_SUITES:
+        suite = next(s for s in SUITES if s.key == key)
+        for group, runs in grouped(folder, suite).items():
+            own = dict(runs).get(own_baseline)
+            if own is None or own.counter("peak_allocated_bytes") != base_peak:
+                elsewhere.append(f"{suite.title} ({group})")
+                continue
+            for setting, b in runs:
+                if b is own:
+                    continue
+                peak = b.counter("peak_allocated_bytes")
+                rows.append([suite.title, setting, fmt_bytes(peak), f"{100 * (1 - peak / base_peak):+.1f}%",
+                             f"{fmt_ms(b.real_time_ms)} {fmt_spread(b.time_stddev_ms, b.repetitions)}",
+                             f"{100 * (b.real_time_ms / base.real_time_ms - 1):+.1f}%", noise.ordering(b, base)])
+    paragraphs = [f"Every technique on one model against one baseline: {SUMMARY_BASELINE[1]} ({base.label}), "
+                  f"{fmt_bytes(base_peak)} peak allocated, {fmt_ms(base.real_time_ms)} "
+                  f"{fmt_spread(base.time_stddev_ms, base.repetitions)} per step. A suite's group is here when its "
+                  "run without the technique has the baseline's peak allocated to the byte (the same model, batch "
+                  "and precision)."]
+    if elsewhere:
+        paragraphs.append("Measured on another model or batch, so not in this table: " + ", ".join(elsewhere) + ".")
+    return Section("Techniques side by side", paragraphs,
+                   tables=[Table(["technique", "setting", "peak allocated", "memory saved", "time / step",
+                                  "time paid", "time against the baseline"], rows,
+                                 caption="memory saved and time paid, both against the same baseline run")])
 
 
 def claims_table(claims: list[claims_mod.Claim]) -> Table:
@@ -354,11 +447,13 @@ def build(folder: ResultFolder, out: pathlib.Path) -> Document:
                    [f"Results folder: {folder.path.name}. Memory figures are properties of the allocation "
                     "sequence and the allocator policy (identical on every device for the same run); times "
                     "are this device's."])
+    doc.notice += run_notice(folder)
     doc.missing += folder.problems
     claims = claims_mod.evaluate(folder)
     _guarded(doc, "device", lambda: Section("Device", tables=[Table(["", ""], device_rows(folder))]))
     doc.sections.append(Section("The guides' claims", ["Each verdict is computed from the numbers by its criterion."],
                                 tables=[claims_table(claims)]))
+    _guarded(doc, "techniques side by side", summary_section, folder)
     if folder.trace is not None:
         _guarded(doc, "memory timeline", timeline_section, folder, plots_dir)
     else:

@@ -2,6 +2,7 @@
 
 A folder holds:
   device.json             `trainmem info --json`: the device, the allocator, the build
+  run.json                how ci/suite ran: {"command", "quick", "repetitions", "min_time_s"}
   bench_<suite>.json      Google Benchmark JSON, one file per benchmark binary; a binary run at
                           several world sizes (mpirun -np N) adds bench_<suite>-n<N>.json, and
                           the runs of all its files are read as one suite
@@ -45,11 +46,16 @@ _NOT_COUNTERS = {
 
 @dataclass
 class Benchmark:
-    """One Google Benchmark run: its name, label, time per iteration and counters."""
+    """One Google Benchmark case: its name, label, wall-clock time per iteration and counters.
+    Run with --benchmark_repetitions=N, the time and counters are the median of the N repetitions
+    (Google Benchmark's "median" aggregate), `time_stddev_ms` their standard deviation (its
+    "stddev" aggregate) and `repetitions` N; a case run once has no spread (None)."""
     name: str
     label: str
     real_time_ms: float
     counters: dict[str, float]
+    repetitions: int = 1
+    time_stddev_ms: float | None = None
 
     def counter(self, key: str, default: float | None = None) -> float | None:
         return self.counters.get(key, default)
@@ -67,6 +73,7 @@ class ResultFolder:
     trace: dict | None = None
     snapshot_path: pathlib.Path | None = None
     peers: dict[str, dict] = field(default_factory=dict)                  # "small-B4-fp32" -> comparison JSON
+    run: dict = field(default_factory=dict)                               # run.json: how ci/suite ran
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -116,12 +123,25 @@ def _not_finite(value: object) -> str:
 
 
 def parse_benchmark(entry: dict, problems: list[str], where: str) -> Benchmark | None:
-    """A Google Benchmark entry, or None for aggregates (mean/median of repetitions). A counter
-    that is not a finite number is left out, with a line in `problems` (prefixed by `where`);
-    raises ValueError for an entry without a finite time."""
+    """A Google Benchmark entry, or None for aggregates (mean/median of repetitions: see
+    parse_entry). A counter that is not a finite number is left out, with a line in `problems`
+    (prefixed by `where`); raises ValueError for an entry without a finite time."""
     if entry.get("run_type") == "aggregate":
         return None
-    name = _RUN_OPTIONS.sub("", str(entry["name"]))
+    return parse_entry(entry, problems, where)
+
+
+def run_name(entry: dict) -> str:
+    """The case an entry belongs to: a repetition's name (Google Benchmark names every repetition
+    of a case alike), an aggregate's run_name ("<case>_median" is named after it)."""
+    if entry.get("run_type") == "aggregate":
+        return str(entry.get("run_name", entry["name"]))
+    return str(entry["name"])
+
+
+def parse_entry(entry: dict, problems: list[str], where: str) -> Benchmark:
+    """A Google Benchmark entry, a repetition or an aggregate, as a Benchmark named by its case."""
+    name = _RUN_OPTIONS.sub("", run_name(entry))
     unit = _MS_PER_UNIT.get(entry.get("time_unit", "ns"), 1e-6)
     real_time = finite_number(entry["real_time"])
     if real_time is None:
@@ -135,7 +155,10 @@ def parse_benchmark(entry: dict, problems: list[str], where: str) -> Benchmark |
         if counters[key] is None:
             del counters[key]
             problems.append(f"{where}: {name}: {key} is {_not_finite(value)}: left out")
-    return Benchmark(name=name, label=str(entry.get("label", "")), real_time_ms=real_time * unit, counters=counters)
+    repeats = entry.get("repetitions", 1)
+    repeats = repeats if isinstance(repeats, int) and not isinstance(repeats, bool) and 1 <= repeats <= 1_000_000 else 1
+    return Benchmark(name=name, label=str(entry.get("label", "")), real_time_ms=real_time * unit, counters=counters,
+                     repetitions=repeats)
 
 
 def _load_benchmark_file(path: pathlib.Path, folder: ResultFolder) -> None:
@@ -148,7 +171,10 @@ def _load_benchmark_file(path: pathlib.Path, folder: ResultFolder) -> None:
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         folder.problems.append(f"{path.name}: not Google Benchmark JSON (no 'benchmarks' list)")
         return
-    runs = []
+    # case -> its repetitions and its aggregates by name ("median", "stddev", ...), in the order
+    # the cases first appear
+    repetitions: dict[str, list[Benchmark]] = {}
+    aggregates: dict[str, dict[str, Benchmark]] = {}
     for entry in data["benchmarks"]:
         if not isinstance(entry, dict):
             folder.problems.append(f"{path.name}: a benchmark entry is not an object")
@@ -157,19 +183,38 @@ def _load_benchmark_file(path: pathlib.Path, folder: ResultFolder) -> None:
             folder.problems.append(f"{path.name}: {entry.get('name')} failed: {entry.get('error_message', '?')}")
             continue
         try:
-            run = parse_benchmark(entry, folder.problems, path.name)
+            run = parse_entry(entry, folder.problems, path.name)
+            case = run_name(entry)
         except (KeyError, TypeError) as e:
             folder.problems.append(f"{path.name}: entry {entry.get('name', '?')} malformed ({type(e).__name__}: {e})")
             continue
         except ValueError as e:
             folder.problems.append(f"{path.name}: {entry.get('name', '?')}: {e}: run left out")
             continue
-        if run is not None:
-            runs.append(run)
+        repetitions.setdefault(case, [])
+        if entry.get("run_type") == "aggregate":
+            aggregates.setdefault(case, {})[str(entry.get("aggregate_name", ""))] = run
+        else:
+            repetitions[case].append(run)
+    runs = [r for case in repetitions if (r := _one_case(repetitions[case], aggregates.get(case, {}))) is not None]
     if not runs:
         folder.problems.append(f"{path.name}: no benchmark results in it")
     folder.benchmarks[bench] += runs
     folder.contexts[path.stem] = data.get("context", {}) if isinstance(data.get("context"), dict) else {}
+
+
+def _one_case(repeated: list[Benchmark], aggregates: dict[str, Benchmark]) -> Benchmark | None:
+    """One case from its repetitions and Google Benchmark's aggregates of them: the median's time
+    and counters, the stddev's time as the spread. Without aggregates (a case run once), its one
+    run; with several repetitions but no aggregates, the first (no spread claimed)."""
+    median, stddev = aggregates.get("median"), aggregates.get("stddev")
+    if median is None:
+        if not repeated:
+            return None
+        return Benchmark(repeated[0].name, repeated[0].label, repeated[0].real_time_ms, repeated[0].counters)
+    return Benchmark(name=median.name, label=median.label, real_time_ms=median.real_time_ms,
+                     counters=median.counters, repetitions=max(median.repetitions, len(repeated)),
+                     time_stddev_ms=stddev.real_time_ms if stddev is not None else None)
 
 
 # The device's fields that are numbers (sizes and counts); every other field is shown as text.
@@ -234,6 +279,16 @@ def load_folder(path: str | pathlib.Path) -> ResultFolder:
             folder.problems.append(f"{info.name}: {_json_type(data)}, not an object: left out")
     else:
         folder.problems.append("device.json: missing (the device is taken from the benchmarks' context)")
+
+    run = folder.path / "run.json"
+    if run.exists() or run.is_symlink():
+        data = _read_json(run, folder.problems)
+        if isinstance(data, dict):
+            folder.run = {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool)) or v is None}
+        elif data is not None:
+            folder.problems.append(f"{run.name}: {_json_type(data)}, not an object: left out")
+    else:
+        folder.problems.append("run.json: missing (written by ci/suite): whether this was a quick run is not known")
 
     # bench_zero.json (world size 1) before bench_zero-n2.json, bench_zero-n4.json
     for path in sorted(folder.path.glob("bench_*.json"), key=lambda p: (p.stem.split("-")[0], len(p.stem), p.stem)):

@@ -2,8 +2,10 @@
 name splits into a *group* (the model or shape being measured) and a *setting* (the technique
 or option being compared within the group), and which counters its table shows.
 
-A benchmark binary that is not in the catalog is still shown, with the generic split: the last
-part of the name is the setting, the rest the group. A new suite joins by adding a line here.
+Every benchmark binary the build lists has an entry (reports/tests/test_catalog.py checks it on
+every results folder): one that is not in the catalog is still shown, with the generic split (the
+last part of the name is the setting, the rest the group) and a line in the report saying so. A
+new suite joins by adding an entry here.
 """
 from __future__ import annotations
 
@@ -238,6 +240,49 @@ SUITES: list[Suite] = [
                    ("wrong", "#wrong", "number")],
           rank_by_time=False),
 ]
+
+
+# bench_estimator (suites/trainmem/estimator/bench_estimator.cpp): BM_MetaRun/<model>,
+# BM_Estimate/<model>, BM_MetaRunSharded/<zero3|fsdp_full>/<ranks>: how long an estimate takes.
+def _estimator_group(b: Benchmark) -> str:
+    parts = b.name.split("/")
+    return f"{_plain(parts[0])} {parts[1]}" if parts[0] == "BM_MetaRunSharded" else _plain(parts[0])
+
+
+def _estimator_setting(b: Benchmark) -> str:
+    parts = b.name.split("/")
+    return f"N={parts[2]}" if parts[0] == "BM_MetaRunSharded" and len(parts) > 2 else parts[1]
+
+
+# bench_blas_threads (kernels/bench/bench_blas_threads.cpp): BM_Linear/<model>/<N>x<C>x<OC>/blas_threads:<1|all>.
+def _blas_group(b: Benchmark) -> str:
+    return " ".join(words(b)[1:3])
+
+
+def _blas_setting(b: Benchmark) -> str:
+    return f"blas_threads:{args(b).get('blas_threads', '?')}"
+
+
+SUITES += [
+    Suite("estimator", "The estimator (meta runs)", "bench_estimator",
+          "how long an estimate takes: the meta run per model, `trainmem estimate`, and rank 0's sharded meta run "
+          "per world size (no memory or kernels: the time is the estimator's own)",
+          group=_estimator_group, setting=_estimator_setting,
+          columns=[("parameters", "parameters", "number"), ("peak_allocated", "peak allocated (estimated)", "bytes"),
+                   ("peak_reserved", "peak reserved (estimated)", "bytes"), ("allocations", "allocations", "number"),
+                   ("max_batch", "largest micro-batch", "number")],
+          rank_by_time=False),
+    Suite("blas_threads", "CPU linear layer: one BLAS thread or all", "bench_blas_threads",
+          "the fp32 linear layer (forward and backward) at the products of the models trainmem trains, on one "
+          "OpenBLAS thread and on all of them: where a second thread starts to pay (kernels/cpu/blas_threads.h)",
+          group=_blas_group, setting=_blas_setting,
+          columns=[("mnk", "N·C·OC", "number"), ("blas_threads", "threads", "number")]),
+]
+
+
+def has_entry(bench: str) -> bool:
+    """Whether the catalog knows the benchmark file `bench` (not the generic fallback)."""
+    return any(s.bench == bench for s in SUITES)
 
 
 def suite_for(bench: str) -> Suite:

@@ -22,8 +22,7 @@ void BM_Accumulate(benchmark::State& state, const std::string& device, const GPT
   run.device->allocator().reset_peak_stats();
   for (auto _ : state) benchmark::DoNotOptimize(run.step().loss);
   set_memory_counters(state, run.stats());
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(micro * K * config.seq),
-                                                      benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, "tokens", static_cast<double>(micro * K * config.seq));
   state.SetLabel(config.name + " " + std::to_string(micro) + "x" + std::to_string(K));
 }
 
@@ -34,7 +33,7 @@ int main(int argc, char** argv) {
   return trainmem::benchmark_main(argc, argv, "bench_accumulation", [](const std::string& device, bool gpu) {
     static const trainmem::GPTConfig config = trainmem::gpt_preset(gpu ? "gpt2-124m" : "tiny");
     auto* b = benchmark::RegisterBenchmark(("BM_Accumulate/" + config.name).c_str(), trainmem::BM_Accumulate, device, config);
-    b->ArgNames({"micro", "K"})->Unit(benchmark::kMillisecond);
+    b->ArgNames({"micro", "K"})->Unit(benchmark::kMillisecond)->UseRealTime();
     for (long micro = 32; micro >= 1; micro /= 2) b->Args({micro, 32 / micro});
   });
 }

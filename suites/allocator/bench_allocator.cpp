@@ -106,7 +106,7 @@ void BM_AllocFree(benchmark::State& state, Mode mode, std::string config, bool t
   const MemoryStats after = a.stats();
   state.counters["device_allocs_per_iter"] = per_iteration(after.num_device_alloc - before.num_device_alloc);
   state.counters["device_frees_per_iter"] = per_iteration(after.num_device_free - before.num_device_free);
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
+  set_rate_counters(state, "bytes", static_cast<double>(bytes));
 }
 
 // --- 2. a forward/backward-like pattern of mixed sizes
@@ -126,7 +126,7 @@ void BM_LayerPattern(benchmark::State& state, std::string config) {
     }
   }
   const MemoryStats after = a.stats();
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 64);
+  set_rate_counters(state, "blocks", 64.0);
   state.counters["device_allocs_per_iter"] = per_iteration(after.num_device_alloc - before.num_device_alloc);
   set_memory_counters(state, after);
 }
@@ -153,8 +153,7 @@ void BM_TrainEmptyCache(benchmark::State& state, std::string config, std::string
   state.counters["reserved_at_step_end_bytes"] = bytes_counter(static_cast<double>(reserved_at_step_end));
   state.counters["device_allocs_per_step"] = per_iteration(after.num_device_alloc - before.num_device_alloc);
   state.counters["device_frees_per_step"] = per_iteration(after.num_device_free - before.num_device_free);
-  state.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(batch * model.seq), benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, "tokens", static_cast<double>(batch * model.seq));
   state.SetLabel(model.name + " B=" + std::to_string(batch) + " " + segments_name(config) +
                  " empty-cache=" + policy.to_string());
 }
@@ -317,12 +316,14 @@ void register_benchmarks(bool gpu) {
       std::string name = "BM_AllocFree/";
       name += c.name;
       if (touch) name += "/touch";
-      benchmark::RegisterBenchmark(name.c_str(), BM_AllocFree, c.mode, std::string(c.config), touch)->ArgsProduct({sizes});
+      benchmark::RegisterBenchmark(name.c_str(), BM_AllocFree, c.mode, std::string(c.config), touch)
+          ->ArgsProduct({sizes})
+          ->UseRealTime();
     }
   }
   for (const char* config : {kFixed, kExpandable, kRaw}) {
     const std::string name = "BM_LayerPattern/" + segments_name(config);
-    benchmark::RegisterBenchmark(name.c_str(), BM_LayerPattern, std::string(config));
+    benchmark::RegisterBenchmark(name.c_str(), BM_LayerPattern, std::string(config))->UseRealTime();
   }
 
   const GPTConfig model = gpu ? gpt_preset("gpt2-124m") : gpt_preset("small");
@@ -332,23 +333,24 @@ void register_benchmarks(bool gpu) {
       const std::string name = "BM_TrainEmptyCache/" + segments_name(config) + "/" + policy;
       benchmark::RegisterBenchmark(name.c_str(), BM_TrainEmptyCache, std::string(config), std::string(policy), model,
                                    batch)
-          ->Unit(benchmark::kMillisecond);
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
     }
 
   benchmark::RegisterBenchmark("BM_ReservedGrowth/no_leak", BM_ReservedGrowth, GrowthCase::no_leak)
-      ->Iterations(1)->Unit(benchmark::kMillisecond);
+      ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("BM_ReservedGrowth/leak", BM_ReservedGrowth, GrowthCase::leak)
-      ->Iterations(1)->Unit(benchmark::kMillisecond);
+      ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("BM_ReservedGrowth/growing_sequence", BM_ReservedGrowth, GrowthCase::growing_sequence)
-      ->Iterations(1)->Unit(benchmark::kMillisecond);
+      ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
   for (const char* config : {kFixed, "max_split_size_mb:20", kExpandable}) {
     const std::string suffix = std::string(config).empty() ? "fixed" : segments_name(config);
     benchmark::RegisterBenchmark(("BM_GrowingSequence/" + suffix).c_str(), BM_GrowingSequence, std::string(config))
-        ->Iterations(1)->Unit(benchmark::kMillisecond);
+        ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
     benchmark::RegisterBenchmark(("BM_GrowingWithKeptTensors/" + suffix).c_str(), BM_GrowingWithKeptTensors,
                                  std::string(config))
-        ->Iterations(1)->Unit(benchmark::kMillisecond);
+        ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
   }
 }
 

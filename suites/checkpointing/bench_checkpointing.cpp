@@ -30,8 +30,7 @@ void BM_Recompute(benchmark::State& state, const std::string& device, GPTConfig 
   set_memory_counters(state, s);
   state.counters["predicted_activations_peak_bytes"] =
       bytes_counter(static_cast<double>(predicted_activation_peak(config, batch, config.seq, policy)));
-  state.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(batch * config.seq), benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, "tokens", static_cast<double>(batch * config.seq));
   state.counters["layers"] = static_cast<double>(config.layers);
   state.SetLabel(config.name + " L=" + std::to_string(config.layers) + " recompute=" + policy.to_string());
 }
@@ -52,6 +51,7 @@ int main(int argc, char** argv) {
       for (const char* policy : {"none", "selective", "every:2", "full", "sqrt"})
         benchmark::RegisterBenchmark(("BM_Recompute/" + config.name + "/L" + std::to_string(config.layers) + "/" + policy).c_str(),
                                      trainmem::BM_Recompute, device, config, batch, policy)
-            ->Unit(benchmark::kMillisecond);
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
   });
 }

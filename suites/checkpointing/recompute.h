@@ -55,7 +55,7 @@ class RecomputeStrategy : public Strategy {
 //
 //   per layer, saved (fp32):   ln1 BTC, ln1 mean+rstd 2BT, qkv 3BTC, att (probs) B*H*T^2,
 //                              atty BTC, residual2 BTC, ln2 BTC, ln2 mean+rstd 2BT,
-//                              fc 4BTC, gelu 4BTC            = 16 BTC + 4 BT + B H T^2 floats
+//                              fc 4BTC, gelu 4BTC            = 15 BTC + 4 BT + B H T^2 elements
 //   residual stream x_l:       BTC per layer input (+ the final one)
 //   head:                      lnf BTC, mean+rstd 2BT, logits B T V
 //

@@ -6,6 +6,7 @@
 #include "common/train/trainer.h"
 #include "suites/checkpointing/recompute.h"
 #include "common/tests/cpu_device.h"
+#include "common/tests/readme_formula.h"
 
 namespace trainmem {
 namespace {
@@ -85,6 +86,34 @@ TEST(Checkpointing, MeasuredActivationPeakEqualsThePrediction) {
   // And the saving is real: full recompute keeps far less than none.
   EXPECT_LT(predicted_activation_peak(config, 2, 32, RecomputePolicy::parse("full")) * 2,
             predicted_activation_peak(config, 2, 32, RecomputePolicy::parse("none")));
+}
+
+// The README's per-layer formula (its ```formula layer_saved_elements block: the listed tensors,
+// then the closed form) against the code: with no recompute the peak is x_0 + L (layer + x) +
+// head, so one more layer adds exactly the layer's saved tensors and its input x_l (BTC), in fp32
+// bytes. The shapes keep every tensor a multiple of 512 bytes (B*T a multiple of 128), where the
+// allocator's rounding adds nothing and the count of elements is the whole story.
+TEST(Checkpointing, ReadmeLayerFormulaEqualsTheCode) {
+  const auto sides = testing_support::readme_formula(TRAINMEM_CHECKPOINTING_README, "layer_saved_elements");
+  ASSERT_EQ(sides.size(), 2u) << "the listed tensors = the closed form";
+  struct Shape {
+    std::uint64_t B, T, C, H;
+  };
+  for (const Shape s : {Shape{2, 64, 64, 2}, Shape{1, 128, 96, 3}, Shape{4, 128, 128, 4}}) {
+    GPTConfig config = gpt_preset("tiny");
+    config.dim = s.C;
+    config.heads = s.H;
+    config.seq = s.T;
+    const auto peak = [&](std::size_t layers) {
+      config.layers = layers;
+      return predicted_activation_peak(config, s.B, s.T, RecomputePolicy::parse("none"));
+    };
+    const std::uint64_t one_layer_bytes = peak(3) - peak(2);
+    const testing_support::FormulaSymbols symbols{{'B', s.B}, {'T', s.T}, {'C', s.C}, {'H', s.H}};
+    for (const auto& side : sides)
+      EXPECT_EQ(4 * (side.evaluate(symbols) + s.B * s.T * s.C), one_layer_bytes)
+          << "README: " << side.text << " (B=" << s.B << " T=" << s.T << " C=" << s.C << " H=" << s.H << ")";
+  }
 }
 
 // sqrt on a deeper, narrow model: 9 layers in 3 segments (checkpoints x0, x3, x6), with segments

@@ -55,14 +55,18 @@ inline std::string name(const std::string& impl, Pass pass, const kernels::Atten
 }
 
 // Counters every attention benchmark sets:
-//   TFLOP/s         FLOPs per second / 1e12 (the count above)
+//   TFLOP/s         FLOPs per second of wall-clock time / 1e12 (the count above; UseRealTime)
+//   TFLOP_per_iteration  the count / 1e12
+//   B, T, D, causal the shape (the CPU shapes keep B*T = 1024)
 //   saved_bytes     what the forward keeps for the backward (naive: probabilities B*H*T*T;
 //                   flash/cudnn: O and the log-sum-exp)
 //   workspace_bytes the largest scratch the pass needs besides its inputs and outputs
 inline void set_counters(benchmark::State& state, const kernels::AttentionShape& s, Pass pass, double saved_bytes,
                          double workspace_bytes) {
-  state.counters["TFLOP/s"] =
+  state.counters["TFLOP/s"] =  // the name the report and the GPU notes use; rate x time = TFLOP_per_iteration
       benchmark::Counter(flops(s, pass) / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP_per_iteration"] = flops(s, pass) / 1e12;
+  state.counters["B"] = double(s.B);
   state.counters["saved_bytes"] = bytes_counter(saved_bytes);
   state.counters["workspace_bytes"] = bytes_counter(workspace_bytes);
   state.counters["T"] = double(s.T);

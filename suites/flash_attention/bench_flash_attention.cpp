@@ -95,7 +95,8 @@ void register_cpu_benchmarks() {
       for (Impl impl : {Impl::naive, Impl::flash})
         benchmark::RegisterBenchmark(name(impl == Impl::naive ? "naive_cpu" : "flash_cpu", pass, s).c_str(),
                                      BM_AttentionCpu, impl, pass, s)
-            ->Unit(benchmark::kMillisecond);
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
 }
 
 }  // namespace

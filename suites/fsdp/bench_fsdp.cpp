@@ -65,8 +65,7 @@ void BM_Fsdp(benchmark::State& state, const std::string& device_choice, GPTConfi
       bytes_counter(static_cast<double>(comm->stats().total.volume_bytes) / static_cast<double>(state.iterations()));
   state.counters["comm_seconds_per_step"] = comm->stats().total.seconds / static_cast<double>(state.iterations());
   state.counters["world_size"] = static_cast<double>(world);
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(world * batch * config.seq),
-                                                      benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, "tokens", static_cast<double>(world * batch * config.seq));
   state.SetLabel(config.name + " N=" + std::to_string(world) + " fsdp=" + to_string(options.mode) +
                  " unit=" + unit_to_string(options.layers_per_unit) + (options.prefetch ? " prefetch=on" : " prefetch=off"));
 }
@@ -117,6 +116,7 @@ int main(int argc, char** argv) {
     name += o.prefetch ? "/prefetch" : "/no_prefetch";
     benchmark::RegisterBenchmark(name.c_str(), BM_Fsdp, device_choice, config, batch, precision, o)
         ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
         ->Iterations(kIterations);
   }
   run_benchmarks_reporting_on_rank0(rank);

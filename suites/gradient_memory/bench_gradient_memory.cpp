@@ -41,8 +41,7 @@ void BM_Grads(benchmark::State& state, const std::string& device, const GPTConfi
   for (auto _ : state) held = run.step().allocated_bytes;
   set_memory_counters(state, run.stats());
   state.counters["held_between_steps_bytes"] = bytes_counter(static_cast<double>(held));
-  state.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(batch * config.seq), benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, "tokens", static_cast<double>(batch * config.seq));
   state.SetLabel(config.name + " B=" + std::to_string(batch) + " grads=" + mode_name(mode));
 }
 
@@ -57,6 +56,7 @@ int main(int argc, char** argv) {
     for (Mode mode : {Mode::persistent, Mode::on_demand, Mode::in_backward})
       benchmark::RegisterBenchmark(("BM_Grads/" + config.name + "/" + mode_name(mode)).c_str(), BM_Grads, device, config,
                                    batch, mode)
-          ->Unit(benchmark::kMillisecond);
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
   });
 }

@@ -102,8 +102,7 @@ void BM_Train(benchmark::State& state, const Setup& s) {
   for (auto _ : state) benchmark::DoNotOptimize(run.step().loss);
   set_memory_counters(state, device->allocator().stats());
   add_formula_counters(state, setup);
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(s.batch * s.config.seq),
-                                                      benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, "tokens", static_cast<double>(s.batch * s.config.seq));
   state.SetLabel(s.config.name + " " + kVariantNames[v]);
 }
 
@@ -125,9 +124,8 @@ void BM_Loader(benchmark::State& state, const Setup& s) {
   if (device->kind() == DeviceKind::cuda) device->synchronize();
   set_memory_counters(state, device->allocator().stats());
   add_formula_counters(state, setup);
-  state.counters["batches_per_s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(s.batch * s.config.seq),
-                                                      benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, "batches", 1.0);
+  set_rate_counters(state, "tokens", static_cast<double>(s.batch * s.config.seq));
   state.SetLabel(kVariantNames[v]);
 }
 

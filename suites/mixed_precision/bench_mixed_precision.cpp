@@ -37,8 +37,7 @@ void BM_Precision(benchmark::State& state, const std::string& device, const GPTC
   state.counters["predicted_gradients_bytes"] = bytes_counter(static_cast<double>(w.gradients));
   state.counters["predicted_optimizer_state_bytes"] = bytes_counter(static_cast<double>(w.optimizer_state));
   state.counters["loss_scale"] = loss_scale;
-  state.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(batch * config.seq), benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, "tokens", static_cast<double>(batch * config.seq));
   state.SetLabel(config.name + " B=" + std::to_string(batch) + " " + to_string(precision));
 }
 
@@ -52,6 +51,7 @@ int main(int argc, char** argv) {
     for (trainmem::Precision p : {trainmem::Precision::fp32, trainmem::Precision::bf16, trainmem::Precision::fp16})
       benchmark::RegisterBenchmark(("BM_Precision/" + config.name + "/" + trainmem::to_string(p)).c_str(),
                                    trainmem::BM_Precision, device, config, batch, p)
-          ->Unit(benchmark::kMillisecond);
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
   });
 }

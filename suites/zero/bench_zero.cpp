@@ -96,8 +96,7 @@ void BM_Zero(benchmark::State& state, const std::string& device_choice, const GP
   state.counters["predicted_comm_volume_bytes_per_step"] =
       bytes_counter(static_cast<double>(x.volume_gradients + x.volume_parameters));
   state.counters["comm_s_per_step"] = comm->stats().total.seconds / iterations;
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(static_cast<std::size_t>(N) * batch * config.seq),
-                                                      benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, "tokens", static_cast<double>(static_cast<std::size_t>(N) * batch * config.seq));
   std::string label = config.name;
   label += " bf16 B=";
   label += std::to_string(batch);

@@ -41,6 +41,7 @@ def config_of(trainmem, model: str, **overrides) -> GPTConfig:
 def test_parameter_count_is_trainmems(trainmem, model, overrides):
     shape = model_shape(trainmem, model, overrides)
     config = GPTConfig(**{k: shape[k] for k in ("name", "vocab", "seq", "layers", "heads", "dim")})
+    assert config.padded_vocab == shape["padded_vocab"]  # gpt_config.h's padded_vocab, ported
     with torch.device("meta"):  # shapes only, no memory
         assert sum(p.numel() for p in GPT(config).parameters()) == shape["parameters"]
 

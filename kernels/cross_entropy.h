@@ -1,15 +1,21 @@
-// Fused softmax + cross-entropy over V classes for N rows:
-//   forward:  losses[n] = logsumexp(logits[n, :]) - logits[n, target[n]]
-//   backward: dlogits[n, v] = dloss * (softmax(logits[n, :])[v] - [v == target[n]])
-// The backward recomputes the softmax from the logits instead of saving probabilities (N*V
-// floats), and may write dlogits over logits (in place) to save that much memory again.
-// dloss is the same for every row: 1/(N * accumulation steps) for a mean loss.
+// Fused softmax + cross-entropy over V classes for N rows of Vp >= V logits each (Vp is the row
+// stride: the model's head is padded to a multiple of 64 columns, common/model/gpt_config.h; the
+// Vp - V padded columns are no classes):
+//   forward:  losses[n] = logsumexp(logits[n, 0..V)) - logits[n, target[n]]
+//   backward: dlogits[n, v] = dloss * (softmax(logits[n, 0..V))[v] - [v == target[n]])   for v < V
+//             dlogits[n, v] = 0                                                          for V <= v < Vp
+// The padded columns are never read (whatever they hold, the loss is the unpadded one) and their
+// gradient is exactly 0. The backward recomputes the softmax from the logits instead of saving
+// probabilities (N*V floats), and may write dlogits over logits (in place) to save that much
+// memory again. dloss is the same for every row: 1/(N * accumulation steps) for a mean loss.
 //
 // Storage type T (kernels/dtype.h) for logits and dlogits: float, bf16 or fp16 (and double on the
 // CPU). losses and dloss are in the compute type (fp32; double for double). In 16 bits the CPU
 // result is bit for bit the fp32 kernel's on the widened logits, with dlogits rounded once.
 #pragma once
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/dtype.h"
 #include "kernels/kernel_stream.h"
@@ -18,34 +24,43 @@ namespace trainmem::kernels {
 namespace cpu {
 template <typename T>
 void cross_entropy_forward(compute_t<T>* losses, const T* logits, const std::int32_t* targets, std::size_t N,
-                           std::size_t V);
+                           std::size_t V, std::size_t Vp);
 template <typename T>
 void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, compute_t<T> dloss, std::size_t N,
-                            std::size_t V);
+                            std::size_t V, std::size_t Vp);
 }  // namespace cpu
 namespace cuda {
 template <typename T = float>
 void cross_entropy_forward(void* stream, float* losses, In<T> logits, const std::int32_t* targets, std::size_t N,
-                           std::size_t V);
+                           std::size_t V, std::size_t Vp);
 template <typename T = float>
 void cross_entropy_backward(void* stream, Out<T> dlogits, In<T> logits, const std::int32_t* targets, float dloss,
-                            std::size_t N, std::size_t V);
+                            std::size_t N, std::size_t V, std::size_t Vp);
 }  // namespace cuda
+
+// A row of Vp logits holds the V classes: Vp < V is a caller's bug (std::logic_error).
+inline void check_padded_vocab(std::size_t V, std::size_t Vp) {
+  if (Vp < V)
+    throw std::logic_error("cross_entropy: a row of " + std::to_string(Vp) + " logits cannot hold " + std::to_string(V) +
+                           " classes (Vp must be >= V)");
+}
 
 template <typename T = float>
 inline void cross_entropy_forward(const Stream& s, float* losses, In<T> logits, const std::int32_t* targets,
-                                  std::size_t N, std::size_t V) {
+                                  std::size_t N, std::size_t V, std::size_t Vp) {
+  check_padded_vocab(V, Vp);
   if (s.backend == Backend::meta) return;
-  if (s.backend == Backend::cpu) return cpu::cross_entropy_forward<T>(losses, logits, targets, N, V);
+  if (s.backend == Backend::cpu) return cpu::cross_entropy_forward<T>(losses, logits, targets, N, V, Vp);
   TRAINMEM_CUDA_KERNEL("cross_entropy_forward",
-                       cuda::cross_entropy_forward<T>(s.cuda_stream, losses, logits, targets, N, V));
+                       cuda::cross_entropy_forward<T>(s.cuda_stream, losses, logits, targets, N, V, Vp));
 }
 template <typename T = float>
 inline void cross_entropy_backward(const Stream& s, Out<T> dlogits, In<T> logits, const std::int32_t* targets,
-                                   float dloss, std::size_t N, std::size_t V) {
+                                   float dloss, std::size_t N, std::size_t V, std::size_t Vp) {
+  check_padded_vocab(V, Vp);
   if (s.backend == Backend::meta) return;
-  if (s.backend == Backend::cpu) return cpu::cross_entropy_backward<T>(dlogits, logits, targets, dloss, N, V);
+  if (s.backend == Backend::cpu) return cpu::cross_entropy_backward<T>(dlogits, logits, targets, dloss, N, V, Vp);
   TRAINMEM_CUDA_KERNEL("cross_entropy_backward",
-                       cuda::cross_entropy_backward<T>(s.cuda_stream, dlogits, logits, targets, dloss, N, V));
+                       cuda::cross_entropy_backward<T>(s.cuda_stream, dlogits, logits, targets, dloss, N, V, Vp));
 }
 }  // namespace trainmem::kernels

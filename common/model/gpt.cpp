@@ -85,10 +85,13 @@ GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions opti
   for (const ParameterInfo& s : table.all()) {
     Parameter p{s.name, make(s.shape, MemoryCategory::parameters, s.name), Tensor()};
     if (device_.computes()) {  // meta: no values to draw (a 1.5B model's would be 6 GB of host memory)
-      std::vector<float> host(static_cast<std::size_t>(p.value.numel()));
+      std::vector<float> host(static_cast<std::size_t>(p.value.numel()));  // zeros
       std::normal_distribution<float> normal(0.0f, s.init == ParameterInit::residual ? residual_std : 0.02f);
-      for (float& x : host)
-        x = s.init == ParameterInit::ones ? 1.0f : s.init == ParameterInit::zeros ? 0.0f : normal(rng);
+      // wte's vocabulary padding rows stay zero (and draw nothing: the real rows get the same values
+      // as in an unpadded model).
+      const std::size_t drawn = host.size() - static_cast<std::size_t>(s.padding_rows) * (host.size() / static_cast<std::size_t>(s.shape[0]));
+      for (std::size_t i = 0; i < drawn; ++i)
+        host[i] = s.init == ParameterInit::ones ? 1.0f : s.init == ParameterInit::zeros ? 0.0f : normal(rng);
       all_values.insert(all_values.end(), host.begin(), host.end());
     }
     params_.push_back(std::move(p));
@@ -349,9 +352,9 @@ double GPT::head_forward() {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
     const auto s = kernel_stream(device_);
-    const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab;
+    const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab, Vp = padded_vocab(V);
     const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
-               Vi = static_cast<std::int64_t>(V);
+               Vpi = static_cast<std::int64_t>(Vp);
     const Tensor& x = residual_[config_.layers];
     const std::size_t lnf = ParameterTable(config_).lnf_weight();
     lnf_ = make({B, Tn, Ci}, MemoryCategory::activations, "lnf");
@@ -359,11 +362,13 @@ double GPT::head_forward() {
     lnf_rstd_ = make_f32({B, Tn}, MemoryCategory::activations, "lnf.rstd");
     kernels::layernorm_forward<T>(s, lnf_.data_as<T>(), f(lnf_mean_), f(lnf_rstd_), x.data_as<T>(),
                                   params_[lnf].value.data_as<T>(), params_[lnf + 1].value.data_as<T>(), N, C);
-    logits_ = make({B, Tn, Vi}, MemoryCategory::activations, "logits");
-    linear_forward(logits_, lnf_, params_[kWte].value, nullptr, N, C, V);
+    // Vp logits a row (the padded head: gpt_config.h); the cross-entropy reads the first V.
+    logits_ = make({B, Tn, Vpi}, MemoryCategory::activations, "logits");
+    linear_forward(logits_, lnf_, params_[kWte].value, nullptr, N, C, Vp);
 
     Tensor losses = make_f32({B, Tn}, MemoryCategory::workspace, "losses");
-    kernels::cross_entropy_forward<T>(s, f(losses), logits_.data_as<T>(), targets_->data_as<std::int32_t>(), N, V);
+    kernels::cross_entropy_forward<T>(s, f(losses), logits_.data_as<T>(), targets_->data_as<std::int32_t>(), N, V,
+                                      Vp);
     if (!device_.computes()) return;  // meta: no loss to read (and no host copy of B x T losses)
     std::vector<float> host(N);
     copy_device_to_host(device_, host.data(), losses.data(), losses.nbytes());
@@ -382,15 +387,16 @@ void GPT::head_backward(float dloss) {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
     const auto s = kernel_stream(device_);
-    const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab;
+    const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab, Vp = padded_vocab(V);
     const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
     const std::size_t lnf = ParameterTable(config_).lnf_weight();
 
-    // dlogits overwrites the logits (they are not needed any more): no second [B,T,V] tensor.
+    // dlogits overwrites the logits (they are not needed any more): no second [B,T,Vp] tensor.
+    // The padded columns' dlogits are 0, so wte's padding rows get a gradient of exactly 0.
     kernels::cross_entropy_backward<T>(s, logits_.data_as<T>(), logits_.data_as<T>(), targets_->data_as<std::int32_t>(),
-                                       dloss, N, V);
+                                       dloss, N, V, Vp);
     Tensor dlnf = make({B, Tn, Ci}, MemoryCategory::workspace, "lnf.grad");
-    linear_backward(&dlnf, grad_for_write(kWte), nullptr, logits_, lnf_, params_[kWte].value, N, C, V);
+    linear_backward(&dlnf, grad_for_write(kWte), nullptr, logits_, lnf_, params_[kWte].value, N, C, Vp);
     logits_.reset();
     // The residual stream's gradient starts here and flows down through every layer.
     dresidual_ = make({B, Tn, Ci}, MemoryCategory::workspace, "residual.grad");

@@ -3,8 +3,12 @@
 //   x0      = wte[tokens] + wpe                                   (embedding)
 //   layer l: a = x_l + attn_proj(attention(qkv(ln1(x_l))))        (residual 2)
 //            x_{l+1} = a + fc_proj(gelu(fc(ln2(a))))              (residual 3)
-//   logits  = lnf(x_L) @ wte^T                                    (tied LM head)
-//   loss    = mean over the B*T positions of cross-entropy(logits, targets)
+//   logits  = lnf(x_L) @ wte^T                                    (tied LM head, Vp columns)
+//   loss    = mean over the B*T positions of cross-entropy(logits[:, :V], targets)
+//
+// wte has Vp = padded_vocab(V) rows (a multiple of 64, for the GPU's GEMM kernels; gpt_config.h):
+// the logits are [B,T,Vp] and the cross-entropy ignores the Vp - V padded columns (no probability,
+// a gradient of exactly 0), so the padding rows of wte stay zero and the loss is the unpadded one.
 //
 // --precision bf16|fp16 stores weights, weight gradients, activations and activation gradients
 // in 16 bits (common/model/precision.h); the kernels read and write 16 bits and compute in fp32

@@ -10,11 +10,11 @@ namespace trainmem {
 std::size_t GPTConfig::num_parameters() const { return ParameterTable(*this).total_numel(); }
 
 void check_run_sizes(const GPTConfig& c, std::size_t batch) {
-  const std::uint64_t B = batch, T = c.seq, C = c.dim, H = c.heads, V = c.vocab;
+  const std::uint64_t B = batch, T = c.seq, C = c.dim, H = c.heads, Vp = padded_vocab(c.vocab);
   try {
     checked_mul(c.num_parameters(), 16, "the model states (16 bytes per parameter: weights, gradients, Adam's moments)");
     checked_product({B, T, 4, C, 4}, "the MLP activations (B x T x 4C x 4 bytes)");
-    checked_product({B, T, V, 4}, "the logits (B x T x V x 4 bytes)");
+    checked_product({B, T, Vp, 4}, "the logits (B x T x Vp x 4 bytes)");
     checked_product({B, H, T, T, 4}, "the attention scores (B x H x T x T x 4 bytes)");
   } catch (const SizeLimitError& e) {
     throw SizeLimitError(std::string(e.what()) + " bytes; use a smaller model or --batch");
@@ -32,7 +32,7 @@ void GPTConfig::validate() const {
 }
 
 nlohmann::json GPTConfig::to_json() const {
-  return {{"name", name},     {"vocab", vocab}, {"seq", seq},
+  return {{"name", name},     {"vocab", vocab}, {"padded_vocab", padded_vocab(vocab)}, {"seq", seq},
           {"layers", layers}, {"heads", heads}, {"dim", dim},
           {"parameters", num_parameters()}};
 }

@@ -11,11 +11,12 @@ std::size_t ParameterInfo::numel() const {
 }
 
 ParameterTable::ParameterTable(const GPTConfig& config) : layers_(config.layers) {
-  const auto V = static_cast<std::int64_t>(config.vocab), T = static_cast<std::int64_t>(config.seq),
+  const auto V = static_cast<std::int64_t>(config.vocab), Vp = static_cast<std::int64_t>(padded_vocab(config.vocab)),
+             T = static_cast<std::int64_t>(config.seq),
              C = static_cast<std::int64_t>(config.dim);
   using I = ParameterInit;
   entries_.reserve(4 + layers_ * kParametersPerLayer);
-  entries_.push_back({"wte", {V, C}, -1, I::normal});
+  entries_.push_back({"wte", {Vp, C}, -1, I::normal, Vp - V});
   entries_.push_back({"wpe", {T, C}, -1, I::normal});
   for (std::size_t l = 0; l < layers_; ++l) {
     std::string h = "h";  // (+=: GCC 12 warns falsely about "h" + std::to_string(l) + ".")

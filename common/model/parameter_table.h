@@ -4,14 +4,15 @@
 // it. Nothing else spells out a shape or an index.
 //
 // The order (the model's parameters(), the flat order of the sharding units):
-//   0  wte               [V, C]     token embedding, tied with the LM head
+//   0  wte               [Vp, C]    token embedding, tied with the LM head; Vp = padded_vocab(V),
+//                                   rows V..Vp-1 padding (gpt_config.h), zero-initialized
 //   1  wpe               [T, C]     position embedding
 //   per layer l, at index 2 + 12 l + k, k in LayerParameter order:
 //      ln1.weight [C], ln1.bias [C], attn.qkv.weight [3C, C], attn.qkv.bias [3C],
 //      attn.proj.weight [C, C], attn.proj.bias [C], ln2.weight [C], ln2.bias [C],
 //      mlp.fc.weight [4C, C], mlp.fc.bias [4C], mlp.proj.weight [C, 4C], mlp.proj.bias [C]
 //   2 + 12 L, 2 + 12 L + 1   lnf.weight [C], lnf.bias [C]
-// A layer holds 12 C^2 + 13 C elements; the model V C + T C + L (12 C^2 + 13 C) + 2 C.
+// A layer holds 12 C^2 + 13 C elements; the model Vp C + T C + L (12 C^2 + 13 C) + 2 C.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +38,7 @@ struct ParameterInfo {
   std::vector<std::int64_t> shape;
   long layer = -1;                   // the transformer layer; -1 for the embeddings and lnf
   ParameterInit init = ParameterInit::zeros;
+  std::int64_t padding_rows = 0;     // trailing rows initialized to zero whatever `init` (wte: Vp - V)
   std::size_t numel() const;
 };
 

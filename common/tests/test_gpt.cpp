@@ -14,6 +14,8 @@
 #include "common/device/device.h"
 #include "common/device/device_ops.h"
 #include "common/model/gpt.h"
+#include "common/model/parameter_table.h"
+#include "common/train/adamw_optimizer.h"
 #include "common/tests/cpu_device.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -33,14 +35,14 @@ using testing_support::cpu_device;
 double reference_loss(const GPTConfig& cfg, const std::vector<double>& params, const std::vector<std::int32_t>& tokens,
                       const std::vector<std::int32_t>& targets, std::size_t B, std::size_t T) {
   namespace cpu = kernels::cpu;
-  const std::size_t C = cfg.dim, V = cfg.vocab, NH = cfg.heads, N = B * T;
+  const std::size_t C = cfg.dim, V = cfg.vocab, Vp = padded_vocab(V), NH = cfg.heads, N = B * T;
   std::size_t offset = 0;
   auto take = [&](std::size_t n) {
     const double* ptr = params.data() + offset;
     offset += n;
     return ptr;
   };
-  const double* wte = take(V * C);
+  const double* wte = take(Vp * C);  // its first V rows are the tokens'; the padding rows are not read
   const double* wpe = take(cfg.seq * C);
   std::vector<double> x(N * C), ln(N * C), mean(N), rstd(N), qkv(N * 3 * C), pre(B * NH * T * T), att(B * NH * T * T),
       atty(N * C), proj(N * C), res2(N * C), fch(N * 4 * C), gel(N * 4 * C);
@@ -62,9 +64,10 @@ double reference_loss(const GPTConfig& cfg, const std::vector<double>& params, c
   }
   const double *lnfw = take(C), *lnfb = take(C);
   cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), lnfw, lnfb, N, C);
+  // The unpadded head: V logits a row from wte's first V rows.
   std::vector<double> logits(N * V), losses(N);
   cpu::matmul_forward(logits.data(), ln.data(), wte, static_cast<const double*>(nullptr), N, C, V);
-  cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+  cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, V);
   double sum = 0;
   for (double v : losses) sum += v;
   return sum / static_cast<double>(N);
@@ -105,12 +108,28 @@ double forward_backward(GPT& model, const Batch& batch) {
   return loss;
 }
 
-TEST(Gpt, PresetsHaveTheirPublishedParameterCounts) {
-  // GPT-2 small is "124M" with the tied head: 124,439,808 with V = 50257.
-  EXPECT_EQ(gpt_preset("gpt2-124m").num_parameters(), 124439808u);
-  EXPECT_EQ(gpt_preset("gpt2-350m").num_parameters(), 354823168u);
-  EXPECT_EQ(gpt_preset("gpt2-774m").num_parameters(), 774030080u);
-  EXPECT_EQ(gpt_preset("gpt2-1.5b").num_parameters(), 1557611200u);
+TEST(Gpt, VocabularyIsPaddedToAMultipleOf64) {
+  EXPECT_EQ(padded_vocab(50257), 50304u);  // GPT-2's, as llm.c pads it
+  EXPECT_EQ(padded_vocab(256), 256u);      // tiny and small: already a multiple, unchanged
+  EXPECT_EQ(padded_vocab(64), 64u);
+  EXPECT_EQ(padded_vocab(65), 128u);
+  EXPECT_EQ(padded_vocab(2), 64u);
+  EXPECT_EQ(padded_vocab(65536), 65536u);  // the largest vocabulary (uint16 tokens)
+}
+
+TEST(Gpt, PresetsHaveTheirPublishedParameterCountsPlusTheVocabularyPadding) {
+  // GPT-2's published counts (the tied head, V = 50257), plus wte's (Vp - V) C padding elements:
+  // Vp = 50304, 47 rows of C. GPT-2 small: 124,439,808 + 47 * 768 = 124,475,904, llm.c's count.
+  struct Published {
+    const char* name;
+    std::size_t parameters, dim;
+  };
+  for (const Published& p : {Published{"gpt2-124m", 124439808, 768}, Published{"gpt2-350m", 354823168, 1024},
+                             Published{"gpt2-774m", 774030080, 1280}, Published{"gpt2-1.5b", 1557611200, 1600}}) {
+    SCOPED_TRACE(p.name);
+    EXPECT_EQ(gpt_preset(p.name).num_parameters(), p.parameters + (50304 - 50257) * p.dim);
+  }
+  EXPECT_EQ(gpt_preset("gpt2-124m").num_parameters(), 124475904u);
   EXPECT_THROW(gpt_preset("gpt5"), GPTConfigError);
   // V C + T C + L (12 C^2 + 13 C) + 2 C (test_parameter_table.cpp), L = 2, V = 256, T = 128:
   // C = 128: 32768 + 16384 + 2 (196608 + 1664) + 256; C = 256: 65536 + 32768 + 2 (786432 + 3328) + 512
@@ -148,6 +167,54 @@ TEST(Gpt, ParametersAndGradientsAreAccountedInTheirCategories) {
   std::size_t count = 0;
   for (const Parameter& p : model.parameters()) count += static_cast<std::size_t>(p.value.numel());
   EXPECT_EQ(count, model.num_parameters());
+}
+
+// V = 23 is padded to Vp = 64 (gpt_config.h): wte is [Vp, C] and the logits [B, T, Vp]; the padding
+// rows of wte start at zero, get a gradient of exactly 0 (the cross-entropy gives the padded logits
+// none) and stay zero through AdamW steps with weight decay. The loss is the unpadded model's
+// (the gradient check below compares it with a reference that has no padding).
+TEST(Gpt, VocabularyPaddingRowsStartZeroGetNoGradientAndStayZero) {
+  GPTConfig cfg = gpt_preset("tiny");
+  cfg.vocab = 23;
+  const std::size_t V = cfg.vocab, Vp = padded_vocab(V), C = cfg.dim, B = 2, T = 16;
+  ASSERT_EQ(Vp, 64u);
+  auto device = cpu_device();
+  GPT model(*device, cfg, 3);
+  const Tensor& wte = model.parameters()[ParameterTable::kWte].value;
+  ASSERT_EQ(wte.shape(), (std::vector<std::int64_t>{64, static_cast<std::int64_t>(C)}));
+  auto padding_of = [&](const std::vector<float>& all) {  // wte's rows V..Vp-1 (wte comes first)
+    return std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(V * C),
+                              all.begin() + static_cast<std::ptrdiff_t>(Vp * C));
+  };
+  const std::vector<float> zeros((Vp - V) * C, 0.0f), initial = model.parameter_values();
+  EXPECT_EQ(padding_of(initial), zeros) << "initialized";
+  EXPECT_GT(*std::max_element(initial.begin(), initial.begin() + static_cast<std::ptrdiff_t>(V * C)), 0.0f)
+      << "the real rows are drawn";
+
+  const Batch batch = random_batch(*device, B, T, V, 11);
+  // The head saves lnf [B,T,C], its mean and rstd [B,T] (fp32) and the logits [B,T,Vp], each
+  // rounded to 512 bytes by the allocator.
+  auto activations = [&] { return device->allocator().stats().by_category[index_of(MemoryCategory::activations)].current; };
+  model.begin(batch.tokens, batch.targets);
+  model.embed_forward();
+  for (std::size_t l = 0; l < cfg.layers; ++l) model.layer_forward(l);
+  const std::int64_t before_head = activations();
+  model.head_forward();
+  EXPECT_EQ(static_cast<std::size_t>(activations() - before_head),
+            round_size(B * T * C * 4) + 2 * round_size(B * T * 4) + round_size(B * T * Vp * 4));
+  model.end();
+
+  kernels::AdamWHyper hyper;
+  hyper.weight_decay = 0.1f;
+  AdamWOptimizer optimizer(model, hyper, 1.0f);
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(step);
+    forward_backward(model, batch);
+    EXPECT_EQ(padding_of(model.gradient_values()), zeros) << "gradient";
+    optimizer.step();
+    EXPECT_EQ(padding_of(model.parameter_values()), zeros) << "after the update";
+    model.zero_grad();
+  }
 }
 
 TEST(Gpt, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {

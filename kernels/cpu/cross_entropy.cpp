@@ -6,6 +6,7 @@
 // loops of exps are compiled per instruction set (kernels/cpu/simd_clones.h).
 #include "kernels/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -63,12 +64,12 @@ TRAINMEM_SIMD_CLONES void row_dlogits(T* drow, const T* row, std::size_t V, comp
 
 template <typename T>
 void cross_entropy_forward(compute_t<T>* losses, const T* logits, const std::int32_t* targets, std::size_t N,
-                           std::size_t V) {
+                           std::size_t V, std::size_t Vp) {
   using F = compute_t<T>;
   parallel_for(N, min_rows_per_thread(V), [&](std::size_t begin, std::size_t end) {
     std::vector<F> exps;  // this thread's scratch row
     for (std::size_t n = begin; n < end; ++n) {
-      const T* row = logits + n * V;
+      const T* row = logits + n * Vp;  // its first V logits: the padded columns are not read
       F maxval, log_sum;
       row_logsumexp(row, V, maxval, log_sum, exps);
       losses[n] = maxval + log_sum - load(row[targets[n]]);
@@ -78,23 +79,26 @@ void cross_entropy_forward(compute_t<T>* losses, const T* logits, const std::int
 
 template <typename T>
 void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, compute_t<T> dloss, std::size_t N,
-                            std::size_t V) {
+                            std::size_t V, std::size_t Vp) {
   using F = compute_t<T>;
   parallel_for(N, min_rows_per_thread(V), [&](std::size_t begin, std::size_t end) {
     std::vector<F> exps;  // this thread's scratch row
     for (std::size_t n = begin; n < end; ++n) {
-      const T* row = logits + n * V;
-      T* drow = dlogits + n * V;  // may be the same memory as row: each element is read before written
+      const T* row = logits + n * Vp;
+      T* drow = dlogits + n * Vp;  // may be the same memory as row: each element is read before written
       F maxval, log_sum;
       row_logsumexp(row, V, maxval, log_sum, exps);
       row_dlogits(drow, row, V, maxval, log_sum, targets[n], dloss);
+      std::fill(drow + V, drow + Vp, store<T>(F(0)));  // the padded columns are no classes: no gradient
     }
   });
 }
 
 #define TRAINMEM_INSTANTIATE(T)                                                                                    \
-  template void cross_entropy_forward<T>(compute_t<T>*, const T*, const std::int32_t*, std::size_t, std::size_t); \
-  template void cross_entropy_backward<T>(T*, const T*, const std::int32_t*, compute_t<T>, std::size_t, std::size_t);
+  template void cross_entropy_forward<T>(compute_t<T>*, const T*, const std::int32_t*, std::size_t, std::size_t,    \
+                                         std::size_t);                                                             \
+  template void cross_entropy_backward<T>(T*, const T*, const std::int32_t*, compute_t<T>, std::size_t, std::size_t, \
+                                          std::size_t);
 TRAINMEM_INSTANTIATE(float)
 TRAINMEM_INSTANTIATE(double)
 TRAINMEM_INSTANTIATE(bf16)

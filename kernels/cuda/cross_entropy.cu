@@ -1,13 +1,14 @@
-// CUDA: fused softmax + cross-entropy over V classes (formulas in cross_entropy.h; the CPU reference
-// is cpu/cross_entropy.cpp). One block per row: the row's max and sum of exponentials are block
-// reductions (the stable log-sum-exp, lse = max + log(sum_v exp(x_v - max))).
+// CUDA: fused softmax + cross-entropy over V classes in rows of Vp >= V logits (formulas in
+// cross_entropy.h; the CPU reference is cpu/cross_entropy.cpp). One block per row: the row's max and
+// sum of exponentials over its first V columns are block reductions (the stable log-sum-exp,
+// lse = max + log(sum_v exp(x_v - max))); the backward writes 0 to the Vp - V padded columns.
 //
 // In place: cross_entropy_backward may be called with dlogits == logits. That is safe here because
 //   1. every read that feeds the reductions happens before the reduction's barriers, so once any
 //      thread leaves block_reduce, all threads of the block have finished reading for the max and
 //      the sum (and no other block touches this row);
 //   2. in the write loop, each element v is read and then written by the same thread, and by no
-//      other thread.
+//      other thread (a padded column is only written).
 // For the same reason the two pointers carry no __restrict__ (the compiler must not assume they
 // differ, nor read logits through the read-only cache).
 //
@@ -50,12 +51,12 @@ __device__ RowStats row_stats(const D* row, std::size_t V) {
 
 // losses[n] = max + log(sum_v exp(logits[n,v] - max)) - logits[n, targets[n]].
 // Block -> row n (grid-stride over rows); thread 0 writes the loss. A target outside [0, V) gives
-// NaN instead of reading outside the row.
+// NaN instead of reading outside the row's classes.
 template <typename D>
 __global__ void cross_entropy_forward_kernel(float* losses, const D* logits, const std::int32_t* targets, std::size_t N,
-                                             std::size_t V) {
+                                             std::size_t V, std::size_t Vp) {
   for (std::size_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const D* row = logits + n * V;
+    const D* row = logits + n * Vp;
     const RowStats st = row_stats(row, V);
     if (threadIdx.x == 0) {
       const std::int32_t target = targets[n];
@@ -64,18 +65,22 @@ __global__ void cross_entropy_forward_kernel(float* losses, const D* logits, con
   }
 }
 
-// dlogits[n,v] = dloss * (exp(logits[n,v] - max - log_sum) - [v == targets[n]]).
-// Block -> row n (grid-stride over rows); thread -> v = threadIdx.x, + blockDim.x, ... in the
-// write loop. dlogits may be logits (see the note at the top of the file).
+// dlogits[n,v] = dloss * (exp(logits[n,v] - max - log_sum) - [v == targets[n]]) for v < V, 0 for
+// V <= v < Vp. Block -> row n (grid-stride over rows); thread -> v = threadIdx.x, + blockDim.x, ...
+// in the write loop. dlogits may be logits (see the note at the top of the file).
 template <typename D>
 __global__ void cross_entropy_backward_kernel(D* dlogits, const D* logits, const std::int32_t* targets, float dloss,
-                                              std::size_t N, std::size_t V) {
+                                              std::size_t N, std::size_t V, std::size_t Vp) {
   for (std::size_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const D* row = logits + n * V;
-    D* drow = dlogits + n * V;
+    const D* row = logits + n * Vp;
+    D* drow = dlogits + n * Vp;
     const RowStats st = row_stats(row, V);  // all reads for the statistics end here (barriers inside)
     const std::int64_t target = targets[n];
-    for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) {
+    for (std::size_t v = threadIdx.x; v < Vp; v += blockDim.x) {
+      if (v >= V) {  // a padded column: no class, no gradient
+        drow[v] = detail::from_float<D>(0.0f);
+        continue;
+      }
       const float p = expf(detail::to_float(row[v]) - st.maxval - st.log_sum);  // read element v ...
       const float indicator = static_cast<std::int64_t>(v) == target ? 1.0f : 0.0f;
       drow[v] = detail::from_float<D>(dloss * (p - indicator));                 // ... then overwrite it (same thread)
@@ -87,27 +92,29 @@ __global__ void cross_entropy_backward_kernel(D* dlogits, const D* logits, const
 
 template <typename T>
 void cross_entropy_forward(void* stream, float* losses, In<T> logits, const std::int32_t* targets, std::size_t N,
-                           std::size_t V) {
+                           std::size_t V, std::size_t Vp) {
   if (N == 0 || V == 0) return;
   const unsigned grid = static_cast<unsigned>(N < kMaxRowBlocks ? N : kMaxRowBlocks);
   cross_entropy_forward_kernel<<<grid, kBlock, 0, detail::as_stream(stream)>>>(losses, detail::device_cast(logits),
-                                                                               targets, N, V);
+                                                                               targets, N, V, Vp);
   CUDA_CHECK_LAUNCH("cross_entropy_forward_kernel");
 }
 
 template <typename T>
 void cross_entropy_backward(void* stream, Out<T> dlogits, In<T> logits, const std::int32_t* targets, float dloss,
-                            std::size_t N, std::size_t V) {
+                            std::size_t N, std::size_t V, std::size_t Vp) {
   if (N == 0 || V == 0) return;
   const unsigned grid = static_cast<unsigned>(N < kMaxRowBlocks ? N : kMaxRowBlocks);
   cross_entropy_backward_kernel<<<grid, kBlock, 0, detail::as_stream(stream)>>>(
-      detail::device_cast(dlogits), detail::device_cast(logits), targets, dloss, N, V);
+      detail::device_cast(dlogits), detail::device_cast(logits), targets, dloss, N, V, Vp);
   CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
 }
 
 #define TRAINMEM_INSTANTIATE(T)                                                                                    \
-  template void cross_entropy_forward<T>(void*, float*, In<T>, const std::int32_t*, std::size_t, std::size_t);    \
-  template void cross_entropy_backward<T>(void*, Out<T>, In<T>, const std::int32_t*, float, std::size_t, std::size_t);
+  template void cross_entropy_forward<T>(void*, float*, In<T>, const std::int32_t*, std::size_t, std::size_t,       \
+                                         std::size_t);                                                             \
+  template void cross_entropy_backward<T>(void*, Out<T>, In<T>, const std::int32_t*, float, std::size_t, std::size_t, \
+                                          std::size_t);
 TRAINMEM_INSTANTIATE(float)
 TRAINMEM_INSTANTIATE(bf16)
 TRAINMEM_INSTANTIATE(fp16)

@@ -206,7 +206,7 @@ TEST(KernelsCpu, CrossEntropyIsTheNegativeLogLikelihoodAndItsGradient) {
   const std::vector<std::int32_t> targets = {0, 12, 5, 5, 7, 1};
   const double dloss = 1.0 / N;
   auto loss = [&] {
-    cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+    cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, V);
     double s = 0;
     for (double l : losses) s += l;
     return s * dloss;  // the mean
@@ -218,12 +218,47 @@ TEST(KernelsCpu, CrossEntropyIsTheNegativeLogLikelihoodAndItsGradient) {
     EXPECT_NEAR(losses[n], -std::log(std::exp(logits[n * V + targets[n]]) / z), 1e-12);
   }
   Vec dlogits(N * V);
-  cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V);
+  cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, V);
   expect_gradient(logits, dlogits, loss, "cross-entropy dlogits");
   // in place gives the same
   Vec inplace = logits;
-  cpu::cross_entropy_backward(inplace.data(), inplace.data(), targets.data(), dloss, N, V);
+  cpu::cross_entropy_backward(inplace.data(), inplace.data(), targets.data(), dloss, N, V, V);
   for (std::size_t i = 0; i < inplace.size(); ++i) EXPECT_NEAR(inplace[i], dlogits[i], 1e-15);
+}
+
+// The model's head is padded (V = 77 classes in rows of Vp = 128 logits, as GPT-2's 50257 in rows
+// of 50304): the loss and the gradient of the V classes are the unpadded computation's, bit for
+// bit (the same arithmetic on the same V values); the padded columns are never read (here NaN,
+// which would turn every loss into NaN) and their dlogits are exactly 0.
+TEST(KernelsCpu, CrossEntropyOverPaddedRowsIsTheUnpaddedOne) {
+  const std::size_t N = 5, V = 77, Vp = 128;
+  const Vec packed = random_vec(N * V, 21, 4.0);
+  Vec padded(N * Vp, std::nan(""));
+  for (std::size_t n = 0; n < N; ++n)
+    for (std::size_t v = 0; v < V; ++v) padded[n * Vp + v] = packed[n * V + v];
+  const std::vector<std::int32_t> targets = {0, 76, 40, 40, 3};
+  const double dloss = 1.0 / N;
+
+  Vec losses(N), padded_losses(N);
+  cpu::cross_entropy_forward(losses.data(), packed.data(), targets.data(), N, V, V);
+  cpu::cross_entropy_forward(padded_losses.data(), padded.data(), targets.data(), N, V, Vp);
+  for (std::size_t n = 0; n < N; ++n) EXPECT_EQ(padded_losses[n], losses[n]) << "row " << n;
+
+  Vec dlogits(N * V), padded_dlogits(N * Vp, std::nan("")), inplace = padded;
+  cpu::cross_entropy_backward(dlogits.data(), packed.data(), targets.data(), dloss, N, V, V);
+  cpu::cross_entropy_backward(padded_dlogits.data(), padded.data(), targets.data(), dloss, N, V, Vp);
+  cpu::cross_entropy_backward(inplace.data(), inplace.data(), targets.data(), dloss, N, V, Vp);
+  for (std::size_t n = 0; n < N; ++n)
+    for (std::size_t v = 0; v < Vp; ++v) {
+      const double expected = v < V ? dlogits[n * V + v] : 0.0;
+      EXPECT_EQ(padded_dlogits[n * Vp + v], expected) << "row " << n << " column " << v;
+      EXPECT_EQ(inplace[n * Vp + v], expected) << "in place: row " << n << " column " << v;
+    }
+
+  // A row too short for its classes is the caller's bug, refused before anything runs.
+  EXPECT_THROW(cross_entropy_forward<float>(kCpuStream, nullptr, nullptr, nullptr, N, V, V - 1), std::logic_error);
+  EXPECT_THROW(cross_entropy_backward<float>(kCpuStream, nullptr, nullptr, nullptr, 1.0f, N, V, V - 1),
+               std::logic_error);
 }
 
 TEST(KernelsCpu, AdamWFollowsTheFormulaAndClippingScales) {

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <iomanip>
 #include <random>
 #include <sstream>
@@ -358,26 +359,44 @@ TEST(KernelsCuda, AttentionBackward) {
 // ---------------------------------------------------------------------------------------- cross-entropy
 
 struct RowsClasses {
-  std::size_t N, V;
+  std::size_t N, V, Vp;  // rows, classes, logits a row (the model pads V to a multiple of 64)
 };
 // V = 5003 is longer than the 512-thread block (threads loop); V = 101 leaves most threads idle.
-constexpr RowsClasses kCrossEntropyShapes[] = {{37, 101}, {5, 5003}, {3, 1}};
+// Vp > V: the padded columns hold NaN (never read) and get dlogits of exactly 0.
+constexpr RowsClasses kCrossEntropyShapes[] = {{37, 101, 128}, {5, 5003, 5056}, {3, 1, 1}};
+
+// Logits for N rows of V classes in rows of Vp, the padded columns NaN.
+std::vector<float> padded_logits(std::mt19937& rng, const RowsClasses& shape) {
+  std::vector<float> logits = uniform(rng, shape.N * shape.Vp, -4.0f, 4.0f);
+  for (std::size_t n = 0; n < shape.N; ++n)
+    for (std::size_t v = shape.V; v < shape.Vp; ++v) logits[n * shape.Vp + v] = std::nanf("");
+  return logits;
+}
+
+// Every padded column's dlogit is exactly 0 (a tolerance would let a wrong write pass).
+void expect_padding_zero(const std::vector<float>& dlogits, const RowsClasses& shape, const char* what) {
+  std::size_t wrong = 0;
+  for (std::size_t n = 0; n < shape.N; ++n)
+    for (std::size_t v = shape.V; v < shape.Vp; ++v) wrong += dlogits[n * shape.Vp + v] != 0.0f;
+  EXPECT_EQ(wrong, 0u) << what << ": padded columns with a nonzero dlogit";
+}
 
 TEST(KernelsCuda, CrossEntropyForward) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(601);
   TestStream stream;
-  for (const auto [N, V] : kCrossEntropyShapes) {
-    SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V));
-    const std::vector<float> logits = uniform(rng, N * V, -4.0f, 4.0f);
+  for (const RowsClasses& shape : kCrossEntropyShapes) {
+    const auto [N, V, Vp] = shape;
+    SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V) + " Vp=" + std::to_string(Vp));
+    const std::vector<float> logits = padded_logits(rng, shape);
     const std::vector<std::int32_t> targets = random_tokens(rng, N, static_cast<std::int32_t>(V));
     std::vector<float> losses(N);
-    cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+    cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
 
     DeviceBuffer<float> d_logits(logits), d_losses(N);
     DeviceBuffer<std::int32_t> d_targets(targets);
     d_losses.poison();
-    cuda::cross_entropy_forward(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V);
+    cuda::cross_entropy_forward(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, Vp);
     finish();
     EXPECT_TRUE(all_close("cross-entropy losses", d_losses.download(), losses, kReduction));
   }
@@ -391,26 +410,32 @@ TEST(KernelsCuda, CrossEntropyBackwardOutOfPlaceAndInPlace) {
   // ~1e-7, so atol is 1e-7 and rtol 1e-4 (an exp of a row statistic that is off in its last bits).
   constexpr Tolerance kCrossEntropyGrad{1e-7, 1e-4};
   const float dloss = 0.75f;
-  for (const auto [N, V] : kCrossEntropyShapes) {
-    SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V));
-    const std::vector<float> logits = uniform(rng, N * V, -4.0f, 4.0f);
+  for (const RowsClasses& shape : kCrossEntropyShapes) {
+    const auto [N, V, Vp] = shape;
+    SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V) + " Vp=" + std::to_string(Vp));
+    const std::vector<float> logits = padded_logits(rng, shape);
     const std::vector<std::int32_t> targets = random_tokens(rng, N, static_cast<std::int32_t>(V));
-    std::vector<float> dlogits(N * V);
-    cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V);
+    std::vector<float> dlogits(N * Vp);
+    cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, Vp);
 
-    DeviceBuffer<float> d_logits(logits), d_dlogits(N * V);
+    DeviceBuffer<float> d_logits(logits), d_dlogits(N * Vp);
     DeviceBuffer<std::int32_t> d_targets(targets);
     d_dlogits.poison();
-    cuda::cross_entropy_backward(stream.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V);
+    cuda::cross_entropy_backward(stream.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V, Vp);
     finish();
-    EXPECT_TRUE(all_close("cross-entropy dlogits (out of place)", d_dlogits.download(), dlogits, kCrossEntropyGrad));
-    EXPECT_TRUE(all_close("cross-entropy logits left alone", d_logits.download(), logits, kExact));
+    const std::vector<float> out_of_place = d_dlogits.download();
+    EXPECT_TRUE(all_close("cross-entropy dlogits (out of place)", out_of_place, dlogits, kCrossEntropyGrad));
+    expect_padding_zero(out_of_place, shape, "out of place");
+    const std::vector<float> left = d_logits.download();
+    for (std::size_t i = 0; i < left.size(); ++i)  // bit for bit, NaN padding included
+      ASSERT_EQ(std::memcmp(&left[i], &logits[i], sizeof(float)), 0) << "cross-entropy changed logit " << i;
 
     // In place, as the GPT head calls it: dlogits == logits.
-    cuda::cross_entropy_backward(stream.get(), d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V);
+    cuda::cross_entropy_backward(stream.get(), d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V, Vp);
     finish();
-    EXPECT_TRUE(all_close("cross-entropy dlogits (in place over logits)", d_logits.download(), dlogits,
-                          kCrossEntropyGrad));
+    const std::vector<float> in_place = d_logits.download();
+    EXPECT_TRUE(all_close("cross-entropy dlogits (in place over logits)", in_place, dlogits, kCrossEntropyGrad));
+    expect_padding_zero(in_place, shape, "in place");
   }
 }
 
@@ -485,8 +510,8 @@ TEST(KernelsCuda, EmptySizesDoNothingAndBadHeadsAreRejected) {
   EXPECT_NO_THROW(cuda::embedding_backward(s, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72));
   EXPECT_NO_THROW(cuda::attention_forward(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
   EXPECT_NO_THROW(cuda::attention_backward(s, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
-  EXPECT_NO_THROW(cuda::cross_entropy_forward(s, nullptr, nullptr, nullptr, 0, 101));
-  EXPECT_NO_THROW(cuda::cross_entropy_backward(s, nullptr, nullptr, nullptr, 1.0f, 0, 101));
+  EXPECT_NO_THROW(cuda::cross_entropy_forward(s, nullptr, nullptr, nullptr, 0, 101, 128));
+  EXPECT_NO_THROW(cuda::cross_entropy_backward(s, nullptr, nullptr, nullptr, 1.0f, 0, 101, 128));
   EXPECT_NO_THROW(cuda::adamw_update(s, nullptr, nullptr, nullptr, nullptr, 0, AdamWHyper{}, 1, 1.0f));
   EXPECT_NO_THROW(cuda::sum_of_squares_accumulate(s, nullptr, nullptr, 0));
   EXPECT_NO_THROW(finish());

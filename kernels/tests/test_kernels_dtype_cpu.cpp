@@ -350,39 +350,45 @@ TYPED_TEST(KernelsDtypeCpu, AttentionForwardAndBackward) {
 
 TYPED_TEST(KernelsDtypeCpu, CrossEntropyForwardAndBackward) {
   using T = TypeParam;
-  const std::size_t N = 9, V = 101;
-  const std::vector<T> logits = random_values<T>(N * V, 500, -4.0, 4.0);
+  // V = 101 classes in rows of Vp = 128 logits (the model's padded head); the padded columns hold
+  // NaN, which the kernels never read (cross_entropy.h), and get dlogits of exactly 0.
+  const std::size_t N = 9, V = 101, Vp = 128;
+  std::vector<T> logits = random_values<T>(N * Vp, 500, -4.0, 4.0);
+  for (std::size_t n = 0; n < N; ++n)
+    for (std::size_t v = V; v < Vp; ++v) logits[n * Vp + v] = store<T>(std::nanf(""));
   const std::vector<std::int32_t> targets = random_tokens(N, 501, static_cast<std::int32_t>(V));
   std::vector<float> losses(N);
-  cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+  cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
 
   const std::vector<float> logits32 = widen(logits);
   std::vector<float> losses32(N);
-  cpu::cross_entropy_forward(losses32.data(), logits32.data(), targets.data(), N, V);
+  cpu::cross_entropy_forward(losses32.data(), logits32.data(), targets.data(), N, V, Vp);
   EXPECT_TRUE(same_bits("cross-entropy losses", losses, losses32));
   // (b) the log-sum-exp is summed in double; max + log_sum - logit is two fp32 operations: 1e-6.
   const std::vector<double> logitsd = to_double(logits);
   std::vector<double> lossesd(N);
-  cpu::cross_entropy_forward(lossesd.data(), logitsd.data(), targets.data(), N, V);
+  cpu::cross_entropy_forward(lossesd.data(), logitsd.data(), targets.data(), N, V, Vp);
   EXPECT_TRUE(close_to("cross-entropy losses vs double", losses, lossesd, rounded_once<float>(1e-6, 1e-6)));
 
   const float dloss = 1.0f / 64;  // a power of two: the same in fp32 and double
-  std::vector<T> dlogits(N * V);
-  cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V);
-  std::vector<float> dlogits32(N * V);
-  cpu::cross_entropy_backward(dlogits32.data(), logits32.data(), targets.data(), dloss, N, V);
+  std::vector<T> dlogits(N * Vp);
+  cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, Vp);
+  std::vector<float> dlogits32(N * Vp);
+  cpu::cross_entropy_backward(dlogits32.data(), logits32.data(), targets.data(), dloss, N, V, Vp);
   EXPECT_TRUE(same_bits("cross-entropy dlogits", dlogits, narrow<T>(dlogits32)));
 
   // In place, as the GPT head calls it: dlogits written over logits.
   std::vector<T> inplace = logits;
-  cpu::cross_entropy_backward(inplace.data(), inplace.data(), targets.data(), dloss, N, V);
+  cpu::cross_entropy_backward(inplace.data(), inplace.data(), targets.data(), dloss, N, V, Vp);
   EXPECT_TRUE(same_bits("cross-entropy dlogits (in place over logits)", inplace, dlogits));
 
   // (b) p = exp(x - lse) in fp32: 1e-6 relative; p - 1 at the target cancels to 2^-24 absolute,
   // times dloss: 1e-8.
-  std::vector<double> dlogitsd(N * V);
-  cpu::cross_entropy_backward(dlogitsd.data(), logitsd.data(), targets.data(), static_cast<double>(dloss), N, V);
+  std::vector<double> dlogitsd(N * Vp);
+  cpu::cross_entropy_backward(dlogitsd.data(), logitsd.data(), targets.data(), static_cast<double>(dloss), N, V, Vp);
   EXPECT_TRUE(close_to("cross-entropy dlogits vs double", dlogits, dlogitsd, rounded_once<T>(1e-6, 1e-8)));
+  for (std::size_t n = 0; n < N; ++n)
+    for (std::size_t v = V; v < Vp; ++v) EXPECT_EQ(load(dlogits[n * Vp + v]), 0.0f) << "padded column " << v;
 }
 
 // ---------------------------------------------------------------------------------------- optimizer

@@ -288,32 +288,46 @@ TYPED_TEST(KernelsDtypeCuda, CrossEntropyForwardAndBackward) {
   TestStream stream;
   const float dloss = 0.75f;
   std::uint64_t seed = 600;
-  for (const auto& [N, V] : {std::pair<std::size_t, std::size_t>{37, 101}, {5, 5003}, {3, 1}}) {
-    SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V));
-    const std::vector<T> logits = random_values<T>(N * V, ++seed, -4.0, 4.0);
+  // V classes in rows of Vp logits (the model pads V to a multiple of 64); the padded columns hold
+  // NaN (never read) and get dlogits of exactly 0.
+  struct Shape {
+    std::size_t N, V, Vp;
+  };
+  for (const Shape& shape : {Shape{37, 101, 128}, Shape{5, 5003, 5056}, Shape{3, 1, 1}}) {
+    const std::size_t N = shape.N, V = shape.V, Vp = shape.Vp;
+    SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V) + " Vp=" + std::to_string(Vp));
+    std::vector<T> logits = random_values<T>(N * Vp, ++seed, -4.0, 4.0);
+    for (std::size_t n = 0; n < N; ++n)
+      for (std::size_t v = V; v < Vp; ++v) logits[n * Vp + v] = store<T>(std::nanf(""));
     const std::vector<std::int32_t> targets = random_tokens(N, ++seed, static_cast<std::int32_t>(V));
     std::vector<float> losses(N);
-    std::vector<T> dlogits(N * V);
-    cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
-    cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V);
+    std::vector<T> dlogits(N * Vp);
+    cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
+    cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, Vp);
 
-    DeviceBuffer<T> d_logits(logits), d_dlogits(N * V);
+    DeviceBuffer<T> d_logits(logits), d_dlogits(N * Vp);
     DeviceBuffer<float> d_losses(N);
     DeviceBuffer<std::int32_t> d_targets(targets);
     d_losses.poison();
     d_dlogits.poison();
-    cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V);
-    cuda::cross_entropy_backward<T>(stream.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V);
+    cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, Vp);
+    cuda::cross_entropy_backward<T>(stream.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V, Vp);
     finish();
     // losses are fp32 from the same 16-bit logits: the fp32 test's 1e-4
     EXPECT_TRUE(all_close("cross-entropy losses", d_losses.download(), losses, Tolerance{1e-4, 1e-4}));
     // probabilities down to ~1e-7: the fp32 test's 1e-7 absolute
-    EXPECT_TRUE(all_close("cross-entropy dlogits", d_dlogits.download(), dlogits, one_ulp<T>(1e-7)));
+    const std::vector<T> out_of_place = d_dlogits.download();
+    EXPECT_TRUE(all_close("cross-entropy dlogits", out_of_place, dlogits, one_ulp<T>(1e-7)));
     // In place, as the GPT head calls it: dlogits == logits.
-    cuda::cross_entropy_backward<T>(stream.get(), d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V);
+    cuda::cross_entropy_backward<T>(stream.get(), d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V, Vp);
     finish();
-    EXPECT_TRUE(all_close("cross-entropy dlogits (in place over logits)", d_logits.download(), dlogits,
-                          one_ulp<T>(1e-7)));
+    const std::vector<T> in_place = d_logits.download();
+    EXPECT_TRUE(all_close("cross-entropy dlogits (in place over logits)", in_place, dlogits, one_ulp<T>(1e-7)));
+    for (std::size_t n = 0; n < N; ++n)
+      for (std::size_t v = V; v < Vp; ++v) {
+        EXPECT_EQ(load(out_of_place[n * Vp + v]), 0.0f) << "padded column " << v << " (out of place)";
+        EXPECT_EQ(load(in_place[n * Vp + v]), 0.0f) << "padded column " << v << " (in place)";
+      }
   }
 }
 
@@ -395,8 +409,8 @@ TYPED_TEST(KernelsDtypeCuda, EmptySizesDoNothing) {
   EXPECT_NO_THROW(cuda::embedding_backward<T>(s, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72));
   EXPECT_NO_THROW(cuda::attention_forward<T>(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
   EXPECT_NO_THROW(cuda::attention_backward<T>(s, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
-  EXPECT_NO_THROW(cuda::cross_entropy_forward<T>(s, nullptr, nullptr, nullptr, 0, 101));
-  EXPECT_NO_THROW(cuda::cross_entropy_backward<T>(s, nullptr, nullptr, nullptr, 1.0f, 0, 101));
+  EXPECT_NO_THROW(cuda::cross_entropy_forward<T>(s, nullptr, nullptr, nullptr, 0, 101, 128));
+  EXPECT_NO_THROW(cuda::cross_entropy_backward<T>(s, nullptr, nullptr, nullptr, 1.0f, 0, 101, 128));
   EXPECT_NO_THROW(cuda::adamw_update<T>(s, nullptr, nullptr, nullptr, nullptr, 0, AdamWHyper{}, 1, 1.0f, &master));
   EXPECT_NO_THROW(cuda::sum_of_squares_accumulate<T>(s, nullptr, nullptr, 0));
   EXPECT_NO_THROW(finish());

@@ -7,6 +7,12 @@ the LM head tied to the token embedding), so that the reference is the ordinary 
            x_{l+1} = a + mlp.proj(gelu_tanh(mlp.fc(ln2(a))))
   logits  = lnf(x_L) @ wte^T;   loss = mean cross-entropy over the B*T positions
 
+The vocabulary is padded as trainmem pads it (common/model/gpt_config.h): wte has Vp = V rounded up
+to a multiple of 64 rows (50257 -> 50304), the padding rows start at zero, and the Vp - V padded
+logits are set to -inf before the cross-entropy: they take no probability and get no gradient, so
+the loss is the unpadded model's and the padding rows stay zero (AdamW: zero weight, zero gradient).
+The parameter count and the logits' bytes are trainmem's ([B, T, Vp]).
+
 The parameters are built from the config as common/model/parameter_table.cpp lists them (the
 module names give "h.3.attn.qkv.weight" for trainmem's "h3.attn.qkv.weight"), with GPT-2's
 initialization: N(0, 0.02), the two residual projections N(0, 0.02 / sqrt(2L)), biases 0,
@@ -26,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+VOCAB_ALIGNMENT = 64  # gpt_config.h's kVocabAlignment
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -36,6 +44,11 @@ class GPTConfig:
     layers: int  # L
     heads: int   # H
     dim: int     # C
+
+    @property
+    def padded_vocab(self) -> int:
+        """Vp: gpt_config.h's padded_vocab(V), V rounded up to a multiple of 64 (wte's rows)."""
+        return -(-self.vocab // VOCAB_ALIGNMENT) * VOCAB_ALIGNMENT
 
     def validate(self) -> None:
         """GPTConfig::validate's rules, with its words."""
@@ -104,7 +117,7 @@ class GPT(nn.Module):
         super().__init__()
         c.validate()
         self.config = c
-        self.wte = nn.Embedding(c.vocab, c.dim)  # [V, C], also the LM head (tied)
+        self.wte = nn.Embedding(c.padded_vocab, c.dim)  # [Vp, C], also the LM head (tied)
         self.wpe = nn.Embedding(c.seq, c.dim)    # [T, C]
         self.h = nn.ModuleList(Block(c) for _ in range(c.layers))
         self.lnf = nn.LayerNorm(c.dim)
@@ -120,6 +133,7 @@ class GPT(nn.Module):
                 p.zero_()
             else:
                 p.normal_(0.0, residual_std if name.endswith(("attn.proj.weight", "mlp.proj.weight")) else 0.02)
+        self.wte.weight[self.config.vocab:].zero_()  # the vocabulary padding rows (no token reads them)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor, regions=NoRegions()) -> torch.Tensor:
         """The mean cross-entropy loss; tokens and targets are int64 [B, T], T <= config.seq."""
@@ -135,5 +149,9 @@ class GPT(nn.Module):
             x = block(x)
             regions.made(x)
         regions.enter("head")
-        logits = F.linear(self.lnf(x), self.wte.weight)   # tied head, no bias
+        logits = F.linear(self.lnf(x), self.wte.weight)   # tied head, no bias: [B, T, Vp]
+        if self.config.padded_vocab > self.config.vocab:
+            # The padded columns are no classes: -inf takes no probability and passes no gradient.
+            # In place (nothing saved the linear's output), as trainmem keeps one [B, T, Vp] tensor.
+            logits[..., self.config.vocab:] = float("-inf")
         return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))

@@ -57,7 +57,7 @@ class RecomputeStrategy : public Strategy {
 //                              atty BTC, residual2 BTC, ln2 BTC, ln2 mean+rstd 2BT,
 //                              fc 4BTC, gelu 4BTC            = 15 BTC + 4 BT + B H T^2 elements
 //   residual stream x_l:       BTC per layer input (+ the final one)
-//   head:                      lnf BTC, mean+rstd 2BT, logits B T V
+//   head:                      lnf BTC, mean+rstd 2BT, logits B T Vp (Vp = padded_vocab(V))
 //
 // Elements are `dtype` (4 bytes in fp32, 2 in bf16/fp16) except the layernorm mean and rstd,
 // which stay fp32 in every precision.

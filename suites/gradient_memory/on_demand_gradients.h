@@ -8,7 +8,7 @@
 //   between steps, and through every forward:    G less
 //   at a peak inside the backward:               G less the gradients already written by then
 // When the persistent run peaks at the head's backward and the on-demand run peaks at the same
-// moment (tiny), only the tied embedding's gradient (V*C elements) has been written by then:
+// moment (tiny), only the tied embedding's gradient (Vp*C elements) has been written by then:
 //     peak(on-demand) = peak(persistent) - G + round(wte gradient)
 // which test_gradient_memory checks to the byte. Otherwise the on-demand peak moves later, to
 // where the gradients written so far plus the backward's live tensors are largest (small, B=4:

@@ -220,7 +220,8 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   if (device->kind() == DeviceKind::cpu) check_run_fits(setup, *device, static_cast<int>(rank));
   if (reporting_rank)
     std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
-              << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab << "), batch "
+              << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab
+              << ", padded to Vp=" << padded_vocab(config.vocab) << "), batch "
               << flags.batch << " x " << setup.accum << " accumulation steps, " << flags.steps << " steps\n";
 
   std::optional<TraceFileWriter> record_memory;  // outlives the run, whose tensors are freed when it ends

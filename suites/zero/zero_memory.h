@@ -116,7 +116,7 @@ inline double figure1_gb(int stage) {
 
 // The model's parameter tensors (element counts) grouped into units, in the flat order used.
 struct ZeroUnits {
-  std::vector<std::size_t> root;   // wte V*C, wpe T*C, lnf.weight C, lnf.bias C
+  std::vector<std::size_t> root;   // wte Vp*C, wpe T*C, lnf.weight C, lnf.bias C
   std::vector<std::size_t> layer;  // one layer's 12 tensors (every layer the same)
   std::size_t layers = 0;          // L
 };

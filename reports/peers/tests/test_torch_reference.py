@@ -41,8 +41,28 @@ def config_of(trainmem, model: str, **overrides) -> GPTConfig:
 def test_parameter_count_is_trainmems(trainmem, model, overrides):
     shape = model_shape(trainmem, model, overrides)
     config = GPTConfig(**{k: shape[k] for k in ("name", "vocab", "seq", "layers", "heads", "dim")})
+    assert config.padded_vocab == shape["padded_vocab"]  # gpt_config.h's padded_vocab, ported
     with torch.device("meta"):  # shapes only, no memory
         assert sum(p.numel() for p in GPT(config).parameters()) == shape["parameters"]
+
+
+def test_padded_vocabulary_is_trainmems_and_changes_nothing():
+    """V = 23 in rows of Vp = 64 (gpt_config.h): wte is [Vp, C] with zero padding rows; the padded
+    logits take no probability (whatever the padding rows hold, the loss is the same: without the
+    mask their logits would add to the log-sum-exp) and the padding rows get a gradient of 0."""
+    config = GPTConfig(name="custom", vocab=23, seq=8, layers=1, heads=2, dim=8)
+    assert config.padded_vocab == 64 and GPTConfig("gpt2", 50257, 1024, 12, 12, 768).padded_vocab == 50304
+    assert GPTConfig("tiny", 256, 64, 2, 4, 64).padded_vocab == 256
+    torch.manual_seed(0)
+    gpt = GPT(config)
+    assert tuple(gpt.wte.weight.shape) == (64, 8) and not gpt.wte.weight[23:].any()
+    x, y = torch.randint(0, 23, (2, 8)), torch.randint(0, 23, (2, 8))
+    loss = gpt(x, y)
+    loss.backward()
+    assert torch.isfinite(loss) and not gpt.wte.weight.grad[23:].any()
+    with torch.no_grad():
+        gpt.wte.weight[23:].normal_(0.0, 10.0)
+        assert gpt(x, y).item() == loss.item()
 
 
 def saved_both(trainmem, tokens, tmp_path, model: str, batch: int, precision: str) -> tuple[GPTConfig, dict]:

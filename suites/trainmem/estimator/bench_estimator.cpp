@@ -42,7 +42,7 @@ GPTConfig gpt_7b() {
   return c;
 }
 
-// The ZeRO paper's 7.5B: L=36, C=4096, T=4096, V=57019 (7,500,009,472 parameters).
+// The ZeRO paper's 7.5B: L=36, C=4096, T=4096, V=57019 padded to 57024 (7,500,029,952 parameters).
 GPTConfig zero_paper_7_5b() {
   GPTConfig c = gpt_7b();
   c.name = "7.5b";

@@ -60,6 +60,8 @@ TEST(MetaDevice, MakesTheCpuBackendsAllocationSequenceEventForEvent) {
       "--zero 2 --offload optimizer",
       "--fsdp full --fsdp-prefetch on",
       "--fsdp grad_op --precision fp16",
+      "--vocab 251",                          // padded to Vp = 256: wte [256, C], logits [B, T, 256]
+      "--vocab 130 --zero 3 --precision bf16",  // Vp = 192, wte sharded
   };
   for (const std::string& flags : configurations) {
     SCOPED_TRACE(flags);

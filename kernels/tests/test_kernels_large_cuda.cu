@@ -247,8 +247,8 @@ TYPED_TEST(KernelsLargeCuda, CrossEntropyBeyondTheGridLimit) {
   const std::vector<std::int32_t> targets = random_tokens(N, 2302, static_cast<std::int32_t>(V));
   std::vector<float> losses(N);
   std::vector<T> dlogits(N * V);
-  cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
-  cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V);
+  cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, V);
+  cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, V);
 
   TestStream stream;
   DeviceBuffer<T> d_logits(logits), d_dlogits(N * V);
@@ -256,8 +256,8 @@ TYPED_TEST(KernelsLargeCuda, CrossEntropyBeyondTheGridLimit) {
   DeviceBuffer<std::int32_t> d_targets(targets);
   d_losses.poison();
   d_dlogits.poison();
-  cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V);
-  cuda::cross_entropy_backward<T>(stream.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V);
+  cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, V);
+  cuda::cross_entropy_backward<T>(stream.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V, V);
   finish();
   EXPECT_TRUE(gpu_test::all_close("cross-entropy losses", d_losses.download(), losses, Tolerance{1e-4, 1e-4}));
   EXPECT_TRUE(all_close("cross-entropy dlogits", d_dlogits.download(), dlogits, one_ulp<T>(1e-7)));
@@ -286,37 +286,37 @@ TYPED_TEST(KernelsLargeCuda, GeluBeyond2To31Elements) {
   EXPECT_TRUE(all_close("gelu out beyond 2^31", download_at(d_out, k2To31, tail), out_tail, one_ulp<T>(1e-5)));
 }
 
-// Logits of N x V = 42,752 x 50,257 > 2^31 elements (GPT-2's vocabulary): the first row and the
-// last three rows are random and compared (the rows between hold a constant, their losses must be
-// finite: written, not poison).
+// Logits of N x Vp = 42,691 x 50,304 > 2^31 elements (GPT-2's vocabulary, V = 50,257, in rows
+// padded to Vp as the model holds them): the first row and the last three rows are random and
+// compared (the rows between hold a constant, their losses must be finite: written, not poison).
 TYPED_TEST(KernelsLargeCuda, CrossEntropyBeyond2To31Logits) {
   SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  const std::size_t V = 50257, N = k2To31 / V + 1, checked = 3;
-  ASSERT_GT(N * V, k2To31);
+  const std::size_t V = 50257, Vp = 50304, N = k2To31 / Vp + 1, checked = 3;
+  ASSERT_GT(N * Vp, k2To31);
   const float dloss = 0.5f;
-  const std::vector<T> head = random_values<T>(V, 2501, -4.0, 4.0);
-  const std::vector<T> tail = random_values<T>(checked * V, 2502, -4.0, 4.0);
+  const std::vector<T> head = random_values<T>(Vp, 2501, -4.0, 4.0);
+  const std::vector<T> tail = random_values<T>(checked * Vp, 2502, -4.0, 4.0);
   const std::vector<std::int32_t> targets = random_tokens(N, 2503, static_cast<std::int32_t>(V));
   std::vector<float> head_loss(1), tail_losses(checked);
-  std::vector<T> head_dlogits(V), tail_dlogits(checked * V);
+  std::vector<T> head_dlogits(Vp), tail_dlogits(checked * Vp);
   const std::int32_t* tail_targets = targets.data() + (N - checked);
-  cpu::cross_entropy_forward(head_loss.data(), head.data(), targets.data(), 1, V);
-  cpu::cross_entropy_backward(head_dlogits.data(), head.data(), targets.data(), dloss, 1, V);
-  cpu::cross_entropy_forward(tail_losses.data(), tail.data(), tail_targets, checked, V);
-  cpu::cross_entropy_backward(tail_dlogits.data(), tail.data(), tail_targets, dloss, checked, V);
+  cpu::cross_entropy_forward(head_loss.data(), head.data(), targets.data(), 1, V, Vp);
+  cpu::cross_entropy_backward(head_dlogits.data(), head.data(), targets.data(), dloss, 1, V, Vp);
+  cpu::cross_entropy_forward(tail_losses.data(), tail.data(), tail_targets, checked, V, Vp);
+  cpu::cross_entropy_backward(tail_dlogits.data(), tail.data(), tail_targets, dloss, checked, V, Vp);
 
   TestStream stream;
-  DeviceBuffer<T> d_logits(N * V);
+  DeviceBuffer<T> d_logits(N * Vp);
   DeviceBuffer<float> d_losses(N);
   DeviceBuffer<std::int32_t> d_targets(targets);
-  fill_nonzero(d_logits, N * V);
+  fill_nonzero(d_logits, N * Vp);
   upload_at(d_logits, 0, head);
-  upload_at(d_logits, (N - checked) * V, tail);
+  upload_at(d_logits, (N - checked) * Vp, tail);
   d_losses.poison();
-  cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V);
+  cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, Vp);
   // In place, as the GPT head calls it.
-  cuda::cross_entropy_backward<T>(stream.get(), d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V);
+  cuda::cross_entropy_backward<T>(stream.get(), d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V, Vp);
   finish();
   const std::vector<float> losses = d_losses.download();
   EXPECT_EQ(std::count_if(losses.begin(), losses.end(), [](float l) { return !std::isfinite(l); }), 0);
@@ -325,9 +325,9 @@ TYPED_TEST(KernelsLargeCuda, CrossEntropyBeyond2To31Logits) {
   EXPECT_TRUE(gpu_test::all_close("cross-entropy losses, last rows",
                                   std::vector<float>(losses.end() - static_cast<std::ptrdiff_t>(checked), losses.end()),
                                   tail_losses, loss_tol));
-  EXPECT_TRUE(all_close("cross-entropy dlogits, first row", download_at(d_logits, 0, V), head_dlogits, grad_tol));
+  EXPECT_TRUE(all_close("cross-entropy dlogits, first row", download_at(d_logits, 0, Vp), head_dlogits, grad_tol));
   EXPECT_TRUE(all_close("cross-entropy dlogits, last rows (beyond 2^31)",
-                        download_at(d_logits, (N - checked) * V, checked * V), tail_dlogits, grad_tol));
+                        download_at(d_logits, (N - checked) * Vp, checked * Vp), tail_dlogits, grad_tol));
 }
 
 }  // namespace

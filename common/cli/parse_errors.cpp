@@ -1,5 +1,7 @@
 #include "common/cli/parse_errors.h"
 
+#include "common/cli/suggestion.h"
+
 #include <algorithm>
 #include <functional>
 #include <optional>
@@ -20,6 +22,21 @@ const CLI::App& chosen_command(const CLI::App& app) {
 const CLI::Option* find_option(const CLI::App& command, const std::string& name) {
   if (const CLI::Option* option = command.get_option_no_throw(name)) return option;
   return command.get_parent() != nullptr ? command.get_parent()->get_option_no_throw(name) : nullptr;
+}
+
+// Every flag `command` knows, as typed: "--model", "-h".
+std::vector<std::string> flag_names(const CLI::App& command) {
+  std::vector<std::string> names;
+  for (const CLI::Option* option : command.get_options()) {
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+    for (const std::string& name : option->get_snames()) names.push_back("-" + name);
+  }
+  return names;
+}
+
+// "; did you mean --model?" for a word that is no flag of `command` ("--mdoel" or "--mdoel=x").
+std::string flag_suggestion(const CLI::App& command, const std::string& word) {
+  return did_you_mean(word.substr(0, word.find('=')), flag_names(command));
 }
 
 // "{sequential,eager,lazy}" (CLI::IsMember's set) -> "one of sequential, eager, lazy".
@@ -60,6 +77,27 @@ std::string unread_words(const std::vector<std::string>& words) {
   std::string phrase = "unexpected arguments ";
   for (std::size_t i = 0; i < words.size(); ++i) phrase += (i ? ", '" : "'") + words[i] + "'";
   return phrase;
+}
+
+// The flags of `command` that the unread words starting with '-' were meant to be: "; did you
+// mean --model?" for one such word, "; did you mean --model (for --mdoel)?" naming each of several.
+std::string suggestions_for(const CLI::App& command, const std::vector<std::string>& words) {
+  std::vector<std::pair<std::string, std::string>> meant;  // {word, suggestion}
+  for (const std::string& word : words)
+    if (word.rfind('-', 0) == 0)
+      if (std::string suggestion = flag_suggestion(command, word); !suggestion.empty()) meant.emplace_back(word, suggestion);
+  if (meant.size() == 1 && words.size() == 1) return meant.front().second;
+  std::string text;
+  for (const auto& [word, suggestion] : meant)  // "; did you mean --model?" -> "; did you mean --model (for --mdoel)?"
+    text += suggestion.substr(0, suggestion.size() - 1) + " (for " + word.substr(0, word.find('=')) + ")?";
+  return text;
+}
+
+// The words CLI11 did not read, explained: "unknown flag '--mdoel' for trainmem train; did you
+// mean --model?"; "" when it read every word.
+std::string unread_explained(const CLI::App& app, const CLI::App& command) {
+  const std::vector<std::string> words = app.remaining(/*recurse=*/true);
+  return words.empty() ? "" : unread_words(words) + " for " + command_path(app) + suggestions_for(command, words);
 }
 
 // CLI11's texts are taken apart with find(), not std::regex: its matcher recurses once per
@@ -117,6 +155,9 @@ std::string explain_mismatch(const CLI::App& command, const std::string& what) {
 std::string explain_validation(const std::string& what) {
   const std::size_t set = what.rfind(" not in {");
   const auto name_rest = split(what, ": ");
+  // A check whose message names its flag itself ("--fsdp-prefetch takes on|off ..."): CLI11's
+  // "--fsdp-prefetch: " before it would say the name twice.
+  if (name_rest && starts_with(name_rest->second, name_rest->first + " ")) return name_rest->second;
   if (set == std::string::npos || !name_rest || !ends_with(what, "}") || set < name_rest->first.size() + 2) return what;
   const std::size_t value_at = name_rest->first.size() + 2;
   return name_rest->first + " takes " + one_of(what.substr(set + 8)) + ", not '" + what.substr(value_at, set - value_at) + "'";
@@ -127,12 +168,14 @@ std::string explain_validation(const std::string& what) {
 std::string explain_required(const CLI::App& app, const CLI::App& command, const std::string& what) {
   if (&command == &app && what.find("subcommand") != std::string::npos) {
     const std::vector<std::string> words = app.remaining();
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands(std::function<bool(const CLI::App*)>{})) commands.push_back(sub->get_name());
     if (!words.empty())
-      return words.front().rfind('-', 0) == 0 ? "unknown flag '" + words.front() + "'"
-                                               : "unknown command '" + words.front() + "'";
+      return words.front().rfind('-', 0) == 0
+                 ? "unknown flag '" + words.front() + "'" + flag_suggestion(app, words.front())
+                 : "unknown command '" + words.front() + "'" + did_you_mean(words.front(), commands);
     std::string names;
-    for (const CLI::App* sub : app.get_subcommands(std::function<bool(const CLI::App*)>{}))
-      names += (names.empty() ? "" : ", ") + sub->get_name();
+    for (const std::string& name : commands) names += (names.empty() ? "" : ", ") + name;
     return "name a command: " + names;
   }
   // An option group of which at most one may be given (CLI11's require_option(0, 1)): the ones given.
@@ -152,7 +195,11 @@ std::string explain_required(const CLI::App& app, const CLI::App& command, const
   if (ends_with(what, required)) {
     const std::string name = what.substr(0, what.size() - required.size());
     const CLI::Option* option = find_option(command, name);
-    return command_path(app) + " needs " + name + (option ? " (" + what_it_takes(*option) + ")" : std::string());
+    // CLI11 checks what is required before the words it could not read: a mistyped flag
+    // ("tokens --dta x") would go unmentioned, and it may be the one the user meant to give.
+    const std::string unread = unread_explained(app, command);
+    return command_path(app) + " needs " + name + (option ? " (" + what_it_takes(*option) + ")" : std::string()) +
+           (unread.empty() ? "" : "; and " + unread);
   }
   return what;
 }
@@ -172,8 +219,8 @@ std::string explain_parse_error(const CLI::App& app, const CLI::ParseError& erro
   if (dynamic_cast<const CLI::ValidationError*>(&error)) return explain_validation(what);
   if (dynamic_cast<const CLI::RequiredError*>(&error)) return explain_required(app, command, what);
   if (dynamic_cast<const CLI::ExtrasError*>(&error)) {  // "The following argument was not expected: --bogus"
-    const std::vector<std::string> words = app.remaining(/*recurse=*/true);
-    return words.empty() ? what : unread_words(words) + " for " + command_path(app);
+    const std::string unread = unread_explained(app, command);
+    return unread.empty() ? what : unread;
   }
   // "--zero excludes --fsdp", "--offload requires --zero" (CLI11's excludes() and needs())
   if (dynamic_cast<const CLI::ExcludesError*>(&error))

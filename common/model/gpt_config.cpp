@@ -1,5 +1,10 @@
 #include "common/model/gpt_config.h"
 
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+#include <utility>
+
 #include <nlohmann/json.hpp>
 
 #include "common/model/parameter_table.h"
@@ -64,12 +69,26 @@ std::vector<std::string> gpt_preset_names() {
   return names;
 }
 
+// A preset by its name or an alias, in any case ("GPT2-Medium" is gpt2-350m). The config keeps
+// the preset's own name.
 GPTConfig gpt_preset(const std::string& name) {
+  // The names Hugging Face gives the GPT-2 checkpoints, for the sizes above.
+  static constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
+      {"gpt2", "gpt2-124m"},        {"gpt2-small", "gpt2-124m"}, {"gpt2-medium", "gpt2-350m"},
+      {"gpt2-large", "gpt2-774m"}, {"gpt2-xl", "gpt2-1.5b"},
+  };
+  std::string wanted = name;
+  std::transform(wanted.begin(), wanted.end(), wanted.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const auto& [alias, preset] : kAliases)
+    if (wanted == alias) wanted = preset;
   for (const Preset& p : kPresets)
-    if (name == p.name) return GPTConfig{p.name, p.vocab, p.seq, p.layers, p.heads, p.dim};
+    if (wanted == p.name) return GPTConfig{p.name, p.vocab, p.seq, p.layers, p.heads, p.dim};
   std::string known;
   for (const Preset& p : kPresets) known += std::string(known.empty() ? "" : ", ") + p.name;
-  throw GPTConfigError("unknown model '" + name + "' (presets: " + known + "; or give --layers --heads --dim --seq --vocab)");
+  std::string aliases;
+  for (const auto& [alias, preset] : kAliases) aliases += std::string(aliases.empty() ? "" : ", ") + std::string(alias) + "=" + std::string(preset);
+  throw GPTConfigError("unknown model '" + name + "' (presets: " + known + ", in any case; aliases " + aliases +
+                       "; or give --layers --heads --dim --seq --vocab)");
 }
 
 }  // namespace trainmem

@@ -32,6 +32,19 @@ TEST(ByteSize, ParsesBinaryAndDecimalUnits) {
   EXPECT_EQ(parse_byte_size("2 kib"), 2048u);
 }
 
+// A one-letter unit is binary and a two-letter one decimal, in any case: 24G = 24GiB, 24GB =
+// 24gb, 7% less. The text every size's --help shows says so, in bytes.
+TEST(ByteSize, GIsGiBAndGBIsDecimalAndTheHelpSaysSo) {
+  EXPECT_EQ(parse_byte_size("24G"), 24 * GiB);
+  EXPECT_EQ(parse_byte_size("24g"), parse_byte_size("24GiB"));
+  EXPECT_EQ(parse_byte_size("24gib"), parse_byte_size("24GiB"));
+  EXPECT_EQ(parse_byte_size("24gb"), 24'000'000'000u);
+  EXPECT_EQ(parse_byte_size("24Gb"), parse_byte_size("24GB"));
+  const std::string units = byte_size_units();
+  EXPECT_NE(units.find("24G = 24GiB = 25769803776 bytes"), std::string::npos) << units;
+  EXPECT_NE(units.find("24GB = 24gb = 24000000000 bytes"), std::string::npos) << units;
+}
+
 // --help named 4EiB as --device-memory's limit, and the parser knew no unit past TiB.
 TEST(ByteSize, ParsesPetaAndExaUnits) {
   EXPECT_EQ(parse_byte_size("1PiB"), std::uint64_t{1} << 50);

@@ -58,7 +58,13 @@ std::string byte_size_units() {
     const bool last_of_its_base = i + 1 == std::size(kUnits) || kUnits[i + 1].base != unit.base;
     if (last_of_its_base && unit.base != 1) text += " (powers of " + std::to_string(unit.base) + ")";
   }
-  return text + ", in any case";
+  // The one difference that matters in practice, in bytes from the table above: G is GiB, GB is decimal.
+  const auto bytes_in = [](std::string_view name) {
+    for (const ByteUnit& unit : kUnits)
+      if (unit.name == name) return std::to_string(24 * bytes_of(unit));
+    return std::string();
+  };
+  return text + ", in any case: 24G = 24GiB = " + bytes_in("GiB") + " bytes, 24GB = 24gb = " + bytes_in("GB") + " bytes";
 }
 
 std::string exact_byte_size(std::uint64_t bytes) {

@@ -29,8 +29,9 @@ std::size_t parse_byte_size(std::string_view text);
 // The names of the units parse_byte_size accepts, as byte_size_units() lists them.
 std::vector<std::string_view> byte_size_unit_names();
 
-// The units parse_byte_size accepts, for help texts and messages:
-// "B, KiB/K, MiB/M, ... (powers of 1024), KB, MB, ... (powers of 1000)".
+// The units parse_byte_size accepts, for help texts and messages: "B, KiB/K, MiB/M, ... (powers
+// of 1024), KB, MB, ... (powers of 1000), in any case: 24G = 24GiB = 25769803776 bytes, 24GB =
+// 24gb = 24000000000 bytes" (a one-letter unit is binary; GB is not GiB).
 std::string byte_size_units();
 
 // A size as parse_byte_size reads it back exactly, in the largest binary unit that divides it:

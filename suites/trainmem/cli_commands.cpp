@@ -1,6 +1,7 @@
 // The trainmem command line: every subcommand on one CLI11 app. main.cpp and the flag fuzzer
 // (fuzz/fuzz_flags.cpp) both build their app here, so the fuzzer parses exactly what users type into.
 #include "common/cli/output_flags.h"
+#include "common/results/result_json.h"
 #include "suites/trainmem/cli_common.h"
 
 namespace trainmem::cli {
@@ -10,6 +11,8 @@ void add_commands(CLI::App& app, Command& run) {
   app.footer("Run 'trainmem <command> --help' for a command's flags.\n"
              "Exit codes: 0 ok; 1 the run failed (e.g. out of memory); 2 a wrong flag, value or input file.");
   app.require_subcommand(1);
+  // "trainmem 0.1.0": CMake's project(VERSION), the version every result file records.
+  app.set_version_flag("--version", std::string("trainmem ") + trainmem_version(), "Print the version and exit");
   add_info_command(app, run);
   add_replay_command(app, run);
   add_train_command(app, run);

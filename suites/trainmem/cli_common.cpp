@@ -1,6 +1,7 @@
 #include "suites/trainmem/cli_common.h"
 
 #include "common/util/byte_size.h"
+#include "suites/trainmem/estimator/gpu_catalog.h"
 
 namespace trainmem::cli {
 
@@ -52,6 +53,14 @@ void add_pattern_flag(CLI::App& command, DeviceFlags& flags) {
                   "CUDA backend's (its flash attention workspace, its gradient-norm accumulator)")
       ->type_name("cpu|cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
+void add_gpu_flag(CLI::App& command, std::string& gpu, const std::string& help) {
+  command.add_option("--gpu", gpu, help + " (its memory as the card reports it, less " +
+                                       exact_byte_size(estimator::kCudaContextBytes) +
+                                       " for the CUDA context): " + estimator::gpu_names())
+      ->type_name("NAME")
+      ->check(parses_with([](const std::string& name) { estimator::find_gpu(name); }));
 }
 
 std::size_t DeviceFlags::device_memory_or(std::size_t fallback) const {

@@ -55,6 +55,10 @@ void add_device_flags(CLI::App& command, DeviceFlags& flags);
 // --device-memory and --allocator-config only (subcommands that simulate a device: replay).
 void add_memory_flags(CLI::App& command, DeviceFlags& flags);
 
+// --gpu NAME (estimate, max-batch): a card of the catalog (estimator/gpu_catalog.h), checked while
+// parsing; `help` says what the card is for, the names are added to it.
+void add_gpu_flag(CLI::App& command, std::string& gpu, const std::string& help);
+
 // The whole program: its description, footer and every subcommand below (cli_commands.cpp). main
 // and the flag fuzzer (fuzz/fuzz_flags.cpp) call it on `CLI::App app{"", "trainmem"}`.
 void add_commands(CLI::App& app, Command& run);

@@ -80,7 +80,7 @@ estimator::EstimateTarget target_for(const EstimateFlags& f, DeviceKind backend)
     const estimator::GpuSpec& g = estimator::find_gpu(f.gpu);
     t.name = g.name + " (" + g.description + ")";
     t.total_bytes = g.total_bytes;
-    t.usable_bytes = g.total_bytes - estimator::kCudaContextBytes;
+    t.usable_bytes = g.usable_bytes();
   } else if (!f.train.device.device_memory.empty()) {
     t.name = "--device-memory " + f.train.device.device_memory;
     t.total_bytes = t.usable_bytes = parse_device_memory(f.train.device.device_memory);
@@ -143,8 +143,7 @@ void add_estimate_command(CLI::App& app, Command& run) {
                   "mpirun, estimate does too, and rank 0 prints); with --zero or --fsdp, the figures are per rank")
       ->capture_default_str()
       ->check(whole_number(1, FlagLimits::max_world_size));
-  cmd->add_option("--gpu", flags->gpu, "Size the estimate for this card: " + estimator::gpu_names())
-      ->check(parses_with([](const std::string& name) { estimator::find_gpu(name); }));
+  add_gpu_flag(*cmd, flags->gpu, "Size the estimate for this card");
   cmd->add_flag("--json", flags->json, "Print JSON instead of the table");
   cmd->callback([flags, cmd, &run] {
     flags->world_size_given = cmd->count("--world-size") > 0;

@@ -23,6 +23,7 @@
 #include "common/util/byte_size.h"
 #include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/estimate_flags.h"
+#include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/estimator/trial_run.h"
 #include "common/cli/flag_ranges.h"
@@ -35,12 +36,18 @@ namespace {
 
 struct MaxBatchFlags {
   TrainFlags train;
+  std::string gpu;  // --gpu NAME: the trials' device memory is that card's usable memory
   std::size_t limit = 4096;
   bool json = false;
 };
 
 int run_max_batch(const MaxBatchFlags& f) {
-  const DeviceOptions options = f.train.device.to_options();
+  DeviceOptions options = f.train.device.to_options();
+  if (!f.gpu.empty()) {
+    if (!f.train.device.device_memory.empty())
+      throw std::invalid_argument("give --gpu NAME or --device-memory SIZE, not both");
+    options.device_memory = estimator::find_gpu(f.gpu).usable_bytes();
+  }
   const GPTConfig config = model_config(f.train);
   // Data first: --data checked as train checks it, for the smallest batch tried (B = 1). The
   // trials are real runs: a file's tokens are read once for all of them; synthetic data is made
@@ -58,6 +65,7 @@ int run_max_batch(const MaxBatchFlags& f) {
     capacity = device->memory().free_bytes();  // the budget on the CPU; on a GPU, less the CUDA context
     backend = device->kind();
     device_name = device->memory().name();
+    if (!f.gpu.empty()) device_name += " sized as " + estimator::find_gpu(f.gpu).description;
   }
   const TrainingSetup setup = training_setup(f.train, backend, dataset_tokens);
   if (const Technique* sharding = registered_techniques().sharding(setup))
@@ -180,6 +188,8 @@ void add_max_batch_command(CLI::App& app, Command& run) {
   cmd->add_option("--limit", flags->limit, "Search no further than this micro-batch")
       ->capture_default_str()
       ->check(whole_number(1, FlagLimits::max_batch));
+  add_gpu_flag(*cmd, flags->gpu,
+               "Try the runs with this card's memory: the device budget on cpu, a cap on a larger card on cuda");
   cmd->add_flag("--json", flags->json, "Print JSON (the trials go to stderr)");
   cmd->callback([flags, &run] { run = [flags] { return run_max_batch(*flags); }; });
 }

@@ -1,9 +1,10 @@
 // trainmem train: trains a GPT on the chosen device and shows its memory as it goes.
 //
 //   trainmem train --model tiny --steps 300 --json run.json
-//   step   10/300 | loss 4.2210 | 21.4 ms | 11963 tok/s | mem 2.91 MiB/24.00 MiB (peak 8.09 MiB/24.00 MiB)
+//   step   10/300 | fp32 accum=1 ... | loss 4.2210 | 21.4 ms | 11963 tok/s | mem 2.91 MiB/24.00 MiB | peak 8.09 MiB/24.00 MiB | ETA 0:06
+//   done: 300 steps in 6.42 s | mean step 21.4 ms | 11963 tok/s | peak allocated 8.09 MiB | peak reserved 24.00 MiB
 //
-// mem=ALLOCATED/RESERVED is what the program holds / what the allocator holds from the device,
+// (progress_line.h: on a terminal the line fits its width.) mem=ALLOCATED/RESERVED is what the program holds / what the allocator holds from the device,
 // the familiar "GPU=1.3GB/6.8GB" readout; the gap between them is cached free memory.
 #include <unistd.h>
 
@@ -35,28 +36,13 @@
 #include "suites/trainmem/estimate_flags.h"
 #include "suites/trainmem/estimator/meta_run.h"
 #include "suites/trainmem/estimator/oom_advice.h"
+#include "suites/trainmem/progress_line.h"
 #include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
 
 namespace trainmem::cli {
 
 namespace {
-
-std::string progress_line(const StepResult& r, long total, std::string techniques) {
-  if (r.loss_scale != 1.0) {
-    char scale[48];
-    std::snprintf(scale, sizeof scale, " scale=%g", r.loss_scale);
-    techniques += scale;
-  }
-  if (r.skipped) techniques += " SKIPPED(inf/nan grads)";
-  char line[400];
-  std::snprintf(line, sizeof line, "step %4ld/%ld | %s | loss %.4f | %7.1f ms | %8.0f tok/s | mem %s/%s (peak %s/%s)", r.step,
-                total, techniques.c_str(), r.loss, r.ms, r.tokens_per_s, format_bytes(static_cast<std::uint64_t>(r.allocated_bytes)).c_str(),
-                format_bytes(static_cast<std::uint64_t>(r.reserved_bytes)).c_str(),
-                format_bytes(static_cast<std::uint64_t>(r.peak_allocated_bytes)).c_str(),
-                format_bytes(static_cast<std::uint64_t>(r.peak_reserved_bytes)).c_str());
-  return line;
-}
 
 // The files the run will write (common/util/output_file.h): each path can be written.
 void check_output_flags(const TrainFlags& flags) {
@@ -235,6 +221,8 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
 
   // (mpirun forwards output through a pseudo-terminal: one line per step there, not a redrawn one)
   const bool terminal = isatty(STDOUT_FILENO) && !launched_by_mpirun();
+  RunSummary summary;
+  std::size_t drawn = 0;  // the length of the line on the terminal, which the next one overwrites
   nlohmann::json steps = nlohmann::json::array();
   for (long i = 0; i < flags.steps; ++i) {
     const StepResult r = run.step();
@@ -248,11 +236,24 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
                      {"tokens_per_s", r.tokens_per_s},
                      {"allocated_bytes", r.allocated_bytes},
                      {"reserved_bytes", r.reserved_bytes}});
-    // On a terminal, one line redrawn in place; in a log, one line per step.
-    if (reporting_rank)
-      std::cout << (terminal ? "\r" : "") << progress_line(r, flags.steps, techniques)
-                << (terminal && i + 1 < flags.steps ? "" : "\n") << std::flush;
+    summary.add(r);
+    if (!reporting_rank) continue;
+    // On a terminal, one line redrawn in place, narrower than the terminal (the last column left
+    // free: some terminals wrap as soon as it is written), padded over the longer line before it;
+    // in a log, one line per step with every field.
+    if (terminal) {
+      std::string line = progress_line(r, flags.steps, techniques, summary.eta_seconds(flags.steps),
+                                       std::max<std::size_t>(terminal_width(STDOUT_FILENO), 2) - 1);
+      const std::size_t length = line.size();
+      line.resize(std::max(length, drawn), ' ');
+      drawn = length;
+      std::cout << '\r' << line << (i + 1 < flags.steps ? "" : "\n") << std::flush;
+    } else {
+      std::cout << progress_line(r, flags.steps, techniques, summary.eta_seconds(flags.steps), kAnyWidth) << '\n'
+                << std::flush;
+    }
   }
+  if (reporting_rank) std::cout << summary.line() << '\n' << std::flush;
 
   // Every rank's peaks, gathered before rank 0 writes the files (every rank takes part).
   const std::vector<RankPeaks> ranks_peaks = world ? gather_rank_peaks(device->allocator().stats(), *world)

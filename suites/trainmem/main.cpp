@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
     return app.exit(e);  // prints the help of the subcommand named, if any; exit code 0
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);  // "trainmem 0.1.0" on stdout; exit code 0
   } catch (const CLI::ParseError& e) {
     // CLI11's error in our words: the flag, what was given, what it takes (parse_errors.h).
     // Through fail(): under mpirun the ranks whose flags parsed are already waiting for this one.

@@ -16,7 +16,7 @@ GPTConfig model_config(const TrainFlags& f) {
   if (f.dim) c.dim = *f.dim;
   if (f.seq) c.seq = *f.seq;
   if (f.vocab) c.vocab = *f.vocab;
-  if (f.layers || f.heads || f.dim || f.seq || f.vocab) c.name = f.model + "+custom";
+  if (f.layers || f.heads || f.dim || f.seq || f.vocab) c.name += "+custom";  // the preset's own name, not the alias
   c.validate();
   check_run_sizes(c, f.batch);  // every size the run computes stays below 2^62 bytes
   return c;
@@ -25,7 +25,11 @@ GPTConfig model_config(const TrainFlags& f) {
 void add_model_flags(CLI::App& command, TrainFlags& flags) {
   std::string presets;
   for (const std::string& name : gpt_preset_names()) presets += (presets.empty() ? "" : ", ") + name;
-  command.add_option("--model", flags.model, "Preset: " + presets)
+  command
+      .add_option("--model", flags.model,
+                  "Preset: " + presets + ", in any case; also GPT-2's Hugging Face names (gpt2 and gpt2-small = "
+                  "gpt2-124m, gpt2-medium, gpt2-large, gpt2-xl)")
+      ->type_name("NAME")
       ->capture_default_str();
   using L = FlagLimits;
   command.add_option("--layers", flags.layers, "Override the preset's number of layers L")->check(whole_number(1, L::max_layers));

@@ -75,6 +75,15 @@ TEST(Cli, HelpWorksForTheProgramAndEverySubcommand) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " in\n" << r.out;
 }
 
+// --version: the project's version, from CMake's project(VERSION) (before: an unknown flag, exit 2).
+TEST(Cli, VersionPrintsTheProjectsVersion) {
+  const CliRun r = trainmem("--version");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("trainmem ") + TRAINMEM_PROJECT_VERSION + "\n");
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  expect_input_error("train --mdoel tiny", "did you mean --model");
+}
+
 // --- Wrong command lines: exit 2, one line
 
 TEST(Cli, WrongFlagsAndValuesAreOneLineErrors) {
@@ -234,9 +243,22 @@ TEST(Cli, TrainPrintsAProgressLinePerStepAndWritesItsResult) {
   const std::string json_path = temp_path("train_result.json");
   const CliRun r = trainmem("train --device cpu --model tiny --steps 3 --batch 2 --json " + json_path);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(count_lines(r.out), 3) << r.out;
-  for (const char* text : {"step    3/3", "fp32 accum=1 recompute=none attention=naive", "loss ", "ms", "tok/s", "mem ", "(peak "})
+  // Not a terminal (stdout is a pipe): one line per step with every field, none redrawn, then the summary.
+  EXPECT_EQ(count_lines(r.out), 4) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  for (const char* text : {"step    3/3", "fp32 accum=1 recompute=none attention=naive", "loss ", "ms", "tok/s", "mem ", "peak ", "ETA "})
     EXPECT_NE(r.out.find(text), std::string::npos) << text << " in\n" << r.out;
+  // The summary's peaks are the last step's ("peak ALLOCATED/RESERVED"), in binary units.
+  const std::size_t summary_at = r.out.find("done: 3 steps in ");
+  ASSERT_NE(summary_at, std::string::npos) << r.out;
+  const std::string summary = r.out.substr(summary_at), last_step = r.out.substr(0, summary_at);
+  const std::size_t peak_at = last_step.rfind("peak ") + 5, slash = last_step.find('/', peak_at);
+  const std::size_t peak_end = last_step.find_first_of(" |\n", last_step.find(' ', slash + 1) + 1);
+  const std::string peak_allocated = last_step.substr(peak_at, slash - peak_at);
+  const std::string peak_reserved = last_step.substr(slash + 1, peak_end - slash - 1);
+  for (const std::string& text : {std::string("mean step "), std::string(" tok/s"), "peak allocated " + peak_allocated,
+                                  "peak reserved " + peak_reserved, std::string(" MiB")})
+    EXPECT_NE(summary.find(text), std::string::npos) << text << " in\n" << summary;
   const nlohmann::json j = parse_json(read_text_file(json_path));
   EXPECT_EQ(j["config"]["model"]["name"], "tiny");
   EXPECT_EQ(j["config"]["batch"], 2);
@@ -401,6 +423,20 @@ TEST(Cli, MaxBatchFindsTheEstimatorsAnswerByTrying) {
     if (t["batch"] == best + 1) oom_seen = !t["fits"].get<bool>();
   }
   EXPECT_TRUE(fit_seen && oom_seen) << j["trials"].dump();
+}
+
+// max-batch --gpu NAME tries the runs with that card's usable memory, the estimate's figure for it.
+TEST(Cli, MaxBatchTakesAGpuAsEstimateDoes) {
+  const CliRun estimate = trainmem("estimate --model tiny --gpu t4-16gb --json");
+  ASSERT_EQ(estimate.exit_code, 0) << estimate.err;
+  const CliRun r = trainmem("max-batch --device cpu --model tiny --gpu T4-16GB --limit 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = parse_json(r.out);
+  EXPECT_EQ(j["capacity_bytes"], parse_json(estimate.out)["device"]["usable_bytes"]);
+  EXPECT_EQ(j["max_batch"], 2);
+  EXPECT_NE(j["device"].get<std::string>().find("T4"), std::string::npos) << j["device"];
+  expect_input_error("max-batch --gpu t4-16gb --device-memory 1GiB", "not both");
+  expect_input_error("max-batch --gpu t5", "--gpu: must be one of");
 }
 
 // Out of memory, the report names the cheapest technique that makes the run fit, with the figures.

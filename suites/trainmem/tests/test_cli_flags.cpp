@@ -7,6 +7,8 @@
 // "Could not convert: --pinned = maybe").
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -14,7 +16,12 @@
 #include <vector>
 
 #include "common/cli/parse_errors.h"
+#include "common/cli/suggestion.h"
+#include "common/model/gpt_config.h"
+#include "common/util/byte_size.h"
 #include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/estimator/gpu_catalog.h"
+#include "suites/trainmem/train_flags.h"
 
 namespace trainmem::cli {
 namespace {
@@ -166,6 +173,145 @@ TEST(CliFlags, TheFuzzDictionaryNamesEveryCommandAndFlag) {
     for (const CLI::Option* option : command->get_options())
       for (const std::string& name : option->get_lnames())
         EXPECT_NE(dictionary.str().find("\"--" + name + "\"\n"), std::string::npos) << "--" << name << " of " << command->get_name();
+  }
+}
+
+
+// --- Habits (issue 27, item 8)
+
+// The subcommands of the app main builds, each with the long names of its flags.
+std::vector<std::pair<std::string, std::vector<std::string>>> every_command_and_flag() {
+  CLI::App app{"", "trainmem"};
+  Command run;
+  add_commands(app, run);
+  std::vector<std::pair<std::string, std::vector<std::string>>> commands;
+  const CLI::App& program = app;
+  for (const CLI::App* command : program.get_subcommands(std::function<bool(const CLI::App*)>{})) {
+    std::vector<std::string> flags;
+    for (const CLI::Option* option : command->get_options())
+      for (const std::string& name : option->get_lnames()) flags.push_back("--" + name);
+    commands.emplace_back(command->get_name(), flags);
+  }
+  return commands;
+}
+
+// How often `flag` appears in `text` as a whole name ("--fsdp" in "--fsdp-unit" does not count).
+int times_named(const std::string& text, const std::string& flag) {
+  int count = 0;
+  for (std::size_t at = text.find(flag); at != std::string::npos; at = text.find(flag, at + 1)) {
+    const std::size_t after = at + flag.size();
+    const bool whole = after == text.size() || !(std::isalnum(static_cast<unsigned char>(text[after])) || text[after] == '-');
+    count += whole ? 1 : 0;
+  }
+  return count;
+}
+
+TEST(CliTypos, EditDistanceCountsASwapOfNeighboursAsOneEdit) {
+  EXPECT_EQ(edit_distance("mdoel", "model"), 1u);
+  EXPECT_EQ(edit_distance("model", "model"), 0u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(did_you_mean("--bogus", {"--json", "--device"}), "");
+  EXPECT_EQ(did_you_mean(std::string(131072, 'x'), {"--model"}), "");  // a 128 KiB word: no table filled
+}
+
+// A mistyped flag gets the nearest flag of its command, for every subcommand and every flag;
+// a mistyped command, the nearest command. Before: "unknown flag '--mdoel' for trainmem train".
+TEST(CliTypos, AMistypedFlagOrCommandGetsTheNearestName) {
+  EXPECT_EQ(explained({"train", "--mdoel", "tiny"}),
+            "unexpected arguments '--mdoel', 'tiny' for trainmem train; did you mean --model (for --mdoel)?");
+  EXPECT_EQ(explained({"estimate", "--mdoel=tiny"}), "unknown flag '--mdoel=tiny' for trainmem estimate; did you mean --model?");
+  EXPECT_EQ(explained({"trian"}), "unknown command 'trian'; did you mean train?");
+  EXPECT_EQ(explained({"--verison"}), "unknown flag '--verison'; did you mean --version?");
+  EXPECT_EQ(explained({"info", "--bogus"}), "unknown flag '--bogus' for trainmem info");  // nothing near: no guess
+  for (const auto& [command, flags] : every_command_and_flag())
+    for (const std::string& flag : flags) {
+      if (flag.size() < 6) continue;  // "--lr": a letter less is another short word, not a typo of it
+      std::string typo = flag;
+      typo.erase(3, 1);  // "--mdel"
+      if (std::find(flags.begin(), flags.end(), typo) != flags.end()) continue;
+      const std::string e = explained({command, typo});
+      EXPECT_NE(e.find("did you mean"), std::string::npos) << command << " " << typo << ": " << e;
+      EXPECT_EQ(times_named(e, flag), 1) << command << " " << typo << ": " << e;
+    }
+}
+
+// An error names its flag once. Before: "--gpu: --gpu must be one of ...", "--fsdp-prefetch:
+// --fsdp-prefetch takes on|off ...".
+TEST(CliParseErrors, NoErrorRepeatsItsFlagName) {
+  for (const auto& [command, flags] : every_command_and_flag())
+    for (const std::string& flag : flags)
+      for (const char* value : {"nonsense!", "-1", "1e999"}) {
+        CLI::App app{"", "trainmem"};
+        Command run;
+        add_commands(app, run);
+        std::vector<std::string> args{"trainmem", command, flag, value};
+        std::vector<const char*> argv;
+        for (const std::string& a : args) argv.push_back(a.c_str());
+        try {
+          app.parse(static_cast<int>(argv.size()), argv.data());
+        } catch (const CLI::ParseError& e) {
+          const std::string message = explain_parse_error(app, e);
+          EXPECT_LE(times_named(message, flag), 1) << command << " " << flag << " " << value << ": " << message;
+        }
+      }
+}
+
+// Model names in any case, and GPT-2's Hugging Face names, are the presets (with the preset's own name).
+TEST(ModelNames, AnyCaseAndTheUsualAliasesNameThePresets) {
+  const std::vector<std::pair<std::string, std::string>> same = {
+      {"gpt2", "gpt2-124m"},         {"gpt2-small", "gpt2-124m"}, {"GPT2-Small", "gpt2-124m"},
+      {"gpt2-medium", "gpt2-350m"}, {"gpt2-large", "gpt2-774m"}, {"gpt2-xl", "gpt2-1.5b"},
+      {"GPT2-XL", "gpt2-1.5b"},     {"GPT2-124M", "gpt2-124m"},  {"Tiny", "tiny"}};
+  for (const auto& [given, preset] : same) {
+    SCOPED_TRACE(given);
+    const GPTConfig a = gpt_preset(given), b = gpt_preset(preset);
+    EXPECT_EQ(a.name, preset);
+    EXPECT_EQ(a.num_parameters(), b.num_parameters());
+    EXPECT_EQ(a.seq, b.seq);
+  }
+  TrainFlags flags;
+  flags.model = "GPT2-Medium";
+  flags.layers = 2;
+  EXPECT_EQ(model_config(flags).name, "gpt2-350m+custom");
+  try {
+    gpt_preset("gpt5");
+    ADD_FAILURE() << "gpt5 is no preset";
+  } catch (const GPTConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("gpt2-medium=gpt2-350m"), std::string::npos) << e.what();
+  }
+}
+
+// The GPU list: the common cards, each as the card reports its memory. The "NN GB" of a name is
+// the vendor's nominal capacity; memory comes in binary sizes and ECC and the driver keep a part,
+// so the reported total is at most NN GiB (a figure above it would be decimal GB read as bytes,
+// or a slip), and more than 90% of it (ECC on GDDR keeps 1/16, the driver a few tens of MiB).
+TEST(GpuCatalog, HoldsTheCommonCardsAsTheyReportTheirMemory) {
+  for (const char* name : {"a10-24gb", "a10g-24gb", "v100-16gb", "v100-32gb", "rtx3090-24gb", "rtxa6000-48gb", "l4-24gb",
+                           "l40s-48gb", "h200-141gb", "b200-180gb", "mi300x-192gb", "h100-80gb", "a100-80gb"})
+    EXPECT_NO_THROW(estimator::find_gpu(name)) << name;
+  EXPECT_EQ(estimator::find_gpu("H100-80GB").name, "h100-80gb");  // any case, as model names
+  for (const estimator::GpuSpec& g : estimator::gpu_catalog()) {
+    SCOPED_TRACE(g.name);
+    const std::size_t gb_at = g.name.rfind("gb"), dash = g.name.rfind('-');
+    ASSERT_TRUE(gb_at == g.name.size() - 2 && dash != std::string::npos);
+    const std::size_t nominal = std::stoul(g.name.substr(dash + 1, gb_at - dash - 1));
+    EXPECT_NE(g.description.find(std::to_string(nominal) + "GB"), std::string::npos) << g.description;
+    EXPECT_LE(g.total_bytes, nominal * GiB);
+    EXPECT_GT(g.total_bytes, nominal * GiB / 10 * 9);
+    EXPECT_EQ(g.usable_bytes(), g.total_bytes - estimator::kCudaContextBytes);
+  }
+}
+
+// 24G and 24GiB are one size, 24GB (any case) another, and --help says so where sizes are taken.
+TEST(CliFlags, TheHelpOfASizeSaysWhatGAndGBMean) {
+  CLI::App app{"", "trainmem"};
+  Command run;
+  add_commands(app, run);
+  for (const char* command : {"info", "train", "estimate", "max-batch", "replay"}) {
+    const std::string help = app.get_subcommand(command)->get_option("--device-memory")->get_description();
+    EXPECT_NE(help.find("24G = 24GiB = " + std::to_string(parse_byte_size("24G")) + " bytes"), std::string::npos) << help;
+    EXPECT_NE(help.find("24GB = 24gb = " + std::to_string(parse_byte_size("24gb")) + " bytes"), std::string::npos) << help;
   }
 }
 

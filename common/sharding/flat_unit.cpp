@@ -49,10 +49,14 @@ FlatUnit::FlatUnit(GPT& model, Communicator& comm, UnitLayout layout, Keep param
       copy_device_to_device(device, at(value_shard_.data(), to, dtype_), from, bytes);
     });
   } else {
-    host_value_shard_.assign(layout_.shard_numel * e, std::byte{0});
-    each_piece(first_owned_, first_owned_ + layout_.shard_numel, [&](std::size_t to, const void* from, std::size_t bytes) {
-      copy_device_to_host(device, at(host_value_shard_.data(), to, dtype_), from, bytes);
-    });
+    host_shard_bytes_ = layout_.shard_numel * e;
+    // On the meta device the host shard is counted (host_bytes), never allocated: it grows with the model.
+    if (device.computes()) {
+      host_value_shard_.assign(host_shard_bytes_, std::byte{0});
+      each_piece(first_owned_, first_owned_ + layout_.shard_numel, [&](std::size_t to, const void* from, std::size_t bytes) {
+        copy_device_to_host(device, at(host_value_shard_.data(), to, dtype_), from, bytes);
+      });
+    }
   }
   forget_values();
   forget_grads();

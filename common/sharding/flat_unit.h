@@ -73,7 +73,7 @@ class FlatUnit {
   // With gradients on demand the gradient's address changes from step to step (nullptr while none).
   void* owned_parameters();
   void* owned_gradients();
-  std::size_t host_bytes() const { return host_value_shard_.size(); }
+  std::size_t host_bytes() const { return host_shard_bytes_; }  // (on meta: counted, not allocated)
 
  private:
   std::byte* my_slice(Tensor& flat) const;  // flat + first_owned_ elements
@@ -94,6 +94,7 @@ class FlatUnit {
   std::vector<std::vector<std::int64_t>> shapes_;  // of the unit's parameters (the views need them)
   Tensor value_shard_, grad_shard_;               // kept as a shard, on the device
   std::vector<std::byte> host_value_shard_;       // kept as a shard, on the host
+  std::size_t host_shard_bytes_ = 0;              // its size (also on meta, where it is not allocated)
   Tensor full_values_, full_grads_;               // whole: for good; sharded: while gathered / opened
   // The gather in flight after start_gather(), until gather() waits for it. Declared after
   // full_values_, so it is destroyed (waited for) before the buffer it writes is freed.

@@ -43,7 +43,8 @@ struct ShardedAdamW::Shard {
   DType dtype = DType::f32;
 
   Tensor master, m, v;  // device state; master only for a 16-bit model
-  std::vector<float> host_master, host_m, host_v, host_grad;  // host state (offload)
+  // Host state (offload; none on the meta device, which counts it: host_state_bytes).
+  std::vector<float> host_master, host_m, host_v, host_grad;
 
   void* grad() const {
     void* g = grad_at();
@@ -103,7 +104,9 @@ void ShardedAdamW::add_shard(void* param, GradientAt grad, std::size_t count, DT
     s.m = make_adam_moment(device_, {n}, name + ".adam_m");
     s.v = make_adam_moment(device_, {n}, name + ".adam_v");
     s.master = make_master_weights(device_, s.param_tensor(), name);  // 16 bits (suites/mixed_precision)
-  } else {
+  } else if (device_.computes()) {
+    // On the meta device nothing is computed, so the host state is never allocated: it would grow
+    // with the model (16 bytes an element) on a run that must hold no memory in proportion to it.
     s.host_master.resize(count);
     s.host_m.assign(count, 0.0f);
     s.host_v.assign(count, 0.0f);
@@ -165,7 +168,9 @@ void ShardedAdamW::update(Shard& s, long step, float grad_scale) {
     });
     return;
   }
-  // Offload: the gradient to the host (widened there), Adam on the CPU, weights back.
+  // Offload: the gradient to the host (widened there), Adam on the CPU, weights back. On the meta
+  // device there is no host state and nothing to compute (the update allocates no device memory).
+  if (!device_.computes()) return;
   copy_to_host_widened(s.host_grad.data(), s.grad_tensor());
   kernels::cpu::adamw_update(s.host_master.data(), s.host_grad.data(), s.host_m.data(), s.host_v.data(), s.count, hyper_,
                              step, grad_scale);
@@ -196,9 +201,11 @@ std::size_t ShardedAdamW::device_state_bytes() const {
 }
 
 std::size_t ShardedAdamW::host_state_bytes() const {
+  if (offload_ == Offload::none) return 0;
+  // Counted from the shards, not from the vectors: on the meta device they are never allocated.
+  constexpr std::size_t kHostFloatsPerElement = 4;  // master, m, v, the fp32 gradient
   std::size_t bytes = 0;
-  for (const Shard& s : shards_)
-    bytes += (s.host_master.size() + s.host_m.size() + s.host_v.size() + s.host_grad.size()) * sizeof(float);
+  for (const Shard& s : shards_) bytes += kHostFloatsPerElement * sizeof(float) * s.count;
   return bytes;
 }
 

@@ -30,6 +30,8 @@
 // With Offload::params (ZeRO-3's parameter offload) the same, and `param` points to HOST memory
 // (the caller keeps the parameter shard there): the update is rounded into it on the host.
 // Either way the gradient is read on the device, widened to fp32 in a workspace tensor.
+// On the meta device (Device::computes() false) the host state is counted, never allocated, and
+// no update runs: an estimate with offload holds and computes nothing in proportion to the model.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -75,7 +77,7 @@ class ShardedAdamW : public Optimizer {
   void update_shard(std::size_t index, long step, float grad_scale);
 
   std::size_t device_state_bytes() const;    // optimizer_state bytes in the device allocator (512-rounded)
-  std::size_t host_state_bytes() const;      // bytes in host memory (offload): 16 per element
+  std::size_t host_state_bytes() const;      // bytes in host memory (offload): 16 per element (meta: counted)
 
   // The fp32 master weights of the `index`-th registered shard (host copy): the master array, or
   // the fp32 model's own shard, which is its master.

@@ -22,6 +22,9 @@ struct ShardedFormulas {
   // after a step (ZeRO: the paper's figures are of these).
   bool peaks = false;
   std::size_t parameters = 0, gradients = 0, optimizer_state = 0, communication = 0;
+  // Each category's peak within a step, per rank (beside the estimate's per-category peaks): ZeRO's
+  // figures at rest plus the units gathered and the buckets open at once; FSDP's are peaks already.
+  std::size_t parameters_peak = 0, gradients_peak = 0, optimizer_state_peak = 0;
   std::size_t host = 0;     // offloaded to host memory
   int paper_stage = 0;      // the ZeRO stage whose paper formula applies (FSDP full = 3, grad_op = 2)
   ModelStateBytes paper;    // the ZeRO paper's per-rank model states of that stage (the estimator's)

@@ -99,6 +99,8 @@ enum RemedyCost : int {
   kCostSmallRecompute = 4, // rebuild a few cheap tensors: a few % more time
   kCostSmallerBatch = 5,   // the same tokens in smaller micro-batches: less parallelism
   kCostFullRecompute = 6,  // one more forward per step: about a third more time
+  kCostOffload = 7,        // the optimizer state and its update on the host: the update on the CPU,
+                           // the gradients and weights over PCIe every step (ZeRO-Offload)
 };
 
 class Techniques;

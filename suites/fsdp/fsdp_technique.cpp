@@ -126,6 +126,9 @@ class FsdpTechnique : public Technique {
     sharded.parameters = m.parameters_peak_bytes;
     sharded.gradients = m.gradients_peak_bytes;
     sharded.optimizer_state = m.optimizer_state_peak_bytes;
+    sharded.parameters_peak = sharded.parameters;
+    sharded.gradients_peak = sharded.gradients;
+    sharded.optimizer_state_peak = sharded.optimizer_state;
     // FULL_SHARD shards as ZeRO-3, SHARD_GRAD_OP as ZeRO-2: the ZeRO paper's formula of that stage
     // applies (the estimator puts it beside these figures)
     sharded.paper_stage = choice.options.mode == ShardingMode::full ? 3 : choice.options.mode == ShardingMode::grad_op ? 2 : 0;

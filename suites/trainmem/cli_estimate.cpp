@@ -2,12 +2,18 @@
 //
 //   trainmem estimate --model gpt2-124m --batch 8 --precision bf16 --attention flash --gpu h100-80gb
 //
-// Takes exactly the flags of `trainmem train` (model, techniques, data, device), plus --gpu NAME
-// (a card from the catalog) or --device-memory SIZE, and prints the predicted peak memory by
-// category, where in the step the peak happens, whether it fits and the largest micro-batch that
-// does (suites/trainmem/estimator/README.md says how). --json prints the same as JSON.
+// Takes every flag of `trainmem train` (model, techniques, data, device; those that change no
+// memory, such as --steps and --seed, are said to be ignored), plus --gpu NAME (a card from the
+// catalog) or --device-memory SIZE, and prints the predicted peak memory by category, where in the
+// step the peak happens, whether it fits, the largest micro-batch that does, and, when it does not
+// fit, the advice train would give (suites/trainmem/estimator/README.md says how). --json prints
+// the same as JSON.
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/comm/communicator.h"
 #include "common/data/dataset_check.h"
@@ -53,11 +59,12 @@ std::size_t checked_dataset_tokens(const TrainFlags& flags, std::size_t world_si
 namespace {
 
 struct EstimateFlags {
-  TrainFlags train;
+  TrainFlags train;  // every flag of train (train.json: train's result file, --json FILE, ignored)
   std::size_t world_size = 1;
   bool world_size_given = false;
   std::string gpu;
-  bool json = false;
+  bool json = false;                  // --json without a FILE: print JSON
+  std::vector<std::string> ignored;   // the flags given that change no memory, with their values
 };
 
 // The device kind whose allocation pattern to predict: --pattern when given; else --gpu and
@@ -110,6 +117,13 @@ std::size_t world_size_for(const EstimateFlags& f) {
   return launched;
 }
 
+// "ignored (they change no memory a step holds): --steps 10, --seed 3"
+std::string ignored_line(const std::vector<std::string>& ignored) {
+  std::string line = "ignored (they change no memory a step holds): ";
+  for (std::size_t i = 0; i < ignored.size(); ++i) line += (i ? ", " : "") + ignored[i];
+  return line + "\n";
+}
+
 int run_estimate(const EstimateFlags& f) {
   // What train refuses, estimate refuses, with train's checks: the device flags (--pattern goes
   // with --device meta), every technique's rules (training_setup) and the data (its size for one
@@ -122,8 +136,14 @@ int run_estimate(const EstimateFlags& f) {
   const TrainingSetup setup = training_setup(f.train, backend, dataset_tokens, world_size);
   const estimator::MemoryEstimate e = estimator::estimate_memory(setup, target.usable_bytes);
   if (launched_rank() != 0) return 0;  // under mpirun every rank estimates (and refuses) alike; rank 0 prints
-  if (f.json) std::cout << estimator::estimate_json(e, target).dump(2) << '\n';
-  else std::cout << estimator::estimate_table(e, target);
+  if (f.json) {
+    nlohmann::json j = estimator::estimate_json(e, target);
+    j["ignored_flags"] = f.ignored;
+    std::cout << j.dump(2) << '\n';
+  } else {
+    if (!f.ignored.empty()) std::cout << ignored_line(f.ignored);
+    std::cout << estimator::estimate_table(e, target);
+  }
   return 0;
 }
 
@@ -138,15 +158,26 @@ void add_estimate_command(CLI::App& app, Command& run) {
   add_technique_flags(*cmd, flags->train);
   add_optimizer_flags(*cmd, flags->train);
   add_data_flags(*cmd, flags->train);
+  // The rest of train's flags, so that a train command line is an estimate's (they change no memory).
+  add_run_flags(*cmd, flags->train, JsonFlag::the_callers);
   cmd->add_option("--world-size", flags->world_size,
                   "Ranks of data parallelism to estimate for (trainmem train takes them from mpirun -np N; under "
                   "mpirun, estimate does too, and rank 0 prints); with --zero or --fsdp, the figures are per rank")
       ->capture_default_str()
       ->check(whole_number(1, FlagLimits::max_world_size));
   add_gpu_flag(*cmd, flags->gpu, "Size the estimate for this card");
-  cmd->add_flag("--json", flags->json, "Print JSON instead of the table");
+  cmd->add_option("--json", flags->train.json,
+                  "Print JSON instead of the table (--json FILE, as train takes it, names train's result file: ignored)")
+      ->expected(0, 1)
+      ->type_name("[FILE]");
   cmd->callback([flags, cmd, &run] {
     flags->world_size_given = cmd->count("--world-size") > 0;
+    flags->json = cmd->count("--json") > 0 && flags->train.json.empty();
+    for (const std::string& name : flags_that_change_no_memory()) {
+      const CLI::Option* option = cmd->get_option_no_throw(name);
+      if (option == nullptr || option->count() == 0 || (name == "--json" && flags->json)) continue;
+      flags->ignored.push_back(name + " " + option->results().front());
+    }
     run = [flags] { return run_estimate(*flags); };
   });
 }

@@ -1,21 +1,26 @@
 // trainmem max-batch: the largest micro-batch that fits, found by trying — real allocations, real
 // training steps — next to the estimator's answer.
 //
-//   trainmem max-batch --model tiny --device-memory 24MiB --precision bf16
-//   B=14  fits    peak allocated 17.93 MiB  reserved 22.00 MiB   61.2 ms/step
-//   B=15  OOM     (out of memory in ... )
-//   largest micro-batch that fits: 14 (tried); the estimator says 14
+//   trainmem max-batch --model tiny --device-memory 24MiB
+//   B=1      fits  peak allocated     2.60 MiB  reserved     4.00 MiB      10.5 ms/step
+//   ...
+//   B=17     OOM   peak allocated     6.81 MiB  reserved    24.00 MiB
+//   ...
+//   largest micro-batch that fits: 16
+//     every batch from 1 to 31 was tried (trials); from 31 up none can fit: ...
 //
 // Each trial builds the run as `trainmem train` does and trains two steps: Adam's moments are
 // allocated at the end of the first step, so only the second has everything in place (a batch
-// that survives one step can still fail in the next). The search starts at the estimator's answer
-// (usually two trials: it fits, one more does not) and widens by doubling or halving, then
-// bisects.
+// that survives one step can still fail in the next). The search is the estimator's
+// (estimator/batch_search.h): every batch from 1, since fitting is not monotone in the batch, up
+// to the first whose live tensors alone exceed the device; the batches below the answer that do
+// not fit (the holes) are named. When not even one row fits, the OOM advisor's lines follow.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,8 +28,11 @@
 #include "common/util/byte_size.h"
 #include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/estimate_flags.h"
+#include "suites/trainmem/estimator/batch_search.h"
+#include "suites/trainmem/estimator/estimate_report.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
+#include "suites/trainmem/estimator/oom_advice.h"
 #include "suites/trainmem/estimator/trial_run.h"
 #include "common/cli/flag_ranges.h"
 #include "suites/trainmem/techniques.h"
@@ -37,7 +45,7 @@ namespace {
 struct MaxBatchFlags {
   TrainFlags train;
   std::string gpu;  // --gpu NAME: the trials' device memory is that card's usable memory
-  std::size_t limit = 4096;
+  std::size_t limit = estimator::kMaxBatchLimit;
   bool json = false;
 };
 
@@ -68,30 +76,29 @@ int run_max_batch(const MaxBatchFlags& f) {
     if (!f.gpu.empty()) device_name += " sized as " + estimator::find_gpu(f.gpu).description;
   }
   const TrainingSetup setup = training_setup(f.train, backend, dataset_tokens);
-  if (const Technique* sharding = registered_techniques().sharding(setup))
-    throw std::invalid_argument("max-batch tries runs on one device, without ranks: drop " + sharding->describe(setup) +
-                                " (trainmem estimate --world-size N gives a sharded run's largest micro-batch)");
+  // (A sharding technique runs at world size 1, as `trainmem train` runs it without mpirun: ZeRO-Offload
+  // on one device; `trainmem estimate --world-size N` gives a sharded run's largest micro-batch over N.)
   // The search goes no further than the data holds (train would refuse a larger batch).
   const std::size_t data_limit = estimator::data_batch_limit(setup);  // 0: synthetic, no limit
   const std::size_t limit = data_limit ? std::min(f.limit, data_limit) : f.limit;
-  const bool data_limits = limit < f.limit;
 
-  // The estimator's answer, on the capacity the allocator has.
-  bool capped = false;
-  const std::size_t predicted = estimator::largest_fitting_batch(setup, capacity, limit, &capped);
+  // The estimator's answer, on the capacity the allocator has (meta runs).
+  const estimator::BatchSearch predicted = estimator::search_batches_on_meta(setup, capacity, limit);
 
   estimator::TrialOptions trial_options;
   trial_options.device = f.train.device.device;
   trial_options.capacity = options.device_memory.value_or(0);
   if (!file_tokens.empty()) trial_options.tokens = &file_tokens;
   nlohmann::json trials = nlohmann::json::array();
-  std::map<std::size_t, bool> tried;  // B -> fits
-  auto fits = [&](std::size_t b) {
-    if (auto it = tried.find(b); it != tried.end()) return it->second;
+  std::optional<OomReport> first_oom;  // of batch 1, for the advice when nothing fits
+  // The same search as the estimator's (batch_search.h), each try a real run; whether a batch that
+  // failed is the end is asked of its meta run (the same allocations: peak allocated alone).
+  const estimator::BatchSearch tried = estimator::search_batches(limit, [&](std::size_t b) {
     TrainingSetup s = setup;
     s.batch = b;
     const estimator::TrialResult r = estimator::run_trial(s, trial_options);
     const bool ok = !r.oom.has_value();
+    if (b == 1 && !ok) first_oom = r.oom;
     char line[256];
     std::snprintf(line, sizeof line, "B=%-6zu %-5s peak allocated %12s  reserved %12s", b, ok ? "fits" : "OOM",
                   format_bytes(static_cast<std::uint64_t>(r.stats.allocated_bytes[0].peak)).c_str(),
@@ -107,43 +114,22 @@ int run_max_batch(const MaxBatchFlags& f) {
                       {"peak_allocated_bytes", r.stats.allocated_bytes[0].peak},
                       {"peak_reserved_bytes", r.stats.reserved_bytes[0].peak},
                       {"ms_per_step", ok ? nlohmann::json(r.ms_per_step) : nlohmann::json()}});
-    return tried[b] = ok;
-  };
+    return estimator::BatchTry{ok, !ok && estimator::no_larger_batch_fits(s, capacity)};
+  });
 
-  // Bracket: lo fits (0: nothing known to), hi does not (limit + 1: nothing known not to).
-  std::size_t lo = 0, hi = limit + 1;
-  std::size_t start = std::clamp<std::size_t>(predicted, 1, limit);
-  if (fits(start)) {
-    lo = start;
-    for (std::size_t step = 1; lo < limit;) {  // up: start+1, +2, +4, ... until one fails
-      const std::size_t b = std::min(lo + step, limit);
-      if (!fits(b)) {
-        hi = b;
-        break;
-      }
-      lo = b;
-      step *= 2;
-    }
-  } else {
-    hi = start;
-    for (std::size_t b = start / 2; b >= 1; b /= 2) {  // down: halve until one fits
-      if (fits(b)) {
-        lo = b;
-        break;
-      }
-      hi = b;
-    }
+  // What stopped the search: memory (no larger batch can fit), the data (it holds no larger
+  // batch), or --limit (no larger batch was tried).
+  const bool data_limits = limit < f.limit;
+  const std::size_t data_max_batch = data_limits ? data_limit : 0;
+  // Not even one row fits: the advice trainmem train and estimate give (one advisor, oom_advice.h).
+  std::vector<std::string> advice;
+  if (tried.largest == 0 && first_oom) {
+    TrainingSetup one_row = setup;
+    one_row.batch = 1;
+    advice = estimator::estimator_oom_advice(one_row, capacity, *first_oom);
   }
-  if (lo > 0)
-    while (hi - lo > 1) {
-      const std::size_t mid = lo + (hi - lo) / 2;
-      (fits(mid) ? lo : hi) = mid;
-    }
-
-  // What stopped the search: memory (a larger batch does not fit), the data (it holds no larger
-  // batch), or --limit (it was not tried).
-  const bool at_limit = lo == limit;
   if (f.json) {
+    const bool at_limit = tried.at_limit();
     nlohmann::json j = {{"command", "max-batch"},
                         {"device", device_name},
                         {"capacity_bytes", capacity},
@@ -151,23 +137,25 @@ int run_max_batch(const MaxBatchFlags& f) {
                         {"steps_per_trial", trial_options.steps},
                         {"limit", f.limit},
                         {"data_limit", data_limit ? nlohmann::json(data_limit) : nlohmann::json()},
-                        {"max_batch", lo},
+                        {"max_batch", tried.largest},
+                        {"max_batch_holes", tried.holes},
+                        {"max_batch_search_end", tried.end ? nlohmann::json(tried.end) : nlohmann::json()},
                         {"max_batch_is_limit", at_limit && !data_limits},
                         {"max_batch_is_data_limit", at_limit && data_limits},
-                        {"predicted_max_batch", predicted},
-                        {"predicted_is_limit", capped},
-                        {"trials", trials}};
+                        {"predicted_max_batch", predicted.largest},
+                        {"predicted_holes", predicted.holes},
+                        {"predicted_is_limit", predicted.at_limit()},
+                        {"trials", trials},
+                        {"advice", advice}};
     std::cout << j.dump(2) << '\n';
     return 0;
   }
-  std::cout << "largest micro-batch that fits " << device_name << ": ";
-  if (lo == 0) std::cout << "none (not even --batch 1)";
-  else std::cout << (at_limit && !data_limits ? ">= " : "") << lo;
-  std::cout << " (tried, " << trials.size() << " trials of " << trial_options.steps << " steps); the estimator says ";
-  if (predicted == 0) std::cout << "none";
-  else std::cout << (capped && !data_limits ? ">= " : "") << predicted;
-  std::cout << '\n';
-  if (at_limit && data_limits)
+  std::cout << "on " << device_name << ", by trying (" << trials.size() << " trials of " << trial_options.steps
+            << " steps):\n"
+            << estimator::batch_search_lines(tried, data_max_batch, "trials");
+  std::cout << "the estimator (meta runs) says:\n" << estimator::batch_search_lines(predicted, data_max_batch, "meta runs")
+            << estimator::advice_lines(advice);
+  if (tried.at_limit() && data_limits)
     std::cout << "the data, not memory, limits the batch: --data " << f.train.data << " holds " << dataset_tokens
               << " tokens, one batch of at most " << data_limit << " rows of " << config.seq
               << " (B x T + 1 tokens); a larger batch might fit in memory, with more data\n";

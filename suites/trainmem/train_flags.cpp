@@ -62,12 +62,13 @@ void add_optimizer_flags(CLI::App& command, TrainFlags& flags) {
       ->check(real_number<float>(0, Bound::inclusive, kNoMax, Bound::inclusive));
 }
 
-void add_run_flags(CLI::App& command, TrainFlags& flags) {
+void add_run_flags(CLI::App& command, TrainFlags& flags, JsonFlag json) {
   command.add_option("--steps", flags.steps, "Optimizer steps")->capture_default_str()->check(whole_number(1, FlagLimits::max_steps));
   command.add_option("--seed", flags.seed, "Seed for the initialization and the synthetic corpus")
       ->capture_default_str()
       ->check(whole_number(0, std::numeric_limits<std::uint64_t>::max()));
-  add_output_flag(command, "--json", flags.json, "Write the run's result (config, device, per-step figures, memory) here");
+  if (json == JsonFlag::result_file)
+    add_output_flag(command, "--json", flags.json, "Write the run's result (config, device, per-step figures, memory) here");
   add_output_flag(command, "--record-memory", flags.record_memory,
                   "Write the allocator's event log (every event of the run) here, streamed to the file as it "
                   "happens: none is kept in memory; 'trainmem replay' reads it");

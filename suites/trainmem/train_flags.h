@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/model/gpt_config.h"
 #include "common/train/training_setup.h"
@@ -70,6 +71,18 @@ void add_technique_flags(CLI::App& command, TrainFlags& flags);  // every regist
 void add_data_flags(CLI::App& command, TrainFlags& flags);       // --data
 // --lr, --weight-decay, --grad-clip (every command: clipping decides what some techniques allow)
 void add_optimizer_flags(CLI::App& command, TrainFlags& flags);
-void add_run_flags(CLI::App& command, TrainFlags& flags);        // --steps, --seed, --json, --record-memory (train)
+// --steps, --seed, --json, --record-memory, --memory-snapshot (train). `trainmem estimate`, which
+// takes a train command line whole, declares its own --json (which takes train's FILE too).
+enum class JsonFlag { result_file, the_callers };
+void add_run_flags(CLI::App& command, TrainFlags& flags, JsonFlag json = JsonFlag::result_file);
+
+// The flags of train that change no memory a step holds: what the run does with its numbers and
+// files (and how many steps: every step from the second on holds what the second does).
+// `trainmem estimate` takes them and says it ignores them.
+inline const std::vector<std::string>& flags_that_change_no_memory() {
+  static const std::vector<std::string> names = {"--steps", "--seed", "--lr", "--weight-decay", "--json",
+                                                 "--record-memory", "--memory-snapshot"};
+  return names;
+}
 
 }  // namespace trainmem::cli

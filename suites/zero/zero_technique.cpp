@@ -1,5 +1,7 @@
 #include "suites/zero/zero_technique.h"
 
+#include <algorithm>
+
 #include "common/cli/flag_ranges.h"
 #include "common/comm/communicator.h"
 #include "common/model/gpt.h"
@@ -100,6 +102,26 @@ class ZeroTechnique : public Technique {
     return setup.option<ZeroChoice>().stage == 3;
   }
 
+  // ZeRO-Offload, the standard answer on one device as on many: the optimizer state (12 of a
+  // 16-bit model's 16 bytes a parameter) and its update move to the host (ZeRO-2, as DeepSpeed
+  // offloads it), then the parameter shards too (ZeRO-3). Tried after every on-device remedy.
+  std::vector<Remedy> remedies(const TrainingSetup&) const override {
+    return {{kCostOffload, true, [](const TrainingSetup& failed) {
+               std::vector<Remedy::Variant> variants;
+               const ZeroChoice& now = failed.option<ZeroChoice>();
+               auto offloaded = [&](int stage, Offload offload) {
+                 Remedy::Variant v{"", failed};
+                 v.setup.option<ZeroChoice>() = {stage, offload};
+                 v.flags = (stage != now.stage ? "--zero " + std::to_string(stage) + " " : std::string()) +
+                           "--offload " + to_string(offload);
+                 variants.push_back(std::move(v));
+               };
+               if (now.offload == Offload::none) offloaded(std::max(now.stage, 2), Offload::optimizer);
+               if (now.offload != Offload::params) offloaded(3, Offload::params);
+               return variants;
+             }}};
+  }
+
   TechniqueInRun join(RunParts& run) const override {
     if (!shards(run.setup)) return {};
     auto strategy = std::make_unique<ZeroStrategy>(run.model, *run.world, options(run.setup));
@@ -133,6 +155,9 @@ class ZeroTechnique : public Technique {
     sharded.parameters = x.parameters;
     sharded.gradients = x.gradients;
     sharded.optimizer_state = x.optimizer_state;
+    sharded.parameters_peak = x.parameters_peak;
+    sharded.gradients_peak = x.gradients_peak;
+    sharded.optimizer_state_peak = x.optimizer_state;  // allocated once, never changed within a step
     sharded.communication = x.communication_peak;
     sharded.host = x.host;
     sharded.paper_stage = choice.stage;

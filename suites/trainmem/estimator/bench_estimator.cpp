@@ -5,7 +5,7 @@
 // 1. BM_MetaRun/<model>: the run on the meta device (meta_run.h): the model built, two optimizer
 //    steps, bf16, flash attention, B=1 -- what every estimate does once per configuration.
 // 2. BM_Estimate/<model>: `trainmem estimate --gpu h100-80gb`: the meta run, whether it fits and
-//    the largest micro-batch that does (a handful of meta runs more).
+//    the largest micro-batch that does (batch_search.h: a meta run per batch up to it, within a bound).
 // 3. BM_MetaRunSharded/<scheme>/<ranks>: the 7.5B model of the ZeRO paper's Figure 1, rank 0's
 //    ZeRO-3 or FSDP full strategy over a meta communicator of N ranks.
 // Counters: the model's parameters, the run's peak allocated and reserved (bytes), and the
@@ -93,10 +93,10 @@ void BM_Estimate(benchmark::State& state, const GPTConfig& config) {
   MemoryEstimate e;
   for (auto _ : state) {
     e = estimate_memory(s, capacity);
-    benchmark::DoNotOptimize(e.max_batch);
+    benchmark::DoNotOptimize(e.batches.largest);
   }
   set_counters(state, s, e.run);
-  state.counters["max_batch"] = static_cast<double>(e.max_batch);
+  state.counters["max_batch"] = static_cast<double>(e.batches.largest);
 }
 
 void BM_MetaRunSharded(benchmark::State& state, bool fsdp) {

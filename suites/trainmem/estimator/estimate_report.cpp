@@ -1,5 +1,6 @@
 #include "suites/trainmem/estimator/estimate_report.h"
 
+#include <cmath>
 #include <cstdio>
 #include <optional>
 
@@ -12,19 +13,23 @@ namespace trainmem::estimator {
 
 namespace {
 
-// The suite formula for a category, where one exists.
+// The suite formula for a category's peak, where one exists: one rank's when the model states are
+// sharded (as the meta run's figures beside it are).
 std::optional<std::size_t> formula_for(const FormulaBytes& f, MemoryCategory c) {
+  const ShardedFormulas* sharded = f.sharded ? &*f.sharded : nullptr;
   switch (c) {
-    case MemoryCategory::parameters: return f.parameters;
-    case MemoryCategory::gradients: return f.gradients;
-    case MemoryCategory::optimizer_state: return f.optimizer_state;
+    case MemoryCategory::parameters: return sharded ? sharded->parameters_peak : f.parameters;
+    case MemoryCategory::gradients: return sharded ? sharded->gradients_peak : f.gradients;
+    case MemoryCategory::optimizer_state: return sharded ? sharded->optimizer_state_peak : f.optimizer_state;
     case MemoryCategory::activations: return f.activations;
     case MemoryCategory::data: return f.data;
     default: return std::nullopt;
   }
 }
 
+// Every figure in binary units (KiB, MiB, GiB), as PyTorch prints memory.
 std::string fmt(std::size_t bytes) { return format_bytes(static_cast<std::uint64_t>(bytes)); }
+std::string fmt(double bytes) { return fmt(static_cast<std::size_t>(std::llround(bytes))); }
 
 nlohmann::json setup_json(const TrainingSetup& s) {
   nlohmann::json j = {{"model", s.model.to_json()},
@@ -42,10 +47,32 @@ nlohmann::json setup_json(const TrainingSetup& s) {
 
 }  // namespace
 
-std::string bytes_and_gb(std::size_t bytes) {
-  char gb[32];
-  std::snprintf(gb, sizeof gb, " (%.2f GB)", static_cast<double>(bytes) / 1e9);
-  return fmt(bytes) + gb;
+std::string batch_search_lines(const BatchSearch& search, std::size_t data_max_batch, const std::string& tries) {
+  std::string out = "largest micro-batch that fits: ";
+  const bool data_limited = search.at_limit() && search.largest == data_max_batch;
+  if (search.largest == 0) out += "none (not even --batch 1)";
+  else if (data_limited) out += std::to_string(search.largest) + " (the data's limit, not memory's: --data holds one batch of at most this)";
+  else out += (search.at_limit() ? ">= " : "") + std::to_string(search.largest);
+  out += "\n";
+  if (!search.holes.empty())
+    out += "  below it, these do not fit: " + list_of_batches(search.holes) +
+           " (the allocator packs their segments worse than a larger batch's)\n";
+  const std::size_t last = search.end ? search.end : search.limit;
+  out += last == 1 ? "  batch 1 was tried (" + tries + ")"
+                   : "  every batch from 1 to " + std::to_string(last) + " was tried (" + tries + ")";
+  if (search.end)
+    out += (search.end == 1 ? std::string("; no batch can fit") : "; from " + std::to_string(search.end) + " up none can fit") +
+           ": the tensors alive at once exceed the device";
+  else if (!data_limited)
+    out += ", the search's limit";
+  return out + "\n";
+}
+
+std::string advice_lines(const std::vector<std::string>& advice) {
+  if (advice.empty()) return {};
+  std::string out = "what would help (the advice trainmem train gives out of memory):\n";
+  for (const std::string& line : advice) out += "  - " + line + "\n";
+  return out;
 }
 
 std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target) {
@@ -58,17 +85,21 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
   out += line;
   std::snprintf(line, sizeof line, "setup: %s, allocator %s\n", describe_setup(s).c_str(), s.allocator.to_string().c_str());
   out += line;
-  out += "measured: the run on the meta device, with the ";
+  out += "meta run: the figures below are the run itself on the meta device (every allocation, no kernel), with the ";
   out += s.backend == DeviceKind::cuda ? "CUDA" : "CPU";
-  out += " backend's allocation pattern\n";
+  out += " backend's allocation pattern: a prediction, made before anything runs\n";
   if (s.attention == AttentionKind::cudnn)
     out += "  (cuDNN sizes its attention workspaces on the GPU at run time: not counted here)\n";
   const BytesPerParameter bpp = bytes_per_parameter(s.precision);
-  std::snprintf(line, sizeof line, "model states: %zu bytes per parameter (parameters %zu + gradients %zu + optimizer %zu)\n\n",
-                bpp.total(), bpp.parameters, bpp.gradients, bpp.optimizer_state);
+  std::snprintf(line, sizeof line, "model states: %zu bytes per parameter (parameters %zu + gradients %zu + optimizer %zu)%s\n\n",
+                bpp.total(), bpp.parameters, bpp.gradients, bpp.optimizer_state,
+                e.formulas.sharded ? ", before sharding" : "");
   out += line;
 
+  if (e.formulas.sharded) out += "per rank (" + e.formulas.sharded->scheme + "):\n";
   std::snprintf(line, sizeof line, "%-16s %14s %14s %14s\n", "category", "peak in step", "at the peak", "suite formula");
+  out += line;
+  std::snprintf(line, sizeof line, "%-16s %14s %14s %14s\n", "", "(meta run)", "(meta run)", "(its peak)");
   out += line;
   for (MemoryCategory c : kAllMemoryCategories) {
     if (c == MemoryCategory::other) continue;
@@ -89,26 +120,32 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
 
   if (e.formulas.sharded) {
     const ShardedFormulas& f = *e.formulas.sharded;
-    out += "\nthe figures above are one rank's: " + f.scheme + "; its model states:\n";
-    std::snprintf(line, sizeof line, "%-16s %14s %14s %14s\n", "", "measured", "exact formula", "ZeRO paper");
-    out += line;
-    // Decimal GB, the paper's unit, to two decimals.
-    auto row = [&](const char* name, std::size_t measured, std::size_t exact, double paper) {
-      std::snprintf(line, sizeof line, "%-16s %11.2f GB %11.2f GB %11.2f GB\n", name, static_cast<double>(measured) / 1e9,
-                    static_cast<double>(exact) / 1e9, paper / 1e9);
+    // The model states as the sharding formulas count them: each category's peak (FSDP), or what
+    // the rank holds after a step (ZeRO, as the paper counts), the meta run's figure alike.
+    out += std::string("\nthe figures above are one rank's: ") + f.scheme + "; its model states " +
+           (f.peaks ? "at their peaks in the step:\n" : "held after a step, as the ZeRO paper counts them:\n");
+    // The paper counts what a rank holds between steps: its column stands beside those figures only.
+    auto row = [&](const char* name, const std::string& meta, const std::string& exact, const std::string& paper) {
+      std::snprintf(line, sizeof line, "%-16s %14s %14s", name, meta.c_str(), exact.c_str());
       out += line;
+      if (!f.peaks) {
+        std::snprintf(line, sizeof line, " %14s", paper.c_str());
+        out += line;
+      }
+      out += "\n";
     };
-    // Measured as the formula counts: each category's peak, or what the rank holds after the steps.
-    auto measured = [&](MemoryCategory c) { return f.peaks ? e.category_peak(c) : e.run.after_steps[index_of(c)]; };
-    const std::size_t p = measured(MemoryCategory::parameters), g = measured(MemoryCategory::gradients),
-                      o = measured(MemoryCategory::optimizer_state);
-    row("parameters", p, f.parameters, f.paper.parameters);
-    row("gradients", g, f.gradients, f.paper.gradients);
-    row("optimizer_state", o, f.optimizer_state, f.paper.optimizer_state);
-    row("model states", p + g + o, f.model_states(), f.paper.device_total());
-    out += f.peaks ? "(each category's peak in the step; measured on meta)\n"
-                   : "(what the rank holds after a step, as the paper counts; measured on meta)\n";
-    if (f.host) out += "host (offload)   " + fmt(f.host) + "\n";
+    row("", "meta run", "exact formula", "ZeRO paper");
+    auto meta = [&](MemoryCategory c) { return f.peaks ? e.category_peak(c) : e.run.after_steps[index_of(c)]; };
+    const std::size_t p = meta(MemoryCategory::parameters), g = meta(MemoryCategory::gradients),
+                      o = meta(MemoryCategory::optimizer_state);
+    row("parameters", fmt(p), fmt(f.parameters), fmt(f.paper.parameters));
+    row("gradients", fmt(g), fmt(f.gradients), fmt(f.paper.gradients));
+    row("optimizer_state", fmt(o), fmt(f.optimizer_state), fmt(f.paper.optimizer_state));
+    row("model states", fmt(p + g + o), fmt(f.model_states()), fmt(f.paper.device_total()));
+    if (f.peaks)
+      out += "(the ZeRO paper's stage " + std::to_string(f.paper_stage) + ", which counts what a rank holds between steps: " +
+             fmt(f.paper.device_total()) + " of model states)\n";
+    if (f.host) out += "host memory (offload), exact formula: " + fmt(f.host) + " per rank\n";
   }
 
   if (target.usable_bytes) {
@@ -125,15 +162,11 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
         out += " (out of memory in " + e.on_device->oom_phase + ", allocating " + e.on_device->oom->tensor + ")";
       out += "\n";
     }
-    if (e.max_batch == 0) {
-      out += "largest micro-batch that fits: none (not even --batch 1)\n";
-    } else {
-      const bool data_limited = e.max_batch_capped && e.max_batch == e.data_max_batch;
-      std::snprintf(line, sizeof line, "largest micro-batch that fits: %s%zu%s\n",
-                    e.max_batch_capped && !data_limited ? ">= " : "", e.max_batch,
-                    data_limited ? " (the data's limit, not memory's: --data holds one batch of at most this)" : "");
-      out += line;
-    }
+    out += batch_search_lines(e.batches, e.data_max_batch, "meta runs");
+    if (e.batches.at_limit() && e.batches.largest != e.data_max_batch)
+      out += "  (larger batches were not tried, to keep the estimate within seconds; 'trainmem max-batch --device meta "
+             "--limit N' tries them)\n";
+    out += advice_lines(e.advice);
   }
   return out;
 }
@@ -179,6 +212,9 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
           {"gradients", f.gradients},
           {"optimizer_state", f.optimizer_state},
           {"model_states", f.model_states()},
+          {"parameters_peak", f.parameters_peak},
+          {"gradients_peak", f.gradients_peak},
+          {"optimizer_state_peak", f.optimizer_state_peak},
           {"communication", f.communication},
           {"host", f.host}}},
         {"paper_stage", f.paper_stage},
@@ -200,9 +236,12 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
                         {"total_bytes", target.total_bytes},
                         {"usable_bytes", target.usable_bytes},
                         {"fits", e.fits},
-                        {"max_batch", e.max_batch},
-                        {"max_batch_capped", e.max_batch_capped},
-                        {"data_max_batch", e.data_max_batch ? nlohmann::json(e.data_max_batch) : nlohmann::json()}};
+                        {"max_batch", e.batches.largest},
+                        {"max_batch_capped", e.batches.at_limit()},
+                        {"max_batch_holes", e.batches.holes},
+                        {"max_batch_search_end", e.batches.end ? nlohmann::json(e.batches.end) : nlohmann::json()},
+                        {"data_max_batch", e.data_max_batch ? nlohmann::json(e.data_max_batch) : nlohmann::json()},
+                        {"advice", e.advice}};
     if (e.on_device && e.on_device->oom)
       d["oom"] = {{"phase", e.on_device->oom_phase},
                   {"tensor", e.on_device->oom->tensor},

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,7 +20,11 @@ struct EstimateTarget {
 std::string estimate_table(const MemoryEstimate& estimate, const EstimateTarget& target);
 nlohmann::json estimate_json(const MemoryEstimate& estimate, const EstimateTarget& target);
 
-// "4.25 MiB (4456448 B)"-style helpers shared by the CLI commands.
-std::string bytes_and_gb(std::size_t bytes);  // "1.50 GiB (1.61 GB)"
+// The lines that give a search's answer (batch_search.h): the largest micro-batch that fits, the
+// holes below it, and where the search ended; `tries` says what each try was ("meta runs").
+std::string batch_search_lines(const BatchSearch& search, std::size_t data_max_batch, const std::string& tries);
+
+// The OOM advisor's lines (oom_advice.h) under a heading ("" when there are none).
+std::string advice_lines(const std::vector<std::string>& advice);
 
 }  // namespace trainmem::estimator

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/data/dataset_check.h"
+#include "suites/trainmem/estimator/oom_advice.h"
 #include "suites/trainmem/techniques.h"
 #include "suites/zero/zero_memory.h"
 #include "suites/zero/zero_technique.h"
@@ -27,56 +28,6 @@ bool fits_on(const TrainingSetup& setup, std::size_t capacity) {
   return !run_on_meta(setup, capacity, 0, PeakMoment::skip).oom.has_value();
 }
 
-std::size_t largest_fitting_batch(TrainingSetup setup, std::size_t capacity, std::size_t limit, bool* capped) {
-  if (capped) *capped = false;
-  if (const std::size_t data_limit = data_batch_limit(setup)) limit = std::min(limit, data_limit);
-  auto with_batch = [&](std::size_t b) {
-    setup.batch = b;
-    return setup;
-  };
-  auto fits_with = [&](std::size_t b) { return fits_on(with_batch(b), capacity); };
-  if (limit < 2) return limit == 1 && fits_with(1) ? 1 : 0;
-  if (!fits_with(1)) return 0;
-  // A first guess from the straight line through the peaks at B=1 and B=2: memory grows linearly
-  // with the micro-batch, apart from the allocator's rounding. Then gallop from the guess until the
-  // answer is bracketed, and bisect: a handful of meta runs instead of one per bit of B.
-  const double peak1 = static_cast<double>(run_on_meta(with_batch(1), 0, 0, PeakMoment::skip).peak_reserved);
-  const double peak2 = static_cast<double>(run_on_meta(with_batch(2), 0, 0, PeakMoment::skip).peak_reserved);
-  const double per_row = peak2 - peak1;
-  const double rows = per_row > 0 ? (static_cast<double>(capacity) - peak1) / per_row : static_cast<double>(limit);
-  const std::size_t guess =
-      rows >= static_cast<double>(limit - 1) ? limit : 1 + static_cast<std::size_t>(std::max(rows, 0.0));
-  // The bracket: lo fits, hi does not (hi = limit + 1: not known not to fit).
-  std::size_t lo = 1, hi = limit + 1;
-  if (guess > lo) {
-    if (fits_with(guess)) {
-      lo = guess;
-      for (std::size_t step = 1; hi - lo > step; step *= 2) {  // up: guess+1, +2, +4, ... until one fails
-        if (!fits_with(lo + step)) {
-          hi = lo + step;
-          break;
-        }
-        lo += step;
-      }
-    } else {
-      hi = guess;
-      for (std::size_t step = 1; hi - lo > step; step *= 2) {  // down: guess-1, -2, -4, ... until one fits
-        if (fits_with(hi - step)) {
-          lo = hi - step;
-          break;
-        }
-        hi -= step;
-      }
-    }
-  }
-  while (hi - lo > 1) {
-    const std::size_t mid = lo + (hi - lo) / 2;
-    (fits_with(mid) ? lo : hi) = mid;
-  }
-  if (capped && lo == limit) *capped = true;
-  return lo;
-}
-
 MemoryEstimate estimate_memory(const TrainingSetup& setup, std::size_t capacity) {
   MemoryEstimate e;
   e.setup = setup;
@@ -93,7 +44,10 @@ MemoryEstimate estimate_memory(const TrainingSetup& setup, std::size_t capacity)
     e.on_device = run_on_meta(setup, capacity);
     e.fits = !e.on_device->oom.has_value();
   }
-  e.max_batch = largest_fitting_batch(setup, capacity, kMaxBatchLimit, &e.max_batch_capped);
+  const std::int64_t allocations_per_run = std::max<std::int64_t>(1, e.run.stats.allocation[0].allocated);
+  const auto affordable = static_cast<std::size_t>(std::max<std::int64_t>(1, kSearchAllocations / allocations_per_run));
+  e.batches = search_batches_on_meta(setup, capacity, std::min(kMaxBatchLimit, affordable));
+  if (!e.fits) e.advice = estimator_oom_advice(setup, capacity, *e.on_device->oom);  // as train's OOM report advises
   e.data_max_batch = data_batch_limit(setup);
   return e;
 }

@@ -18,12 +18,15 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/allocator/memory_category.h"
 #include "common/train/formula_bytes.h"
 #include "common/train/training_setup.h"
+#include "suites/trainmem/estimator/batch_search.h"
 #include "suites/trainmem/estimator/meta_run.h"
 
 namespace trainmem::estimator {
@@ -47,16 +50,23 @@ struct MemoryEstimate {
   std::size_t capacity = 0;
   bool fits = true;                       // the run on a meta device of that size has no OOM
   std::optional<MetaRun> on_device;       // that run, when it differs from `run` (its OOM report)
-  std::size_t max_batch = 0;              // the largest micro-batch that fits (0: not even 1)
-  bool max_batch_capped = false;          // max_batch is only the search's upper limit
+  BatchSearch batches;                    // the largest micro-batch that fits, its holes (batch_search.h)
   std::size_t data_max_batch = 0;         // the largest micro-batch --data holds (0: no limit, synthetic)
+  std::vector<std::string> advice;        // when it does not fit: the OOM advisor's lines (oom_advice.h)
 };
 
-// The search for the largest micro-batch stops here (then reported as ">= limit").
-constexpr std::size_t kMaxBatchLimit = std::size_t{1} << 16;
+// The search for the largest micro-batch stops here (then reported as ">= limit"), and so does
+// max-batch's by default: it tries every batch up to its answer (batch_search.h), one meta run of
+// about a millisecond each, so an estimate stays within seconds. A micro-batch of 4096 rows is
+// reached only by the toy presets (tiny, small) or with most of a card to spare.
+constexpr std::size_t kMaxBatchLimit = 4096;
+// And within this many allocations of its meta runs, their whole work (no kernel runs on meta; an
+// allocation costs 0.6-1.6 us on the CI machine, so about 2 s): a run that makes many tensors (1024
+// layers: 94,000 allocations) has fewer batches tried, then reported as ">= limit".
+constexpr std::int64_t kSearchAllocations = std::int64_t{1} << 21;
 
 // Runs one configuration on the meta device; with a capacity, also whether it fits and the largest
-// micro-batch that fits (a search over B, one meta run each).
+// micro-batch that fits (batch_search.h: every B from 1, one meta run each).
 MemoryEstimate estimate_memory(const TrainingSetup& setup, std::size_t capacity = 0);
 
 // The largest micro-batch the run's dataset holds (a file's dataset_tokens, world_size x B rows of
@@ -66,9 +76,5 @@ std::size_t data_batch_limit(const TrainingSetup& setup);
 
 // Whether the configuration runs on a device of `capacity` bytes without running out of memory.
 bool fits_on(const TrainingSetup& setup, std::size_t capacity);
-// The largest B in [1, limit] for which fits_on holds (0: none); the limit is at most the data's
-// (data_batch_limit). `capped` is set when that limit fits.
-std::size_t largest_fitting_batch(TrainingSetup setup, std::size_t capacity, std::size_t limit = kMaxBatchLimit,
-                                  bool* capped = nullptr);
 
 }  // namespace trainmem::estimator

@@ -1,6 +1,7 @@
 #include "suites/trainmem/estimator/oom_advice.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "common/util/byte_size.h"
 #include "suites/checkpointing/recompute.h"
@@ -23,6 +24,11 @@ std::vector<std::pair<const Technique*, Remedy>> all_remedies(const TrainingSetu
     for (Remedy& r : t->remedies(failed)) all.emplace_back(t, std::move(r));
   std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.second.cost < b.second.cost; });
   return all;
+}
+
+// ", with 18.69 GiB in host memory" for a remedy that offloads ("" otherwise).
+std::string on_host(const FittingRemedy& fix) {
+  return fix.host_bytes ? ", with " + fmt(fix.host_bytes) + " in host memory" : std::string();
 }
 
 }  // namespace
@@ -51,7 +57,9 @@ std::vector<FittingRemedy> remedies_that_fit(const TrainingSetup& failed, std::s
     for (const Remedy::Variant& v : variants) {
       try {
         if (!fits_on(v.setup, capacity)) continue;
-        out.push_back({v.flags, v.setup, run_on_meta(v.setup, 0, 0, PeakMoment::skip).peak_reserved});
+        const std::optional<ShardedFormulas> sharded = formula_bytes(v.setup).sharded;
+        out.push_back({v.flags, v.setup, run_on_meta(v.setup, 0, 0, PeakMoment::skip).peak_reserved,
+                       sharded ? sharded->host : 0});
         return;
       } catch (const std::invalid_argument&) {
         // a combination the model refuses (e.g. cuDNN attention on the CPU): not a remedy
@@ -89,14 +97,15 @@ std::vector<std::string> estimator_oom_advice(const TrainingSetup& failed, std::
     if (!fixes.empty()) {
       const FittingRemedy& best = fixes.front();
       advice.push_back(best.flags + " would bring the peak reserved from " + fmt(before) + " to " +
-                       fmt(best.peak_reserved) + " (usable " + fmt(capacity) + "; the cheapest technique that fits, " +
-                       "by trainmem estimate)");
+                       fmt(best.peak_reserved) + on_host(best) + " (usable " + fmt(capacity) +
+                       "; the cheapest technique that fits, by trainmem estimate)");
       if (fixes.size() > 1)
-        advice.push_back("also fits: " + fixes[1].flags + " (peak reserved " + fmt(fixes[1].peak_reserved) + ")");
+        advice.push_back("also fits: " + fixes[1].flags + " (peak reserved " + fmt(fixes[1].peak_reserved) +
+                         on_host(fixes[1]) + ")");
     } else {
-      advice.push_back("no single-device technique makes this fit " + fmt(capacity) + " (predicted peak reserved " +
-                       fmt(before) + "): shard the model states across devices (ZeRO/FSDP) or use a " +
-                       "larger device; 'trainmem estimate' shows the figures");
+      advice.push_back("no technique on this device makes this fit " + fmt(capacity) + " (predicted peak reserved " +
+                       fmt(before) + ", offload included): shard the model states across devices (ZeRO/FSDP) or " +
+                       "use a larger device; 'trainmem estimate' shows the figures");
     }
   } catch (const std::exception& e) {
     advice.push_back(std::string("(the estimator could not advise: ") + e.what() + ")");

@@ -11,9 +11,15 @@
 //   4. --recompute selective   rebuild attention probabilities and GELU outputs: a few % more time
 //   5. --batch b --accum K'    the same tokens per step in smaller micro-batches (b divides B)
 //   6. --recompute full        one more forward per step: about a third more time
+//   7. --zero 2 --offload optimizer, then --zero 3 --offload params   ZeRO-Offload: the optimizer
+//                              state and its update on the host, at the run's world size (one
+//                              device too); the advice says the host memory it takes
 // Each remedy is tried alone, then with the cheaper remedies of the other techniques (bf16 +
 // flash, bf16 + flash + selective, ... + full), where it combines.
-// Sharding (ZeRO/FSDP) needs more devices and is left to the generic advice.
+// Sharding over more devices is left to the generic advice.
+//
+// One advisor for every command: `trainmem train` (out of memory), `trainmem estimate` (a run
+// that does not fit) and `trainmem max-batch` (not even --batch 1 fits) print its lines.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -28,6 +34,7 @@ struct FittingRemedy {
   std::string flags;           // what to add to the command line, e.g. "--recompute selective"
   TrainingSetup setup;         // the configuration with it
   std::size_t peak_reserved;   // its predicted peak reserved
+  std::size_t host_bytes;      // what it holds in host memory (offload; by the formula)
 };
 
 // What `setup` already does, for the generic advice to leave out (OomReport::in_effect).

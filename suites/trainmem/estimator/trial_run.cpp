@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 
+#include "common/comm/local_communicator.h"
 #include "common/data/token_file.h"
 #include "common/train/training_run.h"
 #include "suites/lazy_loading/lazy_loading_technique.h"
@@ -33,7 +34,11 @@ TrialResult run_trial(const TrainingSetup& s, const TrialOptions& options) {
   TrialResult r;
   r.device = device->info().label();
   try {
-    TrainingRun run(s, registered_techniques(), *device, nullptr, HostTokens(std::move(tokens)));
+    // A sharded run (ZeRO, FSDP) on this one device, as `trainmem train` runs it without mpirun:
+    // a world of one rank (ZeRO-Offload on one GPU, the OOM advice's last remedy).
+    std::unique_ptr<Communicator> world;
+    if (registered_techniques().sharding(s)) world = std::make_unique<LocalCommunicator>(*device);
+    TrainingRun run(s, registered_techniques(), *device, world.get(), HostTokens(std::move(tokens)));
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < options.steps; ++i) run.step();
     r.ms_per_step =

@@ -227,7 +227,7 @@ TEST(Estimator, LargestFittingBatchIsTheRealOne) {
   bf16.option<RecomputePolicy>() = RecomputePolicy::parse("selective");
   for (const Budget& b : {Budget{base("tiny", 1), 24 * MiB}, Budget{bf16, 12 * MiB}}) {
     SCOPED_TRACE(describe_setup(b.setup));
-    const std::size_t predicted = largest_fitting_batch(b.setup, b.capacity, 256);
+    const std::size_t predicted = search_batches_on_meta(b.setup, b.capacity, 256).largest;
     ASSERT_GT(predicted, 1u);
     TrialOptions options;
     options.capacity = b.capacity;

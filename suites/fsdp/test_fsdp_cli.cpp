@@ -84,7 +84,8 @@ TEST(FsdpCli, FullShardOnTwoRanksPrintsOnceAndItsPeaksEqualTheFormula) {
   const CliResult r = run(mpirun(2), "train --device cpu --model tiny --steps 3 --batch 2 --fsdp full --fsdp-unit layer "
                                      "--fsdp-prefetch on --json '" + json_path + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
-  EXPECT_EQ(count_lines(r.out), 3) << r.out;  // rank 0 only: one line per step
+  EXPECT_EQ(count_lines(r.out), 4) << r.out;  // rank 0 only: one line per step, then the run's summary
+  EXPECT_NE(r.out.find("done: 3 steps"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("step    3/3"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fsdp=full"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("N=2"), std::string::npos) << r.out;

@@ -16,8 +16,10 @@
 // train, estimate, max-batch -- and every benchmark builds its run from the same list with
 // TrainingRun (training_run.h). Adding a technique is its folder plus one line in that list.
 #pragma once
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
+// CLI::App and nlohmann::json are only named here (by reference): their declarations suffice,
+// and the files that fill them include the full headers. CLI11's header alone costs ~4 s of
+// compile time in every file that includes it.
+#include <nlohmann/json_fwd.hpp>
 
 #include <functional>
 #include <memory>
@@ -30,6 +32,10 @@
 #include "common/train/formula_bytes.h"
 #include "common/train/strategy.h"
 #include "common/train/training_setup.h"
+
+namespace CLI {
+class App;
+}
 
 namespace trainmem {
 

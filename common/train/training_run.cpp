@@ -1,5 +1,7 @@
 #include "common/train/training_run.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <utility>
 

@@ -1,5 +1,8 @@
 #include "suites/accumulation/accumulation_technique.h"
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "common/cli/flag_ranges.h"
 
 namespace trainmem {

@@ -1,5 +1,8 @@
 #include "suites/allocator/empty_cache_technique.h"
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "common/cli/flag_ranges.h"
 #include "suites/allocator/empty_cache_policy.h"
 

@@ -1,5 +1,8 @@
 #include "suites/checkpointing/checkpointing_technique.h"
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "common/cli/flag_ranges.h"
 #include "suites/checkpointing/recompute.h"
 

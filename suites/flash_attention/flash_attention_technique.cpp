@@ -1,5 +1,8 @@
 #include "suites/flash_attention/flash_attention_technique.h"
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "common/cli/flag_ranges.h"
 #include "common/model/attention_kind.h"
 

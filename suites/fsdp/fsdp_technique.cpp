@@ -1,5 +1,8 @@
 #include "suites/fsdp/fsdp_technique.h"
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "common/cli/flag_ranges.h"
 #include "common/comm/communicator.h"
 #include "common/model/gpt.h"

@@ -1,5 +1,8 @@
 #include "suites/gradient_memory/gradient_memory_technique.h"
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "common/cli/flag_ranges.h"
 #include "suites/gradient_memory/on_demand_gradients.h"
 #include "suites/gradient_memory/optimizer_in_backward.h"

@@ -1,5 +1,8 @@
 #include "suites/lazy_loading/lazy_loading_technique.h"
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include <stdexcept>
 
 #include "common/allocator/allocator_config.h"

@@ -1,5 +1,8 @@
 #include "suites/mixed_precision/mixed_precision_technique.h"
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "common/allocator/allocator_config.h"
 #include "common/cli/flag_ranges.h"
 #include "common/model/parameter_table.h"

@@ -1,5 +1,8 @@
 #include "suites/zero/zero_technique.h"
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 
 #include "common/cli/flag_ranges.h"

@@ -201,7 +201,7 @@ void GPT::attention_forward(LayerActivations& a, const std::string& h) {
     // A meta run of the CUDA pattern: out and lse are all that flash's forward allocates. cuDNN sizes
     // its workspaces at run time, on the GPU (the plan cudnn-frontend picks for the shape), so a meta
     // run counts none, forward or backward: the one rule by which the meta run of the CUDA pattern
-    // differs from a GPU's allocation sequence (they are freed at once; README, "meta device").
+    // differs from a GPU's allocation sequence (they are freed at once; common/device/README.md, "The meta device").
     if (!device_.computes()) return;
     if (options_.attention == AttentionKind::flash) {
       TRAINMEM_CUDA_KERNEL("flash_attention_forward",

@@ -14,7 +14,7 @@ namespace {
 // shared 2-core machine (load about 3.7): a second thread made the small model's products
 // (m*n*k <= 34M, about 1 ms each) 3-8% slower, and the 124M model's (>= 604M) from 2% slower to 7%
 // faster; whole 124M steps were no faster at that load, so those stay threaded for a machine with
-// a free core. Figures in README.md, "CPU speed".
+// a free core. Figures in kernels/cpu/speed.md.
 constexpr double kBlasMinMnkForThreads = 256.0 * 1024 * 1024;
 
 std::mutex g_mutex;

@@ -125,7 +125,7 @@ TEST(CliLimits, EstimateRefusesSizesThatWouldWrapAround) {
                  "limit of 4611686018427387904 (2^62)");
 }
 
-// The largest inputs the ranges allow still get an answer (the README records how long they take;
+// The largest inputs the ranges allow still get an answer (suites/trainmem/README.md records how long they take;
 // times live in benchmarks, so this only checks that an answer comes). --vocab 123: the smallest
 // the synthetic corpus's tokens fit ('z' + 1; estimate checks the data as train does).
 TEST(CliLimits, EstimateAnswersAtTheLargestShapes) {

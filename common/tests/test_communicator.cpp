@@ -15,11 +15,12 @@ using comm_test::DeviceArray;
 using comm_test::encode;
 using comm_test::rank_values;
 
-std::unique_ptr<Device> cpu_device() { return testing_support::cpu_device(std::size_t{64} << 20); }
+// A 64 MiB card: the collectives here move a few KiB.
+std::unique_ptr<Device> card_of_64_mib() { return testing_support::cpu_device(std::size_t{64} << 20); }
 
 TEST(Communicator, OneProcessIsAWorldOfOneWithoutMpi) {
   if (launched_by_mpirun()) GTEST_SKIP() << "this test is about a process not started by mpirun";
-  auto device = cpu_device();
+  auto device = card_of_64_mib();
   auto comm = make_communicator(*device);
   EXPECT_EQ(comm->backend(), "local");
   EXPECT_EQ(comm->world_size(), 1);
@@ -36,7 +37,7 @@ TEST(Communicator, NamesOfCollectives) {
 
 // An impossible choice says what to change.
 TEST(Communicator, RefusesABackendItCannotGive) {
-  auto device = cpu_device();
+  auto device = card_of_64_mib();
   try {
     make_communicator(*device, "gloo");
     FAIL() << "an unknown backend was accepted";
@@ -64,7 +65,7 @@ TEST(Communicator, RefusesABackendItCannotGive) {
 
 class LocalCollectives : public ::testing::TestWithParam<DType> {
  protected:
-  std::unique_ptr<Device> device_ = cpu_device();
+  std::unique_ptr<Device> device_ = card_of_64_mib();
   LocalCommunicator comm_{*device_};
 };
 
@@ -104,7 +105,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LocalCollectives, ::testing::Values(DType::f32,
 
 // N = 1: nothing is sent or received; the volume is still the buffer's (communicator.h).
 TEST(LocalCounts, VolumeIsTheBufferAndNothingTravels) {
-  auto device = cpu_device();
+  auto device = card_of_64_mib();
   LocalCommunicator comm(*device);
   DeviceArray a(*device, 100, DType::f32);
   DeviceArray h(*device, 100, DType::bf16);
@@ -128,7 +129,7 @@ TEST(LocalCounts, VolumeIsTheBufferAndNothingTravels) {
 }
 
 TEST(LocalCounts, RefusesAnotherRootOrDtype) {
-  auto device = cpu_device();
+  auto device = card_of_64_mib();
   LocalCommunicator comm(*device);
   float x = 1;
   EXPECT_THROW(comm.broadcast(&x, 1, DType::f32, 1, MemoryCategory::other), std::invalid_argument);

@@ -28,8 +28,7 @@ std::optional<std::size_t> formula_for(const FormulaBytes& f, MemoryCategory c) 
 }
 
 // Every figure in binary units (KiB, MiB, GiB), as PyTorch prints memory.
-std::string fmt(std::size_t bytes) { return format_bytes(static_cast<std::uint64_t>(bytes)); }
-std::string fmt(double bytes) { return fmt(static_cast<std::size_t>(std::llround(bytes))); }
+std::string format_bytes(double bytes) { return format_bytes(static_cast<std::size_t>(std::llround(bytes))); }
 
 nlohmann::json setup_json(const TrainingSetup& s) {
   nlohmann::json j = {{"model", s.model.to_json()},
@@ -105,14 +104,14 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
     if (c == MemoryCategory::other) continue;
     const auto formula = formula_for(e.formulas, c);
     std::snprintf(line, sizeof line, "%-16s %14s %14s %14s\n", std::string(to_string(c)).c_str(),
-                  fmt(e.category_peak(c)).c_str(), fmt(e.run.at_peak[index_of(c)]).c_str(),
-                  formula ? fmt(*formula).c_str() : "-");
+                  format_bytes(e.category_peak(c)).c_str(), format_bytes(e.run.at_peak[index_of(c)]).c_str(),
+                  formula ? format_bytes(*formula).c_str() : "-");
     out += line;
   }
-  std::snprintf(line, sizeof line, "%-16s %14s %14s\n", "peak allocated", "", fmt(e.peak_allocated()).c_str());
+  std::snprintf(line, sizeof line, "%-16s %14s %14s\n", "peak allocated", "", format_bytes(e.peak_allocated()).c_str());
   out += line;
   std::snprintf(line, sizeof line, "%-16s %14s %14s   (%lld segments at the end)\n\n", "peak reserved", "",
-                fmt(e.peak_reserved()).c_str(), static_cast<long long>(e.run.stats.segment[0].current));
+                format_bytes(e.peak_reserved()).c_str(), static_cast<long long>(e.run.stats.segment[0].current));
   out += line;
   std::snprintf(line, sizeof line, "the peak: %s of step %ld, when %s is allocated\n", e.run.peak_phase.c_str(),
                 e.run.peak_step, e.run.peak_tensor.c_str());
@@ -138,23 +137,23 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
     auto meta = [&](MemoryCategory c) { return f.peaks ? e.category_peak(c) : e.run.after_steps[index_of(c)]; };
     const std::size_t p = meta(MemoryCategory::parameters), g = meta(MemoryCategory::gradients),
                       o = meta(MemoryCategory::optimizer_state);
-    row("parameters", fmt(p), fmt(f.parameters), fmt(f.paper.parameters));
-    row("gradients", fmt(g), fmt(f.gradients), fmt(f.paper.gradients));
-    row("optimizer_state", fmt(o), fmt(f.optimizer_state), fmt(f.paper.optimizer_state));
-    row("model states", fmt(p + g + o), fmt(f.model_states()), fmt(f.paper.device_total()));
+    row("parameters", format_bytes(p), format_bytes(f.parameters), format_bytes(f.paper.parameters));
+    row("gradients", format_bytes(g), format_bytes(f.gradients), format_bytes(f.paper.gradients));
+    row("optimizer_state", format_bytes(o), format_bytes(f.optimizer_state), format_bytes(f.paper.optimizer_state));
+    row("model states", format_bytes(p + g + o), format_bytes(f.model_states()), format_bytes(f.paper.device_total()));
     if (f.peaks)
       out += "(the ZeRO paper's stage " + std::to_string(f.paper_stage) + ", which counts what a rank holds between steps: " +
-             fmt(f.paper.device_total()) + " of model states)\n";
-    if (f.host) out += "host memory (offload), exact formula: " + fmt(f.host) + " per rank\n";
+             format_bytes(f.paper.device_total()) + " of model states)\n";
+    if (f.host) out += "host memory (offload), exact formula: " + format_bytes(f.host) + " per rank\n";
   }
 
   if (target.usable_bytes) {
-    std::snprintf(line, sizeof line, "device: %s, %s", target.name.c_str(), fmt(target.total_bytes).c_str());
+    std::snprintf(line, sizeof line, "device: %s, %s", target.name.c_str(), format_bytes(target.total_bytes).c_str());
     out += line;
-    if (target.usable_bytes != target.total_bytes) out += ", usable " + fmt(target.usable_bytes) + " (less the CUDA context)";
+    if (target.usable_bytes != target.total_bytes) out += ", usable " + format_bytes(target.usable_bytes) + " (less the CUDA context)";
     out += "\n";
     if (e.fits) {
-      out += "fits: yes (peak reserved " + fmt(e.peak_reserved()) + " of " + fmt(target.usable_bytes) +
+      out += "fits: yes (peak reserved " + format_bytes(e.peak_reserved()) + " of " + format_bytes(target.usable_bytes) +
              (e.formulas.sharded ? " per rank)\n" : ")\n");
     } else {
       out += "fits: NO";

@@ -15,7 +15,6 @@ namespace trainmem::estimator {
 
 namespace {
 
-std::string fmt(std::size_t bytes) { return format_bytes(static_cast<std::uint64_t>(bytes)); }
 
 // Every registered technique's remedies, the cheapest first (the order of registration among equals).
 std::vector<std::pair<const Technique*, Remedy>> all_remedies(const TrainingSetup& failed) {
@@ -28,7 +27,7 @@ std::vector<std::pair<const Technique*, Remedy>> all_remedies(const TrainingSetu
 
 // ", with 18.69 GiB in host memory" for a remedy that offloads ("" otherwise).
 std::string on_host(const FittingRemedy& fix) {
-  return fix.host_bytes ? ", with " + fmt(fix.host_bytes) + " in host memory" : std::string();
+  return fix.host_bytes ? ", with " + format_bytes(fix.host_bytes) + " in host memory" : std::string();
 }
 
 }  // namespace
@@ -96,15 +95,15 @@ std::vector<std::string> estimator_oom_advice(const TrainingSetup& failed, std::
     const std::vector<FittingRemedy> fixes = remedies_that_fit(failed, capacity);
     if (!fixes.empty()) {
       const FittingRemedy& best = fixes.front();
-      advice.push_back(best.flags + " would bring the peak reserved from " + fmt(before) + " to " +
-                       fmt(best.peak_reserved) + on_host(best) + " (usable " + fmt(capacity) +
+      advice.push_back(best.flags + " would bring the peak reserved from " + format_bytes(before) + " to " +
+                       format_bytes(best.peak_reserved) + on_host(best) + " (usable " + format_bytes(capacity) +
                        "; the cheapest technique that fits, by trainmem estimate)");
       if (fixes.size() > 1)
-        advice.push_back("also fits: " + fixes[1].flags + " (peak reserved " + fmt(fixes[1].peak_reserved) +
+        advice.push_back("also fits: " + fixes[1].flags + " (peak reserved " + format_bytes(fixes[1].peak_reserved) +
                          on_host(fixes[1]) + ")");
     } else {
-      advice.push_back("no technique on this device makes this fit " + fmt(capacity) + " (predicted peak reserved " +
-                       fmt(before) + ", offload included): shard the model states across devices (ZeRO/FSDP) or " +
+      advice.push_back("no technique on this device makes this fit " + format_bytes(capacity) + " (predicted peak reserved " +
+                       format_bytes(before) + ", offload included): shard the model states across devices (ZeRO/FSDP) or " +
                        "use a larger device; 'trainmem estimate' shows the figures");
     }
   } catch (const std::exception& e) {

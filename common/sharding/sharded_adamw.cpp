@@ -13,8 +13,8 @@
 #include "common/train/sum_of_squares.h"
 #include "kernels/convert.h"
 #include "kernels/grad_norm.h"
-#include "suites/mixed_precision/master_weights.h"
-#include "suites/mixed_precision/unscale.h"
+#include "common/train/master_weights.h"
+#include "common/train/unscale.h"
 
 namespace trainmem {
 
@@ -129,7 +129,7 @@ ShardedAdamW::StepOutcome ShardedAdamW::step(double loss_scale) {
   const double scaled_norm = std::sqrt(comm_.all_reduce_sum(squares.total()));
   // The gradients carry the loss scale and are a sum over N ranks of per-rank means (header).
   // Unscale, average and clip in one factor; an inf or NaN on any rank: no rank updates
-  // (suites/mixed_precision/unscale.h).
+  // (common/train/unscale.h).
   const UnscaledStep unscaled = unscale(scaled_norm, loss_scale * static_cast<double>(comm_.world_size()), max_grad_norm_);
   outcome.grad_norm = unscaled.grad_norm;
   outcome.skipped = unscaled.skipped;

@@ -6,8 +6,8 @@
 #include "common/model/storage_type.h"
 #include "common/train/sum_of_squares.h"
 #include "kernels/adamw.h"
-#include "suites/mixed_precision/master_weights.h"
-#include "suites/mixed_precision/unscale.h"
+#include "common/train/master_weights.h"
+#include "common/train/unscale.h"
 
 namespace trainmem {
 
@@ -26,7 +26,7 @@ AdamWOptimizer::AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_
 AdamWOptimizer::StepOutcome AdamWOptimizer::step(double loss_scale) {
   Device& device = model_.device();
   auto& params = model_.parameters();
-  // Unscale, clip and skip on overflow (suites/mixed_precision/unscale.h), from the norm of the
+  // Unscale, clip and skip on overflow (common/train/unscale.h), from the norm of the
   // gradients as stored (still scaled).
   SumOfSquares squares(device);
   for (Parameter& p : params) squares.add(p.grad.data(), static_cast<std::size_t>(p.grad.numel()), p.grad.dtype());
@@ -46,7 +46,7 @@ AdamWOptimizer::StepOutcome AdamWOptimizer::step(double loss_scale) {
     using T = decltype(tag);
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto n = static_cast<std::size_t>(params[i].value.numel());
-      // 16 bits: the fp32 master weights (suites/mixed_precision/master_weights.h) are updated and
+      // 16 bits: the fp32 master weights (common/train/master_weights.h) are updated and
       // rounded once into the weights the model computes with (kernels/adamw.h).
       float* master = master_.empty() ? nullptr : master_[i].data_as<float>();
       kernels::adamw_update<T>(stream, params[i].value.data_as<T>(), params[i].grad.data_as<T>(), m_[i].data_as<float>(),

@@ -1,6 +1,6 @@
 // AdamW over the model's parameters, with gradient-norm clipping, and mixed precision's core:
-// fp32 master weights for a 16-bit model (suites/mixed_precision/master_weights.h) and the
-// unscaling and skip rule that loss scaling needs (suites/mixed_precision/unscale.h).
+// fp32 master weights for a 16-bit model (common/train/master_weights.h) and the
+// unscaling and skip rule that loss scaling needs (common/train/unscale.h).
 //
 // Memory (category optimizer_state): the moments m and v, 8 bytes per parameter, allocated at
 // the first step as PyTorch's optimizers do — so the first step's peak is higher than the ones

@@ -51,7 +51,14 @@ std::string Techniques::describe(const TrainingSetup& setup) const {
 FormulaBytes Techniques::formulas(const TrainingSetup& setup) const {
   FormulaBytes f;
   for (const Technique* t : list_) t->add_formulas(setup, f);
+  for (const Technique* t : list_) t->complete_formulas(setup, f);
   return f;
+}
+
+DatasetHome Techniques::dataset_home(const TrainingSetup& setup) const {
+  for (const Technique* t : list_)
+    if (const std::optional<DatasetHome> home = t->dataset_home(setup)) return *home;
+  return DatasetHome::host_memory;
 }
 
 }  // namespace trainmem

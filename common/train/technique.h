@@ -10,11 +10,14 @@
 //   describe       its words in the progress line and in messages: "recompute=selective"
 //   add_config_json / add_result_json   its part of `trainmem train --json`
 //   remedies       its ways out of an out-of-memory, for the OOM advice
-//   add_formulas   its closed-form memory (formula_bytes.h), for the estimate and the report
+//   add_formulas   its closed-form memory (formula_bytes.h), for the estimate and the report;
+//                  complete_formulas what depends on the others' (ZeRO: the paper's figures)
+//   dataset_home   where the run holds the dataset, when it provides the loader
 //
-// The driver lists the registrations once (suites/trainmem/techniques.cpp) and every command --
-// train, estimate, max-batch -- and every benchmark builds its run from the same list with
-// TrainingRun (training_run.h). Adding a technique is its folder plus one line in that list.
+// The build lists the registrations from the suites' manifests (trainmem_add_technique in each
+// suite's CMakeLists.txt, cmake/TrainmemTechniques.cmake, generates registered_techniques()), and
+// every command -- train, estimate, max-batch -- and every benchmark builds its run from the same
+// list with TrainingRun (training_run.h). Adding a technique is its folder, manifest included.
 #pragma once
 // CLI::App and nlohmann::json are only named here (by reference): their declarations suffice,
 // and the files that fill them include the full headers. CLI11's header alone costs ~4 s of
@@ -23,6 +26,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -109,6 +113,14 @@ enum RemedyCost : int {
                            // the gradients and weights over PCIe every step (ZeRO-Offload)
 };
 
+// Where a run holds the dataset (Technique::dataset_home): what the driver needs to know to load
+// it, and the estimate to count it.
+enum class DatasetHome {
+  host_memory,  // read into host memory, batches taken from there (the driver's SequentialBatches)
+  device,       // all of it on the device (its size is device memory, category data)
+  mapped_file,  // on the host, and a token file is memory-mapped rather than read into the heap
+};
+
 class Techniques;
 
 class Technique {
@@ -139,6 +151,8 @@ class Technique {
                                                    std::size_t /*ranks*/) const {
     return nullptr;
   }
+  // Where the run holds the dataset, when this technique provides the loader (nullopt: it does not).
+  virtual std::optional<DatasetHome> dataset_home(const TrainingSetup&) const { return std::nullopt; }
   // What it adds to a run; nothing when the setup does not use it.
   virtual TechniqueInRun join(RunParts&) const { return {}; }
 
@@ -147,6 +161,9 @@ class Technique {
   virtual void add_result_json(const RunFacts&, const Strategy* /*its strategy or nullptr*/, nlohmann::json& /*result*/) const {}
   virtual std::vector<Remedy> remedies(const TrainingSetup&) const { return {}; }
   virtual void add_formulas(const TrainingSetup&, FormulaBytes&) const {}
+  // Called after every technique's add_formulas: what it adds that depends on the others' (ZeRO:
+  // the paper's figures of the stage whose arithmetic the run's sharding matches, FSDP's included).
+  virtual void complete_formulas(const TrainingSetup&, FormulaBytes&) const {}
 };
 
 // The registered techniques, in the order the progress line names them.
@@ -165,7 +182,9 @@ class Techniques {
   bool gathers_one_layer_at_a_time(const TrainingSetup& setup) const;
   // Every technique's words: "bf16 accum=4 recompute=selective attention=flash ...".
   std::string describe(const TrainingSetup& setup) const;
-  FormulaBytes formulas(const TrainingSetup& setup) const;
+  FormulaBytes formulas(const TrainingSetup& setup) const;  // every add_formulas, then every complete_formulas
+  // Where the run holds the dataset: the first technique's that says (host_memory: none does).
+  DatasetHome dataset_home(const TrainingSetup& setup) const;
 
  private:
   std::vector<const Technique*> list_;

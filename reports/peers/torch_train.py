@@ -11,7 +11,7 @@ the global gradient norm clipped to 1.0; batch k row b is the window of T tokens
 (k * B + b) * T, wrapping at the end (common/data/batch_source.h). Gradients are freed after each
 step (zero_grad(set_to_none=True), PyTorch's default); --keep-grads zeroes them in place instead,
 as trainmem does. --precision bf16 stores the model in bf16 and gives the optimizer fp32 master
-weights, as trainmem's mixed precision does (suites/mixed_precision/master_weights.h); the fp32
+weights, as trainmem's mixed precision does (common/train/master_weights.h); the fp32
 copies of the gradients that torch.optim needs are PyTorch's own cost.
 
 On a machine shared with other work, run it with OMP_WAIT_POLICY=PASSIVE (compare_torch.py does):

@@ -13,7 +13,7 @@ from .errors import OutputError
 from .peers import peer_section
 from .results import Benchmark, ResultFolder, finite_number
 from .snapshot import snapshot_to_pickle
-from .suites import SUITES, Suite, safe_split, suite_for
+from .suites import SUITES, Suite, safe_split, suite_for, suites_of
 from .timeline import CATEGORIES, step_timeline
 
 TRADEOFF_SUITES = {  # suite -> (memory counter on the y axis, its axis label)
@@ -462,9 +462,10 @@ def build(folder: ResultFolder, out: pathlib.Path) -> Document:
         _guarded(doc, "memory snapshot", snapshot_section, folder, out)
     else:
         doc.missing.append("memory-snapshot.json: missing (run `trainmem train --memory-snapshot`): no pickle")
-    known = {s.bench for s in SUITES}
+    ordered = suites_of(folder)  # the build's catalog, in the order ci/suite ran them
+    known = {s.bench for s in ordered}
     extra = [suite_for(b) for b in folder.benchmarks if b not in known]
-    for suite in SUITES + extra:
+    for suite in ordered + extra:
         if folder.runs(suite.bench):
             _guarded(doc, suite.bench, suite_section, folder, suite, claims, plots_dir)
         elif suite.bench not in folder.benchmarks:

@@ -74,6 +74,9 @@ class ResultFolder:
     snapshot_path: pathlib.Path | None = None
     peers: dict[str, dict] = field(default_factory=dict)                  # "small-B4-fp32" -> comparison JSON
     run: dict = field(default_factory=dict)                               # run.json: how ci/suite ran
+    # suites.json (the build's catalog, copied by ci/suite): its "benchmarks", in the order they ran,
+    # each {"name", "technique" (or None), "folder", ...}; empty for a folder without it
+    catalog: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -289,6 +292,15 @@ def load_folder(path: str | pathlib.Path) -> ResultFolder:
             folder.problems.append(f"{run.name}: {_json_type(data)}, not an object: left out")
     else:
         folder.problems.append("run.json: missing (written by ci/suite): whether this was a quick run is not known")
+
+    catalog = folder.path / "suites.json"  # a folder written before the catalog existed has none: no problem
+    if catalog.exists() or catalog.is_symlink():
+        data = _read_json(catalog, folder.problems)
+        entries = data.get("benchmarks") if isinstance(data, dict) else None
+        if isinstance(entries, list) and all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
+            folder.catalog = entries
+        elif data is not None:
+            folder.problems.append(f"{catalog.name}: not the build's catalog (no list of benchmarks): left out")
 
     # bench_zero.json (world size 1) before bench_zero-n2.json, bench_zero-n4.json
     for path in sorted(folder.path.glob("bench_*.json"), key=lambda p: (p.stem.split("-")[0], len(p.stem), p.stem)):

@@ -1,11 +1,14 @@
-"""The catalog of suites the report knows: which benchmark file each writes, how a benchmark's
+"""How the report presents each suite: which benchmark file each writes, how a benchmark's
 name splits into a *group* (the model or shape being measured) and a *setting* (the technique
 or option being compared within the group), and which counters its table shows.
 
-Every benchmark binary the build lists has an entry (reports/tests/test_catalog.py checks it on
-every results folder): one that is not in the catalog is still shown, with the generic split (the
-last part of the name is the setting, the rest the group) and a line in the report saying so. A
-new suite joins by adding an entry here.
+Which suites there are, and in what order, is the build's catalog (build/<preset>/suites.json, made
+from the suites' manifests; ci/suite copies it into the results folder): `suites_of(folder)`. A
+benchmark of the catalog without a presentation here gets the generic one, titled after its
+technique and pointing to its README; so does a file of the folder the catalog lacks, with a line
+saying so. A folder without suites.json (written before the catalog existed) is shown in the order
+of PRESENTATIONS. Every benchmark binary of this build has a presentation (reports/tests/test_catalog.py
+checks it on every results folder).
 """
 from __future__ import annotations
 
@@ -278,6 +281,29 @@ SUITES += [
           group=_blas_group, setting=_blas_setting,
           columns=[("mnk", "N·C·OC", "number"), ("blas_threads", "threads", "number")]),
 ]
+
+
+PRESENTATIONS = SUITES  # the presentations, by benchmark file (the order of a folder without suites.json)
+
+
+def catalog_suite(entry: dict) -> Suite:
+    """The suite of one entry of the build's catalog: its presentation, or the generic one."""
+    bench = entry["name"]
+    for s in PRESENTATIONS:
+        if s.bench == bench:
+            return s
+    technique = entry.get("technique") if isinstance(entry.get("technique"), str) else None
+    readme = f"{entry['folder']}/README.md" if isinstance(entry.get("folder"), str) else "its folder"
+    what = (f"the technique {technique}'s benchmark" if technique else "a benchmark of the build") + \
+        f" (generic table: the report has no presentation of its own for it; see {readme})"
+    return Suite(technique or bench, technique or bench, bench, what)
+
+
+def suites_of(folder) -> list[Suite]:
+    """The suites of a results folder, in the order they ran: its catalog's (suites.json), else PRESENTATIONS'."""
+    if not folder.catalog:
+        return list(PRESENTATIONS)
+    return [catalog_suite(entry) for entry in folder.catalog]
 
 
 def has_entry(bench: str) -> bool:

@@ -3,7 +3,7 @@
 #include "common/device/device_ops.h"
 #include "common/model/storage_type.h"
 #include "common/train/adamw_optimizer.h"
-#include "suites/mixed_precision/master_weights.h"
+#include "common/train/master_weights.h"
 
 namespace trainmem::gradient_memory {
 

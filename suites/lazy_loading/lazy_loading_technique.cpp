@@ -74,6 +74,16 @@ class LazyLoadingTechnique : public Technique {
     throw std::logic_error("make_loader: unknown loader");
   }
 
+  // sequential: the driver's (host memory); eager: the device; lazy: the host, a token file mapped.
+  std::optional<DatasetHome> dataset_home(const TrainingSetup& s) const override {
+    switch (s.option<LoaderChoice>().loader) {
+      case Loader::sequential: return std::nullopt;
+      case Loader::eager: return DatasetHome::device;
+      case Loader::lazy: return DatasetHome::mapped_file;
+    }
+    return std::nullopt;
+  }
+
   std::string describe(const TrainingSetup& s) const override {
     const Loader loader = s.option<LoaderChoice>().loader;
     return loader == Loader::sequential ? std::string() : "loader=" + to_string(loader);

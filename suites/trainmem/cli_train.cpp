@@ -30,7 +30,6 @@
 #include "common/util/output_file.h"
 #include "common/data/host_tokens.h"
 #include "common/train/training_run.h"
-#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/command_settings.h"
 #include "suites/trainmem/estimate_flags.h"
@@ -155,11 +154,12 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
   // every rank checks (and loads) the corpus of the global batch (N*B rows), as one process would.
   //  - meta: no token is read (the loaders read none there): the data is checked as `estimate`
   //    checks it, without keeping it, and the run gets its size only (host memory bounded).
-  //  - a token file under the lazy loader is memory-mapped, never read into the heap.
+  //  - a token file is memory-mapped, never read into the heap, where the loader reads it so
+  //    (DatasetHome::mapped_file: the lazy loader).
   //  - everything else is loaded (and checked) into host memory here.
-  const lazy_loading::Loader loader = setup.option<lazy_loading::LoaderChoice>().loader;
   const bool meta = flags.device.device == "meta";
-  const bool map_token_file = !meta && loader == lazy_loading::Loader::lazy && flags.data != "synthetic" &&
+  const bool map_token_file = !meta && registered_techniques().dataset_home(setup) == DatasetHome::mapped_file &&
+                              flags.data != "synthetic" &&
                               data_format(flags.data) == DataFormat::token_file;
   std::size_t dataset_tokens = 0;  // a file's size in tokens (synthetic: 0, the corpus is made for the batch)
   HostTokens tokens;               // meta: made below without values, once the run's size is known

@@ -1,5 +1,6 @@
 // The techniques the driver knows: one registration per suite (common/train/technique.h). Every
-// command (train, estimate, max-batch) takes their flags and builds its run from this list.
+// command (train, estimate, max-batch) takes their flags and builds its run from this list, which
+// the build generates from the suites' manifests (trainmem_add_technique, cmake/TrainmemTechniques.cmake).
 #pragma once
 #include "common/train/technique.h"
 

@@ -166,6 +166,13 @@ class ZeroTechnique : public Technique {
     sharded.paper_stage = choice.stage;
     f.sharded = sharded;
   }
+  // The ZeRO paper's figures (exact in Ψ) of the stage the run's sharding matches, ZeRO's or FSDP's
+  // (full = 3, grad_op = 2): the column the estimate and the report set beside the exact formula.
+  void complete_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
+    if (!f.sharded) return;
+    f.sharded->paper = paper_model_states(static_cast<double>(s.model.num_parameters()), static_cast<int>(s.world_size),
+                                          f.sharded->paper_stage, s.precision, s.option<ZeroChoice>().offload);
+  }
 
  private:
   static ZeroOptions options(const TrainingSetup& setup) {

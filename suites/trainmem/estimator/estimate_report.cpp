@@ -6,7 +6,6 @@
 
 #include "common/util/byte_size.h"
 #include "common/model/precision.h"
-#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/techniques.h"
 
 namespace trainmem::estimator {
@@ -35,9 +34,8 @@ nlohmann::json setup_json(const TrainingSetup& s) {
                       {"batch", s.batch},
                       {"seq", s.seq()},
                       {"tokens_per_step", s.batch * s.seq() * s.accum},
-                      {"eager_dataset_tokens", s.option<lazy_loading::LoaderChoice>().loader == lazy_loading::Loader::eager
-                                                   ? s.dataset_size()
-                                                   : 0},
+                      {"eager_dataset_tokens",
+                       registered_techniques().dataset_home(s) == DatasetHome::device ? s.dataset_size() : 0},
                       {"backend", to_string(s.backend)},  // whose allocation pattern the meta run followed
                       {"allocator_config", s.allocator.to_string()}};
   for (const Technique* t : registered_techniques()) t->add_config_json(s, j);  // as `trainmem train --json` has them

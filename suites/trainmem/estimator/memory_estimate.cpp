@@ -5,20 +5,11 @@
 #include "common/data/dataset_check.h"
 #include "suites/trainmem/estimator/oom_advice.h"
 #include "suites/trainmem/techniques.h"
-#include "suites/zero/zero_memory.h"
-#include "suites/zero/zero_technique.h"
 
 namespace trainmem::estimator {
 
-FormulaBytes formula_bytes(const TrainingSetup& s) {
-  FormulaBytes f = registered_techniques().formulas(s);
-  // The ZeRO paper's figures of the stage the sharding matches (FSDP full = 3, grad_op = 2), exact
-  // in Ψ: the column the report sets beside this implementation's.
-  if (f.sharded)
-    f.sharded->paper = zero::paper_model_states(static_cast<double>(s.model.num_parameters()), static_cast<int>(s.world_size),
-                                                f.sharded->paper_stage, s.precision, s.option<zero::ZeroChoice>().offload);
-  return f;
-}
+// With the ZeRO paper's figures of the stage the sharding matches (ZeRO's complete_formulas).
+FormulaBytes formula_bytes(const TrainingSetup& s) { return registered_techniques().formulas(s); }
 
 std::size_t data_batch_limit(const TrainingSetup& setup) {
   return setup.dataset_tokens ? largest_batch_in(setup.dataset_tokens, setup.world_size, setup.seq()) : 0;

@@ -6,7 +6,6 @@
 #include "common/util/byte_size.h"
 #include "suites/checkpointing/recompute.h"
 #include "suites/fsdp/fsdp_technique.h"
-#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/techniques.h"
 #include "suites/zero/zero_technique.h"
@@ -45,7 +44,7 @@ RemediesInEffect remedies_in_effect(const TrainingSetup& s) {
   if (fsdp.enabled && fsdp.options.mode == fsdp::ShardingMode::full) in.sharding_stage = 3;
   if (fsdp.enabled && fsdp.options.mode == fsdp::ShardingMode::grad_op) in.sharding_stage = std::max(in.sharding_stage, 2);
   in.optimizer_offloaded = zero.offload != Offload::none;
-  in.data_off_device = s.option<lazy_loading::LoaderChoice>().loader != lazy_loading::Loader::eager;
+  in.data_off_device = registered_techniques().dataset_home(s) != DatasetHome::device;
   return in;
 }
 

@@ -7,20 +7,20 @@
 #include "common/comm/local_communicator.h"
 #include "common/data/token_file.h"
 #include "common/train/training_run.h"
-#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/techniques.h"
 
 namespace trainmem::estimator {
 
 TrialResult run_trial(const TrainingSetup& s, const TrialOptions& options) {
   const std::size_t T = s.seq();
-  // The synthetic corpus: an eager loader puts all of it on the device, so it is made exactly as
+  // The synthetic corpus: a loader that puts all of it on the device (DatasetHome::device, the
+  // eager loader) makes it device memory, so it is made exactly as
   // `trainmem train` makes it (load_dataset); for the other loaders its size changes no device
   // memory, and a corpus of the steps' tokens is quicker to make.
   const std::size_t needed = s.batch * T * s.accum * static_cast<std::size_t>(options.steps) + 1;
   std::vector<std::uint16_t> tokens =
       options.tokens ? *options.tokens
-      : s.option<lazy_loading::LoaderChoice>().loader == lazy_loading::Loader::eager ? load_dataset("synthetic", s.batch * T + 1, s.model.vocab, s.seed)
+      : registered_techniques().dataset_home(s) == DatasetHome::device ? load_dataset("synthetic", s.batch * T + 1, s.model.vocab, s.seed)
                                   : synthetic_corpus(std::max(needed, 4 * (s.batch * T + 1)), s.seed);
   if (tokens.size() < s.batch * T + 1)
     throw DataError("the dataset has " + std::to_string(tokens.size()) + " tokens; one batch of " +

@@ -10,7 +10,7 @@
 //     skipped    = scaled_norm is inf or NaN                  (an overflow anywhere: no update at
 //                                                              all, and the scaler backs off)
 //
-// Every optimizer uses this (see master_weights.h for why common/ includes it).
+// Every optimizer uses this (optimizer mechanics, so in common/, as master_weights.h).
 #pragma once
 #include <cmath>
 

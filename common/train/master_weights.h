@@ -12,8 +12,9 @@
 // the same 16 bytes as fp32 (4 + 4 + 8): common/model/precision.h bytes_per_parameter.
 //
 // Every optimizer uses this (common/train/adamw_optimizer.cpp for one device,
-// common/sharding/sharded_adamw.cpp for a rank's shards), so it is header-only and common/
-// includes it: the one place a suite's core sits beneath common/ (suites/CMakeLists.txt).
+// common/sharding/sharded_adamw.cpp for a rank's shards, suites/gradient_memory's update in the
+// backward): it is optimizer mechanics, so it lives in common/ (header-only); suites/mixed_precision
+// measures and explains it.
 #pragma once
 #include <string>
 

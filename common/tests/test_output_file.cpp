@@ -176,5 +176,44 @@ TEST_F(OutputFileTest, TheHandlersThatWereThereComeBackAfterTheWrite) {
   EXPECT_EQ(before.sa_handler, after.sa_handler);
 }
 
+// A benchmark writes its scratch token file while its --benchmark_out is pending (bench_lazy_loading's
+// memory-mapped case ended with "PendingOutputFile: one at a time" before): both are written whole,
+// a SIGTERM with both pending removes both temporary files, and the handlers come back only when
+// the last one is done.
+TEST_F(OutputFileTest, TwoFilesPendingAtOnceAreEachWrittenWhole) {
+  struct sigaction before {}, during {}, after {};
+  ::sigaction(SIGTERM, nullptr, &before);
+  {
+    PendingOutputFile results(file("results.json"), "--benchmark_out");
+    results.write("{\"benchmarks\": []}");
+    write_output_file(file("data.tok"), "tokens", "");
+    ::sigaction(SIGTERM, nullptr, &during);
+    EXPECT_NE(during.sa_handler, before.sa_handler) << "the results file is still pending";
+    results.commit();
+  }
+  ::sigaction(SIGTERM, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+  EXPECT_EQ(read_file(file("results.json")), "{\"benchmarks\": []}");
+  EXPECT_EQ(read_file(file("data.tok")), "tokens");
+}
+
+TEST_F(OutputFileTest, SigtermWithTwoFilesPendingRemovesBothTemporaryFiles) {
+  write_plain(file("run.json"), "the earlier file");
+  const pid_t child = fork();
+  if (child == 0) {
+    PendingOutputFile first(file("run.json"), "--json");
+    PendingOutputFile second(file("new.json"), "--record-memory");
+    first.write("half of a new fi");
+    second.write("half");
+    std::raise(SIGTERM);
+    _exit(0);  // not reached
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << status;
+  EXPECT_EQ(read_file(file("run.json")), "the earlier file");
+  EXPECT_EQ(folder_entries(), std::vector<std::string>{"run.json"});
+}
+
 }  // namespace
 }  // namespace trainmem

@@ -64,19 +64,27 @@ mode_t current_umask() {
 // --- A signal during the write removes the temporary file.
 //
 // The handler may call only async-signal-safe functions (unlink, sigaction, raise) and read only
-// memory that is ready before it is installed: the path lives in a fixed buffer, which is also
-// mkstemp's template, so the handler always holds the name of the file if one was created.
+// memory that is ready before it is installed: each pending file's path lives in a fixed slot,
+// which is also mkstemp's template, so the handler always holds the name of a file once created.
+// A few files may be pending at once (a benchmark writes its scratch data file while its
+// --benchmark_out is pending); a slot is empty when its first byte is 0.
 // A signal the program ignores (`nohup`, a background job's SIGINT) stays ignored.
 
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 constexpr std::size_t kSignalCount = sizeof kStopSignals / sizeof kStopSignals[0];
-char g_temp_path[PATH_MAX];
+constexpr std::size_t kMaxPending = 4;
+char g_temp_paths[kMaxPending][PATH_MAX];
 struct sigaction g_previous[kSignalCount];
 bool g_installed[kSignalCount];
-bool g_pending = false;  // one PendingOutputFile at a time
+std::size_t g_pending = 0;  // files pending: the handlers are installed while there is one
+
+void remove_temp_files() {
+  for (std::size_t i = 0; i < kMaxPending; ++i)
+    if (g_temp_paths[i][0] != '\0') ::unlink(g_temp_paths[i]);
+}
 
 extern "C" void remove_temp_file_and_stop(int signal) {
-  ::unlink(g_temp_path);
+  remove_temp_files();
   for (std::size_t i = 0; i < kSignalCount; ++i)
     if (kStopSignals[i] == signal) ::sigaction(signal, &g_previous[i], nullptr);
   ::raise(signal);  // delivered when this handler returns, to the handler the program had (by default: the end)
@@ -84,13 +92,13 @@ extern "C" void remove_temp_file_and_stop(int signal) {
 
 // exit() with a file pending (Google Benchmark's --help exits inside benchmark::Initialize)
 // runs no destructor: this removes the temporary file then.
-void remove_temp_file_at_exit() {
-  if (g_temp_path[0] != '\0') ::unlink(g_temp_path);
-}
+void remove_temp_file_at_exit() { remove_temp_files(); }
 
+// The first pending file installs the handlers, the last one to go removes them.
 void install_signal_cleanup() {
   static const bool at_exit = std::atexit(remove_temp_file_at_exit) == 0;
   (void)at_exit;
+  if (g_pending++ > 0) return;
   for (std::size_t i = 0; i < kSignalCount; ++i) {
     ::sigaction(kStopSignals[i], nullptr, &g_previous[i]);
     g_installed[i] = g_previous[i].sa_handler != SIG_IGN;
@@ -102,10 +110,11 @@ void install_signal_cleanup() {
   }
 }
 
-void remove_signal_cleanup() {
+void remove_signal_cleanup(int slot) {
+  g_temp_paths[slot][0] = '\0';
+  if (--g_pending > 0) return;
   for (std::size_t i = 0; i < kSignalCount; ++i)
     if (g_installed[i]) ::sigaction(kStopSignals[i], &g_previous[i], nullptr);
-  g_temp_path[0] = '\0';
 }
 
 }  // namespace
@@ -159,19 +168,21 @@ PendingOutputFile::PendingOutputFile(const std::string& path, const std::string&
     write_path_ = path;
     return;
   }
-  if (g_pending) throw std::logic_error("PendingOutputFile: one at a time (" + path + ")");
+  for (std::size_t i = 0; i < kMaxPending && slot_ < 0; ++i)
+    if (g_temp_paths[i][0] == '\0') slot_ = static_cast<int>(i);
+  if (slot_ < 0) throw std::logic_error("PendingOutputFile: more than " + std::to_string(kMaxPending) + " at once (" + path + ")");
+  char* const temp_path = g_temp_paths[slot_];
   // A replaced file keeps its mode; a new one gets what `>` would give it (mkstemp makes 0600).
   struct stat st {};
   const mode_t mode = target.exists && ::stat(target.path.c_str(), &st) == 0 ? (st.st_mode & 07777) : (0666 & ~current_umask());
   const std::filesystem::path target_path = target.path;
   const std::string temp = folder_of(target.path) + "/." + target_path.filename().string() + ".tmp-XXXXXX";
-  if (temp.size() >= sizeof g_temp_path) fail(std::strerror(ENAMETOOLONG));
-  std::memcpy(g_temp_path, temp.c_str(), temp.size() + 1);
-  g_pending = true;
+  if (temp.size() >= PATH_MAX) fail(std::strerror(ENAMETOOLONG));
+  std::memcpy(temp_path, temp.c_str(), temp.size() + 1);
   replaces_target_ = true;
   install_signal_cleanup();  // before the file exists: see remove_temp_file_and_stop
-  fd_ = ::mkostemp(g_temp_path, O_CLOEXEC);
-  if (fd_ >= 0) write_path_ = g_temp_path;
+  fd_ = ::mkostemp(temp_path, O_CLOEXEC);
+  if (fd_ >= 0) write_path_ = temp_path;
   if (fd_ < 0 || ::fchmod(fd_, mode) != 0) {
     const std::string why = message(errno_text());
     discard();  // no destructor runs for a constructor that throws
@@ -188,8 +199,8 @@ void PendingOutputFile::discard() noexcept {
   fd_ = -1;
   if (!replaces_target_) return;
   if (!write_path_.empty()) ::unlink(write_path_.c_str());
-  remove_signal_cleanup();
-  g_pending = false;
+  remove_signal_cleanup(slot_);
+  slot_ = -1;
   replaces_target_ = false;
 }
 
@@ -211,8 +222,8 @@ void PendingOutputFile::commit() {
   }
   if (::rename(write_path_.c_str(), target_path_.c_str()) != 0) fail(errno_text());
   committed_ = true;
-  remove_signal_cleanup();
-  g_pending = false;
+  remove_signal_cleanup(slot_);
+  slot_ = -1;
   // The rename itself reaches the disk with the folder. (EINVAL: a filesystem that cannot sync folders.)
   const int folder = ::open(folder_of(target_path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   const bool synced = folder >= 0 && (::fsync(folder) == 0 || errno == EINVAL);

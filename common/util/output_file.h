@@ -45,7 +45,7 @@ int write_fully(int fd, std::string_view bytes);
 // commit() (an exception, an early return), the temporary file is removed; while it exists, a
 // SIGINT, SIGTERM or SIGHUP removes it before the program ends as the signal would end it.
 // New files get mode 0666 & ~umask, as a shell's `>` gives; a replaced file keeps its mode.
-// One at a time: the program writes its files one after another.
+// Up to 4 may be pending at once (a benchmark's scratch data file while its --benchmark_out is).
 class PendingOutputFile {
  public:
   PendingOutputFile(const std::string& path, const std::string& flag);  // throws OutputFileError
@@ -75,6 +75,7 @@ class PendingOutputFile {
   bool target_existed_ = false;
   bool committed_ = false;
   int fd_ = -1;
+  int slot_ = -1;  // its temporary file's slot in the signal handler's table
 };
 
 }  // namespace trainmem

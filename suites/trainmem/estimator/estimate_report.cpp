@@ -27,7 +27,8 @@ std::optional<std::size_t> formula_for(const FormulaBytes& f, MemoryCategory c) 
 }
 
 // Every figure in binary units (KiB, MiB, GiB), as PyTorch prints memory.
-std::string format_bytes(double bytes) { return format_bytes(static_cast<std::size_t>(std::llround(bytes))); }
+// A formula's figure (a double) as bytes, rounded to the nearest byte.
+std::string format_rounded_bytes(double bytes) { return format_bytes(static_cast<std::uint64_t>(std::llround(bytes))); }
 
 nlohmann::json setup_json(const TrainingSetup& s) {
   nlohmann::json j = {{"model", s.model.to_json()},
@@ -135,13 +136,13 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
     auto meta = [&](MemoryCategory c) { return f.peaks ? e.category_peak(c) : e.run.after_steps[index_of(c)]; };
     const std::size_t p = meta(MemoryCategory::parameters), g = meta(MemoryCategory::gradients),
                       o = meta(MemoryCategory::optimizer_state);
-    row("parameters", format_bytes(p), format_bytes(f.parameters), format_bytes(f.paper.parameters));
-    row("gradients", format_bytes(g), format_bytes(f.gradients), format_bytes(f.paper.gradients));
-    row("optimizer_state", format_bytes(o), format_bytes(f.optimizer_state), format_bytes(f.paper.optimizer_state));
-    row("model states", format_bytes(p + g + o), format_bytes(f.model_states()), format_bytes(f.paper.device_total()));
+    row("parameters", format_bytes(p), format_bytes(f.parameters), format_rounded_bytes(f.paper.parameters));
+    row("gradients", format_bytes(g), format_bytes(f.gradients), format_rounded_bytes(f.paper.gradients));
+    row("optimizer_state", format_bytes(o), format_bytes(f.optimizer_state), format_rounded_bytes(f.paper.optimizer_state));
+    row("model states", format_bytes(p + g + o), format_bytes(f.model_states()), format_rounded_bytes(f.paper.device_total()));
     if (f.peaks)
       out += "(the ZeRO paper's stage " + std::to_string(f.paper_stage) + ", which counts what a rank holds between steps: " +
-             format_bytes(f.paper.device_total()) + " of model states)\n";
+             format_rounded_bytes(f.paper.device_total()) + " of model states)\n";
     if (f.host) out += "host memory (offload), exact formula: " + format_bytes(f.host) + " per rank\n";
   }
 

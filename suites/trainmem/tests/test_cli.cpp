@@ -18,6 +18,7 @@
 
 #include "common/data/token_file.h"
 #include "common/tests/command_runner.h"
+#include "suites/trainmem/tests/trainmem_program.h"
 
 namespace trainmem {
 namespace {
@@ -26,12 +27,11 @@ constexpr long long kMiB = 1 << 20;
 
 using testing_support::count_lines;
 using testing_support::read_text_file;
-using CliRun = testing_support::CommandResult;
+using cli_test::CliRun;
+using cli_test::temp_path;
+using cli_test::trainmem;
 
-std::string temp_path(const std::string& name) { return testing_support::scratch_path("cli_" + name); }
 
-// Runs `trainmem ARGS` (ARGS is shell text), capturing stdout and stderr separately.
-CliRun trainmem(const std::string& args) { return testing_support::run_program("", TRAINMEM_BINARY, args); }
 
 std::string data(const char* name) { return std::string(TRAINMEM_CLI_TEST_DATA_DIR) + "/" + name; }
 

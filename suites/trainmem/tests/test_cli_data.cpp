@@ -20,15 +20,16 @@
 
 #include "common/data/token_file.h"
 #include "common/tests/command_runner.h"
+#include "suites/trainmem/tests/trainmem_program.h"
 
 namespace trainmem {
 namespace {
 
-using CliRun = testing_support::CommandResult;
+using cli_test::CliRun;
+using cli_test::temp_path;
+using cli_test::trainmem;
 
-CliRun trainmem(const std::string& args) { return testing_support::run_program("", TRAINMEM_BINARY, args); }
 
-std::string temp_path(const std::string& name) { return testing_support::scratch_path("data_" + name); }
 
 // The one line of an input error (exit 2), from "error: " on.
 std::string input_error(const std::string& args) {

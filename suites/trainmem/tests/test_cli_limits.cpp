@@ -14,15 +14,16 @@
 
 #include "common/data/token_file.h"
 #include "common/tests/command_runner.h"
+#include "suites/trainmem/tests/trainmem_program.h"
 
 namespace trainmem {
 namespace {
 
-using CliRun = testing_support::CommandResult;
+using cli_test::CliRun;
+using cli_test::temp_path;
+using cli_test::trainmem;
 
-CliRun trainmem(const std::string& args) { return testing_support::run_program("", TRAINMEM_BINARY, args); }
 
-std::string temp_path(const std::string& name) { return testing_support::scratch_path("limits_" + name); }
 
 // Exit 2, one line "trainmem: error: ..." containing `expected`, in plain numbers: no run of more
 // than 20 digits (2^64 has 20), as CLI11's own range check printed a double's 309-digit limit.

@@ -10,16 +10,15 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tests/command_runner.h"
+#include "suites/trainmem/tests/trainmem_program.h"
 
 namespace trainmem {
 namespace {
 
-using CliRun = testing_support::CommandResult;
+using cli_test::CliRun;
+using cli_test::trainmem;
 using testing_support::read_text_file;
 
-CliRun trainmem(const std::string& args, const std::string& prefix = "") {
-  return testing_support::run_program(prefix, TRAINMEM_BINARY, args);
-}
 
 // A recorded tiny run replays to its own figures: every statistic of the run's --json (the
 // allocator's statistics at the end of the last step) equals the replay's, under the run's own

@@ -12,13 +12,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tests/command_runner.h"
+#include "suites/trainmem/tests/trainmem_program.h"
 
 namespace trainmem {
 namespace {
 
-using CliRun = testing_support::CommandResult;
+using cli_test::CliRun;
+using cli_test::trainmem;
 
-CliRun trainmem(const std::string& args) { return testing_support::run_program("", TRAINMEM_BINARY, args); }
 
 struct TrainedRun {
   nlohmann::json memory;  // --json's "memory": statistics, peaks, categories, fragmentation

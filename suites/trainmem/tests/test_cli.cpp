@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/data/token_file.h"
+#include "common/tests/sanitizers.h"
 #include "common/tests/command_runner.h"
 #include "suites/trainmem/tests/trainmem_program.h"
 
@@ -513,6 +514,7 @@ TEST(Cli, MaxBatchTakesAGpuAsEstimateDoes) {
 // batch does. Each checked by a meta run of its own (`train --device meta`), and max-batch's real
 // runs find the same.
 TEST(Cli, LargestMicroBatchIsTheLargestAndItsHolesAreNamed) {
+  TRAINMEM_SKIP_UNDER_SANITIZERS("Estimator.LargestFittingBatchIsTheRealOne and CliData's max-batch tests");
   const long long capacity = 116 * kMiB;
   const std::string model = "--model small";
   const std::string config = model + " --device-memory " + std::to_string(capacity);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/data/token_file.h"
+#include "common/tests/sanitizers.h"
 #include "common/tests/command_runner.h"
 #include "suites/trainmem/tests/trainmem_program.h"
 
@@ -130,6 +131,7 @@ TEST(CliLimits, EstimateRefusesSizesThatWouldWrapAround) {
 // times live in benchmarks, so this only checks that an answer comes). --vocab 123: the smallest
 // the synthetic corpus's tokens fit ('z' + 1; estimate checks the data as train does).
 TEST(CliLimits, EstimateAnswersAtTheLargestShapes) {
+  TRAINMEM_SKIP_UNDER_SANITIZERS("the refused products of CliLimits and the meta runs of MetaDevice and Estimator");
   for (const char* args : {"--layers 1024 --dim 8 --heads 1 --seq 1 --vocab 123",
                            "--layers 1024 --dim 8 --heads 1 --seq 1 --vocab 123 --allocator-config expandable_segments:True",
                            "--layers 1024 --dim 8 --heads 1 --seq 1 --vocab 123 --fsdp full --world-size 1048576",

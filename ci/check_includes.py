@@ -29,8 +29,7 @@ SOURCES = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
 # (file, included file): includes across the layers still to be removed. Tests that combine
-# techniques (issue 28, item 2: the tests loop over the registered techniques), the OOM advice's
-# reading of other techniques' options and the estimator's benchmark setting them.
+# techniques (issue 28, item 2: the tests loop over the registered techniques) and the estimator's benchmark setting them.
 KNOWN = {
     ("suites/gradient_memory/test_gradient_memory.cpp", "suites/mixed_precision/mixed_precision_technique.h"),
     ("suites/gradient_memory/test_gradient_memory_sharded.cpp", "suites/fsdp/fsdp_memory.h"),
@@ -40,9 +39,6 @@ KNOWN = {
     ("suites/gradient_memory/test_gradient_memory_sharded.cpp", "suites/zero/zero_memory.h"),
     ("suites/gradient_memory/test_gradient_memory_sharded.cpp", "suites/zero/zero_strategy.h"),
     ("suites/gradient_memory/test_gradient_memory_sharded.cpp", "suites/zero/zero_technique.h"),
-    ("suites/trainmem/estimator/oom_advice.cpp", "suites/checkpointing/recompute.h"),
-    ("suites/trainmem/estimator/oom_advice.cpp", "suites/fsdp/fsdp_technique.h"),
-    ("suites/trainmem/estimator/oom_advice.cpp", "suites/zero/zero_technique.h"),
     ("suites/trainmem/estimator/bench_estimator.cpp", "suites/checkpointing/recompute.h"),
     ("suites/trainmem/estimator/bench_estimator.cpp", "suites/fsdp/fsdp_technique.h"),
     ("suites/trainmem/estimator/bench_estimator.cpp", "suites/lazy_loading/lazy_loading_technique.h"),

@@ -61,4 +61,13 @@ DatasetHome Techniques::dataset_home(const TrainingSetup& setup) const {
   return DatasetHome::host_memory;
 }
 
+RemediesInEffect Techniques::in_effect(const TrainingSetup& setup) const {
+  RemediesInEffect in;
+  in.smallest_micro_batch = setup.batch <= 1;
+  in.sixteen_bit = setup.precision != Precision::fp32;
+  in.data_off_device = dataset_home(setup) != DatasetHome::device;
+  for (const Technique* t : list_) t->mark_in_effect(setup, in);
+  return in;
+}
+
 }  // namespace trainmem

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/allocator/memory_stats.h"
+#include "common/allocator/out_of_memory.h"
 #include "common/data/batch_source.h"
 #include "common/train/formula_bytes.h"
 #include "common/train/strategy.h"
@@ -160,6 +161,8 @@ class Technique {
   virtual void add_config_json(const TrainingSetup&, nlohmann::json& /*config*/) const {}
   virtual void add_result_json(const RunFacts&, const Strategy* /*its strategy or nullptr*/, nlohmann::json& /*result*/) const {}
   virtual std::vector<Remedy> remedies(const TrainingSetup&) const { return {}; }
+  // What of the OOM advice this setup already does (the generic advice then leaves it out).
+  virtual void mark_in_effect(const TrainingSetup&, RemediesInEffect&) const {}
   virtual void add_formulas(const TrainingSetup&, FormulaBytes&) const {}
   // Called after every technique's add_formulas: what it adds that depends on the others' (ZeRO:
   // the paper's figures of the stage whose arithmetic the run's sharding matches, FSDP's included).
@@ -185,6 +188,9 @@ class Techniques {
   FormulaBytes formulas(const TrainingSetup& setup) const;  // every add_formulas, then every complete_formulas
   // Where the run holds the dataset: the first technique's that says (host_memory: none does).
   DatasetHome dataset_home(const TrainingSetup& setup) const;
+  // What the core (batch, precision, where the data is) and every technique already do of the
+  // OOM advice.
+  RemediesInEffect in_effect(const TrainingSetup& setup) const;
 
  private:
   std::vector<const Technique*> list_;

@@ -58,6 +58,11 @@ class CheckpointingTechnique : public Technique {
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {recompute_remedy("selective", kCostSmallRecompute), recompute_remedy("full", kCostFullRecompute)};
   }
+  void mark_in_effect(const TrainingSetup& s, RemediesInEffect& in) const override {
+    const RecomputePolicy::Kind recompute = s.option<RecomputePolicy>().kind;
+    in.some_recompute = recompute != RecomputePolicy::Kind::none;
+    in.full_recompute = recompute == RecomputePolicy::Kind::full;
+  }
   void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
     f.activations = predicted_activation_peak(s.model, s.batch, s.seq(), s.option<RecomputePolicy>(),
                                               storage_dtype(s.precision), s.attention);

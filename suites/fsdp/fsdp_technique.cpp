@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "common/cli/flag_ranges.h"
 #include "common/comm/communicator.h"
 #include "common/model/gpt.h"
@@ -118,6 +120,12 @@ class FsdpTechnique : public Technique {
     if (const auto* fsdp = dynamic_cast<const FsdpStrategy*>(strategy)) result["fsdp"] = fsdp_json(*fsdp, run);
   }
 
+  void mark_in_effect(const TrainingSetup& s, RemediesInEffect& in) const override {
+    const FsdpChoice& fsdp = s.option<FsdpChoice>();
+    if (!fsdp.enabled) return;
+    const int stage = fsdp.options.mode == ShardingMode::full ? 3 : fsdp.options.mode == ShardingMode::grad_op ? 2 : 0;
+    in.sharding_stage = std::max(in.sharding_stage, stage);  // FULL_SHARD shards what ZeRO-3 does, SHARD_GRAD_OP ZeRO-2
+  }
   void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
     const FsdpChoice& choice = s.option<FsdpChoice>();
     if (!choice.enabled) return;

@@ -108,6 +108,11 @@ class ZeroTechnique : public Technique {
   // ZeRO-Offload, the standard answer on one device as on many: the optimizer state (12 of a
   // 16-bit model's 16 bytes a parameter) and its update move to the host (ZeRO-2, as DeepSpeed
   // offloads it), then the parameter shards too (ZeRO-3). Tried after every on-device remedy.
+  void mark_in_effect(const TrainingSetup& s, RemediesInEffect& in) const override {
+    const ZeroChoice& zero = s.option<ZeroChoice>();
+    in.sharding_stage = std::max(in.sharding_stage, std::max(zero.stage, 0));
+    in.optimizer_offloaded = zero.offload != Offload::none;
+  }
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {{kCostOffload, true, [](const TrainingSetup& failed) {
                std::vector<Remedy::Variant> variants;

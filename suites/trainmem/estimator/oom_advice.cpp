@@ -4,11 +4,8 @@
 #include <optional>
 
 #include "common/util/byte_size.h"
-#include "suites/checkpointing/recompute.h"
-#include "suites/fsdp/fsdp_technique.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/techniques.h"
-#include "suites/zero/zero_technique.h"
 
 namespace trainmem::estimator {
 
@@ -31,22 +28,7 @@ std::string on_host(const FittingRemedy& fix) {
 
 }  // namespace
 
-RemediesInEffect remedies_in_effect(const TrainingSetup& s) {
-  RemediesInEffect in;
-  in.smallest_micro_batch = s.batch <= 1;
-  const RecomputePolicy::Kind recompute = s.option<RecomputePolicy>().kind;
-  in.some_recompute = recompute != RecomputePolicy::Kind::none;
-  in.full_recompute = recompute == RecomputePolicy::Kind::full;
-  in.sixteen_bit = s.precision != Precision::fp32;
-  const zero::ZeroChoice& zero = s.option<zero::ZeroChoice>();
-  in.sharding_stage = std::max(zero.stage, 0);
-  const fsdp::FsdpChoice& fsdp = s.option<fsdp::FsdpChoice>();
-  if (fsdp.enabled && fsdp.options.mode == fsdp::ShardingMode::full) in.sharding_stage = 3;
-  if (fsdp.enabled && fsdp.options.mode == fsdp::ShardingMode::grad_op) in.sharding_stage = std::max(in.sharding_stage, 2);
-  in.optimizer_offloaded = zero.offload != Offload::none;
-  in.data_off_device = registered_techniques().dataset_home(s) != DatasetHome::device;
-  return in;
-}
+RemediesInEffect remedies_in_effect(const TrainingSetup& s) { return registered_techniques().in_effect(s); }
 
 std::vector<FittingRemedy> remedies_that_fit(const TrainingSetup& failed, std::size_t capacity) {
   std::vector<FittingRemedy> out;

@@ -13,6 +13,10 @@
 //   add_formulas   its closed-form memory (formula_bytes.h), for the estimate and the report;
 //                  complete_formulas what depends on the others' (ZeRO: the paper's figures)
 //   dataset_home   where the run holds the dataset, when it provides the loader
+//   sample_setups  small configurations that exercise its options, as flags: the driver's tests
+//                  run each (the meta device against the CPU, the estimator against real
+//                  training, the techniques two at a time), so a new technique is tested there
+//                  without editing them
 //
 // The build lists the registrations from the suites' manifests (trainmem_add_technique in each
 // suite's CMakeLists.txt, cmake/TrainmemTechniques.cmake, generates registered_techniques()), and
@@ -122,6 +126,15 @@ enum class DatasetHome {
   mapped_file,  // on the host, and a token file is memory-mapped rather than read into the heap
 };
 
+// A small configuration that exercises a technique's options, written as a user writes it after
+// `trainmem train`: "--recompute every:2 --layers 4 --precision fp16". It may name other flags
+// where the combination is the point (the tiny model with one layer more, a precision). The tests
+// parse it with train's own flags and run it in one process: a sharding technique's samples run
+// on a world of one rank (test_estimate_ranks runs more).
+struct SampleSetup {
+  std::string flags;
+};
+
 class Techniques;
 
 class Technique {
@@ -167,12 +180,17 @@ class Technique {
   // Called after every technique's add_formulas: what it adds that depends on the others' (ZeRO:
   // the paper's figures of the stage whose arithmetic the run's sharding matches, FSDP's included).
   virtual void complete_formulas(const TrainingSetup&, FormulaBytes&) const {}
+
+  // Its samples (SampleSetup): the tests' configurations of it. A registered technique gives at
+  // least one (TechniquePairs.EveryTechniqueGivesSamplesThatTrainTakes checks).
+  virtual std::vector<SampleSetup> sample_setups() const { return {}; }
 };
 
 // The registered techniques, in the order the progress line names them.
 class Techniques {
  public:
   Techniques(std::initializer_list<const Technique*> list) : list_(list) {}
+  explicit Techniques(std::vector<const Technique*> list) : list_(std::move(list)) {}
   auto begin() const { return list_.begin(); }
   auto end() const { return list_.end(); }
 

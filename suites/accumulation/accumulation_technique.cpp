@@ -39,6 +39,14 @@ class AccumulationTechnique : public Technique {
                return variants;
              }}};
   }
+
+  // Micro-batches of the default batch; with fp16's loss scaler and selective recompute; a batch
+  // of 16 in bf16 (the allocator's large pool).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--accum 4"},
+            {"--accum 3 --precision fp16 --recompute selective"},
+            {"--batch 16 --accum 2 --precision bf16 --recompute selective"}};
+  }
 };
 
 }  // namespace

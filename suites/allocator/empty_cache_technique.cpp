@@ -39,6 +39,16 @@ class EmptyCacheTechnique : public Technique {
   void add_config_json(const TrainingSetup& s, nlohmann::json& config) const override {
     config["empty_cache"] = s.option<EmptyCachePolicy>().to_string();
   }
+
+  // empty_cache after every step and every second one, with expandable segments too; and the
+  // allocator configurations this suite measures: max_split_size_mb on a small card, the raw backend.
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--empty-cache every-step"},
+            {"--empty-cache every:2"},
+            {"--allocator-config expandable_segments:True --empty-cache every-step"},
+            {"--allocator-config max_split_size_mb:20 --device-memory 64MiB --model small"},
+            {"--allocator-config backend:raw"}};
+  }
 };
 
 }  // namespace

@@ -67,6 +67,18 @@ class CheckpointingTechnique : public Technique {
     f.activations = predicted_activation_peak(s.model, s.batch, s.seq(), s.option<RecomputePolicy>(),
                                               storage_dtype(s.precision), s.attention);
   }
+
+  // Every policy; sqrt and every:K on more layers (segments of several), in fp16; selective on the
+  // small model in bf16.
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--recompute full"},
+            {"--recompute selective"},
+            {"--recompute sqrt"},
+            {"--recompute every:2"},
+            {"--recompute sqrt --layers 5"},
+            {"--recompute every:2 --layers 4 --precision fp16"},
+            {"--model small --batch 8 --precision bf16 --recompute selective"}};
+  }
 };
 
 }  // namespace

@@ -48,6 +48,15 @@ class FlashAttentionTechnique : public Technique {
                return std::vector<Remedy::Variant>{v};
              }}};
   }
+
+  // Flash attention in fp32 and bf16, with full recompute (its forward run twice), and on the small
+  // model with the lazy loader.
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--attention flash"},
+            {"--attention flash --precision bf16"},
+            {"--attention flash --recompute full"},
+            {"--model small --batch 8 --attention flash --recompute full --loader lazy"}};
+  }
 };
 
 }  // namespace

@@ -145,6 +145,15 @@ class FsdpTechnique : public Technique {
     sharded.paper_stage = choice.options.mode == ShardingMode::full ? 3 : choice.options.mode == ShardingMode::grad_op ? 2 : 0;
     f.sharded = sharded;
   }
+
+  // Each sharding mode, prefetch, a unit of two layers, fp16 (on a world of one rank, SampleSetup).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--fsdp full"},
+            {"--fsdp full --fsdp-prefetch on"},
+            {"--fsdp full --fsdp-unit 2-layers"},
+            {"--fsdp grad_op --precision fp16"},
+            {"--fsdp none"}};
+  }
 };
 
 }  // namespace

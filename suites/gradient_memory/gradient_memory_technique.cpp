@@ -96,6 +96,17 @@ class GradientMemoryTechnique : public Technique {
     if (setup.option<GradientMode>() == GradientMode::on_demand || setup.option<OptimizerInBackwardChoice>().on)
       f.gradients = 0;
   }
+
+  // Gradients on demand, alone, over accumulated micro-batches and in the ZeRO engine's units; the
+  // optimizer in backward (no clipping), in bf16 and over ZeRO-1's shards.
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--grads on-demand"},
+            {"--grads on-demand --accum 2"},
+            {"--grads on-demand --zero 2"},
+            {"--optimizer-in-backward --grad-clip 0"},
+            {"--optimizer-in-backward --grad-clip 0 --precision bf16"},
+            {"--optimizer-in-backward --grad-clip 0 --zero 1"}};
+  }
 };
 
 }  // namespace

@@ -113,6 +113,18 @@ class LazyLoadingTechnique : public Technique {
     if (choice.loader == Loader::eager) f.data += round_size(4 * s.dataset_size());
     if (choice.loader == Loader::lazy) f.data += choice.prefetch * 2 * batch;
   }
+
+  // Each loader, the lazy one with and without prefetch slots; eager in 16 bits; each with other
+  // techniques on larger batches (the allocator's large pool).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--loader eager"},
+            {"--loader lazy"},
+            {"--loader lazy --prefetch 3"},
+            {"--loader lazy --prefetch 0"},
+            {"--loader eager --precision bf16"},
+            {"--batch 16 --precision bf16 --attention flash --recompute full --loader lazy"},
+            {"--batch 20 --precision fp16 --recompute sqrt --loader eager"}};
+  }
 };
 
 }  // namespace

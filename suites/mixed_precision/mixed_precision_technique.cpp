@@ -97,6 +97,13 @@ class MixedPrecisionTechnique : public Technique {
       f.optimizer_state += (b.optimizer_state / 4) * round_size(n * 4);
     }
   }
+
+  // Both 16-bit formats; fp16 with every loss-scaling flag.
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--precision bf16"},
+            {"--precision fp16"},
+            {"--precision fp16 --loss-scale 1024 --loss-scale-interval 2 --loss-scale-growth 4 --loss-scale-backoff 0.25"}};
+  }
 };
 
 }  // namespace

@@ -299,13 +299,7 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
 void add_train_command(CLI::App& app, Command& run) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* train = app.add_subcommand("train", "Train a GPT and watch its memory");
-  add_device_flags(*train, flags->device);
-  add_pattern_flag(*train, flags->device);
-  add_model_flags(*train, *flags);
-  add_technique_flags(*train, *flags);
-  add_data_flags(*train, *flags);
-  add_optimizer_flags(*train, *flags);
-  add_run_flags(*train, *flags);
+  add_train_flags(*train, *flags);
   train->callback([flags, train, &run] {
     // What the ranks of mpirun compare first: every flag but the output paths, which may differ.
     Settings settings = command_settings(*train);

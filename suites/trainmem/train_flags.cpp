@@ -78,4 +78,14 @@ void add_run_flags(CLI::App& command, TrainFlags& flags, JsonFlag json) {
                       "the report tool turns it into the pickle pytorch.org/memory_viz opens");
 }
 
+void add_train_flags(CLI::App& command, TrainFlags& flags) {
+  add_device_flags(command, flags.device);
+  add_pattern_flag(command, flags.device);
+  add_model_flags(command, flags);
+  add_technique_flags(command, flags);
+  add_data_flags(command, flags);
+  add_optimizer_flags(command, flags);
+  add_run_flags(command, flags);
+}
+
 }  // namespace trainmem::cli

@@ -75,6 +75,9 @@ void add_optimizer_flags(CLI::App& command, TrainFlags& flags);
 // takes a train command line whole, declares its own --json (which takes train's FILE too).
 enum class JsonFlag { result_file, the_callers };
 void add_run_flags(CLI::App& command, TrainFlags& flags, JsonFlag json = JsonFlag::result_file);
+// Every flag of `trainmem train`, all of the above and the device's: train's own parser, which the
+// tests use too to read a technique's sample setups (Technique::sample_setups).
+void add_train_flags(CLI::App& command, TrainFlags& flags);
 
 // The flags of train that change no memory a step holds: what the run does with its numbers and
 // files (and how many steps: every step from the second on holds what the second does).

@@ -179,6 +179,19 @@ class ZeroTechnique : public Technique {
                                           f.sharded->paper_stage, s.precision, s.option<ZeroChoice>().offload);
   }
 
+  // Every stage, in fp32 and bf16, each offload (on a world of one rank, SampleSetup); stage 3 with
+  // a padded vocabulary (V = 130 to Vp = 192: the embedding's shard).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--zero 0"},
+            {"--zero 1"},
+            {"--zero 2"},
+            {"--zero 3"},
+            {"--zero 3 --precision bf16"},
+            {"--zero 2 --offload optimizer"},
+            {"--zero 3 --offload params"},
+            {"--vocab 130 --zero 3 --precision bf16"}};
+  }
+
  private:
   static ZeroOptions options(const TrainingSetup& setup) {
     ZeroOptions o;

@@ -1,5 +1,6 @@
 // The single-device techniques compose: `--precision bf16 --recompute selective --accum 8` is
-// checked against what each technique promises on its own, within the same combined run.
+// checked against what each technique promises on its own, within the same combined run (every two
+// techniques' samples together are estimated to the byte in test_technique_pairs.cpp).
 //
 //   recompute:     bit-identical gradients to the same run without recompute (bf16, accum 8)
 //                  and the activation peak the checkpointing formula predicts for one
@@ -12,70 +13,85 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "common/data/token_file.h"
-#include "common/train/trainer.h"
-#include "suites/checkpointing/recompute.h"
-#include "suites/mixed_precision/precision_memory.h"
 #include "common/tests/cpu_device.h"
+#include "common/train/training_run.h"
+#include "suites/trainmem/tests/sample_setups.h"
 
 namespace trainmem {
 namespace {
 
-struct Outcome {
-  std::vector<float> gradients;  // of the first step, before the optimizer clears them
-  std::int64_t activation_peak = 0;
-  WeightSideBytes measured, predicted;
+using testing_support::setup_from_flags;
+
+// The gradients of the first step, before the optimizer clears them.
+struct GradientCapture : Strategy {
+  std::vector<float> gradients;
+  std::string name() const override { return "capture"; }
+  void before_optimizer_step(StepContext& ctx) override {
+    if (gradients.empty()) gradients = ctx.model.gradient_values();
+  }
 };
 
-Outcome train_one_step(Precision precision, const std::string& recompute, std::size_t B, std::size_t accum) {
+// This test's own technique: a GradientCapture in the run, after every other strategy.
+class CaptureTechnique : public Technique {
+ public:
+  std::string name() const override { return "capture"; }
+  HookOrder hook_order() const override { return HookOrder::after_the_step; }
+  void add_flags(CLI::App&, TrainingSetup&) const override {}
+  TechniqueInRun join(RunParts&) const override { return {std::make_unique<GradientCapture>()}; }
+};
+
+struct Outcome {
+  std::vector<float> gradients;  // of the first step
+  std::int64_t activation_peak = 0;
+  std::size_t parameters = 0, gradient_bytes = 0, optimizer_state = 0;  // held after the step
+  FormulaBytes formulas;  // the registered techniques' closed forms for the setup
+};
+
+// One step of `trainmem train FLAGS`, run as train builds it (TrainingRun, the registered
+// techniques) with a GradientCapture added.
+Outcome train_one_step(const std::string& flags) {
+  const TrainingSetup setup = setup_from_flags(flags);
+  static const CaptureTechnique capture;
+  std::vector<const Technique*> list(registered_techniques().begin(), registered_techniques().end());
+  list.push_back(&capture);
+  const Techniques techniques(list);
   auto device = testing_support::cpu_device();
-  const GPTConfig config = gpt_preset("tiny");
-  ModelOptions mo;
-  mo.precision = precision;
-  GPT model(*device, config, 11, mo);
-  SequentialBatches data(*device, synthetic_corpus(100000, 2), B, config.seq);
-  TrainerOptions topt;
-  topt.batch = B;
-  topt.seq = config.seq;
-  topt.accumulation_steps = accum;
-  RecomputeStrategy recompute_strategy(RecomputePolicy::parse(recompute));
-  struct Capture : Strategy {
-    Outcome* out;
-    std::string name() const override { return "capture"; }
-    void before_optimizer_step(StepContext& ctx) override { out->gradients = ctx.model.gradient_values(); }
-  } capture;
+  TrainingRun run(setup, techniques, *device, nullptr, HostTokens(synthetic_corpus(100000, 2)));
+  run.step();
   Outcome o;
-  capture.out = &o;
-  Trainer trainer(model, data, topt, {&recompute_strategy, &capture});
-  trainer.step();
+  o.gradients = static_cast<const GradientCapture*>(run.strategy_of(capture))->gradients;
   const MemoryStats s = device->allocator().stats();
   o.activation_peak = s.by_category[index_of(MemoryCategory::activations)].peak;
-  o.measured.parameters = static_cast<std::size_t>(s.by_category[index_of(MemoryCategory::parameters)].current);
-  o.measured.gradients = static_cast<std::size_t>(s.by_category[index_of(MemoryCategory::gradients)].current);
-  o.measured.optimizer_state = static_cast<std::size_t>(s.by_category[index_of(MemoryCategory::optimizer_state)].current);
-  o.predicted = category_bytes(model);
+  o.parameters = static_cast<std::size_t>(s.by_category[index_of(MemoryCategory::parameters)].current);
+  o.gradient_bytes = static_cast<std::size_t>(s.by_category[index_of(MemoryCategory::gradients)].current);
+  o.optimizer_state = static_cast<std::size_t>(s.by_category[index_of(MemoryCategory::optimizer_state)].current);
+  o.formulas = registered_techniques().formulas(setup);
   return o;
 }
 
 TEST(Composition, Bf16WithSelectiveRecomputeAndEightfoldAccumulation) {
-  const GPTConfig config = gpt_preset("tiny");
-  const Outcome all = train_one_step(Precision::bf16, "selective", 1, 8);
+  const Outcome all = train_one_step("--precision bf16 --recompute selective --batch 1 --accum 8");
 
   // recompute's promise
-  const Outcome no_recompute = train_one_step(Precision::bf16, "none", 1, 8);
+  const Outcome no_recompute = train_one_step("--precision bf16 --batch 1 --accum 8");
   EXPECT_EQ(all.gradients, no_recompute.gradients) << "recompute changes no bit, in bf16 too";
-  EXPECT_EQ(static_cast<std::size_t>(all.activation_peak),
-            predicted_activation_peak(config, 1, config.seq, RecomputePolicy::parse("selective"), DType::bf16));
+  EXPECT_EQ(static_cast<std::size_t>(all.activation_peak), all.formulas.activations);
   EXPECT_LT(all.activation_peak, no_recompute.activation_peak);
 
   // precision's promise
-  EXPECT_EQ(all.measured.parameters, all.predicted.parameters);
-  EXPECT_EQ(all.measured.gradients, all.predicted.gradients);
-  EXPECT_EQ(all.measured.optimizer_state, all.predicted.optimizer_state);
+  EXPECT_EQ(all.parameters, all.formulas.parameters);
+  EXPECT_EQ(all.gradient_bytes, all.formulas.gradients);
+  EXPECT_EQ(all.optimizer_state, all.formulas.optimizer_state);
 
   // accumulation's promise
-  const Outcome one_batch = train_one_step(Precision::bf16, "none", 8, 1);
+  const Outcome one_batch = train_one_step("--precision bf16 --batch 8");
+  ASSERT_EQ(all.gradients.size(), one_batch.gradients.size());
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < all.gradients.size(); ++i) {
     diff += std::pow(double(all.gradients[i]) - one_batch.gradients[i], 2);

@@ -1,98 +1,54 @@
 // The estimator against reality and against the suites' formulas.
 //
-//   Accuracy: for a matrix of configurations of the tiny and small models, every technique alone
-//   and several together, the estimate (the run on the meta device) equals the measured run (two
-//   real training steps on the CPU device) to the byte: peak allocated, peak reserved and every
-//   category's peak. The table is printed.
+//   Accuracy: for every sample setup (the core's and each registered technique's, sample_setups.h),
+//   the estimate (the run on the meta device) equals the measured run (two real training steps on
+//   the CPU device) to the byte: peak allocated, peak reserved and every category's peak. The
+//   table is printed.
 //   Formulas: the meta run's category peaks equal the suites' closed forms.
 //   Published arithmetic: 16 bytes per parameter for mixed-precision Adam.
 //   Max batch: the estimator's largest fitting micro-batch really fits, and one more really
 //   does not.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/util/byte_size.h"
-#include "suites/checkpointing/recompute.h"
-#include "suites/fsdp/fsdp_technique.h"
-#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/estimator/oom_advice.h"
 #include "suites/trainmem/estimator/trial_run.h"
 #include "suites/trainmem/techniques.h"
-#include "suites/zero/zero_technique.h"
+#include "suites/trainmem/tests/sample_setups.h"
 
 namespace trainmem::estimator {
 namespace {
+
+using testing_support::setup_from_flags;
 
 struct Case {
   std::string label;
   TrainingSetup setup;
 };
 
-TrainingSetup base(const char* model, std::size_t batch) {
-  TrainingSetup s;
-  s.model = gpt_preset(model);
-  s.batch = batch;
-  return s;
-}
-
-// Each technique alone, then several together. Tiny at B=4 keeps every tensor in the small pool
-// (<= 1 MiB); at B=20 the attention matrices (1.25 MiB) and MLP activations go to the large pool,
-// and small at B=8 has 2 MiB tensors: both allocator pools and their segment rules are exercised.
+// Every sample setup (sample_setups.h: the core's and each registered technique's) as it is, and
+// those that choose no batch or model also at B=20. Tiny at B=4 keeps every tensor in the small
+// pool (<= 1 MiB); at B=20 the attention matrices (1.25 MiB) and MLP activations go to the large
+// pool, and small at B=8 has 2 MiB tensors: both allocator pools and their segment rules are exercised.
 std::vector<Case> accuracy_matrix() {
   std::vector<Case> cases;
-  auto add = [&](std::string label, TrainingSetup s) { cases.push_back({std::move(label), std::move(s)}); };
-  auto with = [](TrainingSetup s, const std::function<void(TrainingSetup&)>& change) {
-    change(s);
-    return s;
-  };
-  for (std::size_t b : {4, 20}) {
-    std::string tiny = "tiny B=";
-    tiny += std::to_string(b);
-    const TrainingSetup t = base("tiny", b);
-    const bool all = b == 4;  // every technique at B=4; a selection in the large pool
-    add(tiny, t);
-    if (all) add(tiny + " accum 4", with(t, [](TrainingSetup& s) { s.accum = 4; }));
-    for (const char* policy : {"full", "selective", "every:2", "sqrt"})
-      if (all || std::string(policy) == "full" || std::string(policy) == "selective")
-        add(tiny + " recompute " + policy, with(t, [&](TrainingSetup& s) { s.option<RecomputePolicy>() = RecomputePolicy::parse(policy); }));
-    add(tiny + " bf16", with(t, [](TrainingSetup& s) { s.precision = Precision::bf16; }));
-    if (all) add(tiny + " fp16", with(t, [](TrainingSetup& s) { s.precision = Precision::fp16; }));
-    add(tiny + " flash", with(t, [](TrainingSetup& s) { s.attention = AttentionKind::flash; }));
-    if (all) add(tiny + " eager", with(t, [](TrainingSetup& s) { s.option<lazy_loading::LoaderChoice>().loader = lazy_loading::Loader::eager; }));
-    if (all) add(tiny + " lazy", with(t, [](TrainingSetup& s) { s.option<lazy_loading::LoaderChoice>().loader = lazy_loading::Loader::lazy; }));
+  for (const testing_support::Sample& sample : testing_support::every_sample()) {
+    cases.push_back({sample.technique + ": " + sample.flags, setup_from_flags(sample.flags)});
+    const std::vector<std::string> named = testing_support::flag_names(sample.flags);
+    auto names = [&](const char* flag) { return std::find(named.begin(), named.end(), flag) != named.end(); };
+    if (names("--batch") || names("--model")) continue;
+    const std::string large = "--batch 20 " + sample.flags;
+    cases.push_back({sample.technique + ": " + large, setup_from_flags(large)});
   }
-  add("tiny B=16 bf16 selective accum 2", with(base("tiny", 16), [](TrainingSetup& s) {
-        s.precision = Precision::bf16;
-        s.option<RecomputePolicy>() = RecomputePolicy::parse("selective");
-        s.accum = 2;
-      }));
-  add("tiny B=16 bf16 flash full lazy", with(base("tiny", 16), [](TrainingSetup& s) {
-        s.precision = Precision::bf16;
-        s.attention = AttentionKind::flash;
-        s.option<RecomputePolicy>() = RecomputePolicy::parse("full");
-        s.option<lazy_loading::LoaderChoice>().loader = lazy_loading::Loader::lazy;
-      }));
-  add("tiny B=20 fp16 sqrt eager", with(base("tiny", 20), [](TrainingSetup& s) {
-        s.precision = Precision::fp16;
-        s.option<RecomputePolicy>() = RecomputePolicy::parse("sqrt");
-        s.option<lazy_loading::LoaderChoice>().loader = lazy_loading::Loader::eager;
-      }));
-  add("small B=4", base("small", 4));
-  add("small B=8 bf16 selective", with(base("small", 8), [](TrainingSetup& s) {
-        s.precision = Precision::bf16;
-        s.option<RecomputePolicy>() = RecomputePolicy::parse("selective");
-      }));
-  add("small B=8 flash full lazy", with(base("small", 8), [](TrainingSetup& s) {
-        s.attention = AttentionKind::flash;
-        s.option<RecomputePolicy>() = RecomputePolicy::parse("full");
-        s.option<lazy_loading::LoaderChoice>().loader = lazy_loading::Loader::lazy;
-      }));
   return cases;
 }
 
@@ -101,7 +57,7 @@ double relative_error(std::size_t predicted, std::int64_t measured) {
 }
 
 TEST(Estimator, PredictsMeasuredPeaksOfRealTraining) {
-  std::printf("%-36s %12s %12s %8s | %12s %12s %8s | %s\n", "configuration", "alloc pred", "measured", "error",
+  std::printf("%-76s %12s %12s %8s | %12s %12s %8s | %s\n", "configuration", "alloc pred", "measured", "error",
               "reserv pred", "measured", "error", "peak at");
   int exact = 0, total = 0;
   double worst_allocated = 0, worst_reserved = 0;
@@ -114,7 +70,7 @@ TEST(Estimator, PredictsMeasuredPeaksOfRealTraining) {
     ASSERT_FALSE(measured.oom.has_value());
     const std::int64_t alloc = measured.stats.allocated_bytes[0].peak, reserved = measured.stats.reserved_bytes[0].peak;
     const double ea = relative_error(e.peak_allocated(), alloc), er = relative_error(e.peak_reserved(), reserved);
-    std::printf("%-36s %12zu %12lld %+7.2f%% | %12zu %12lld %+7.2f%% | %s\n", c.label.c_str(), e.peak_allocated(),
+    std::printf("%-76s %12zu %12lld %+7.2f%% | %12zu %12lld %+7.2f%% | %s\n", c.label.c_str(), e.peak_allocated(),
                 static_cast<long long>(alloc), 100 * ea, e.peak_reserved(), static_cast<long long>(reserved), 100 * er,
                 e.run.peak_phase.c_str());
     EXPECT_EQ(e.peak_allocated(), static_cast<std::size_t>(alloc));
@@ -135,15 +91,38 @@ TEST(Estimator, PredictsMeasuredPeaksOfRealTraining) {
 // The meta run and the suites' closed forms agree: the model states and the data to the byte,
 // and the activation peak (predicted_activation_peak, which the checkpointing suite verifies)
 // where no activation block is handed out whole.
+//   The model states: when a technique shards them (even over one rank), its per-rank figures
+//   (formula_bytes.h ShardedFormulas: what a rank holds after a step, unless they are peaks
+//   already, and each category's peak within a step); else the precision's, which are what is
+//   held after a step (gradients made on demand: none) and, for what is held from step to step,
+//   the peak too.
 TEST(Estimator, SimulationAgreesWithTheSuitesFormulas) {
+  using C = MemoryCategory;
   for (const Case& c : accuracy_matrix()) {
     SCOPED_TRACE(c.label);
     const MemoryEstimate e = estimate_memory(c.setup);
-    EXPECT_EQ(e.category_peak(MemoryCategory::parameters), e.formulas.parameters);
-    EXPECT_EQ(e.category_peak(MemoryCategory::gradients), e.formulas.gradients);
-    EXPECT_EQ(e.category_peak(MemoryCategory::optimizer_state), e.formulas.optimizer_state);
-    EXPECT_EQ(e.category_peak(MemoryCategory::data), e.formulas.data);
-    EXPECT_EQ(e.category_peak(MemoryCategory::activations), e.formulas.activations);
+    auto held = [&](C category) { return e.run.after_steps[index_of(category)]; };
+    if (const std::optional<ShardedFormulas>& f = e.formulas.sharded) {
+      if (!f->peaks) {
+        EXPECT_EQ(held(C::parameters), f->parameters);
+        EXPECT_EQ(held(C::gradients), f->gradients);
+        EXPECT_EQ(held(C::optimizer_state), f->optimizer_state);
+      }
+      EXPECT_EQ(e.category_peak(C::parameters), f->parameters_peak);
+      EXPECT_EQ(e.category_peak(C::gradients), f->gradients_peak);
+      EXPECT_EQ(e.category_peak(C::optimizer_state), f->optimizer_state_peak);
+    } else {
+      EXPECT_EQ(held(C::parameters), e.formulas.parameters);
+      EXPECT_EQ(held(C::gradients), e.formulas.gradients);
+      EXPECT_EQ(held(C::optimizer_state), e.formulas.optimizer_state);
+      EXPECT_EQ(e.category_peak(C::parameters), e.formulas.parameters);
+      if (e.formulas.gradients > 0) {
+        EXPECT_EQ(e.category_peak(C::gradients), e.formulas.gradients);
+      }
+      EXPECT_EQ(e.category_peak(C::optimizer_state), e.formulas.optimizer_state);
+    }
+    EXPECT_EQ(e.category_peak(C::data), e.formulas.data);
+    EXPECT_EQ(e.category_peak(C::activations), e.formulas.activations);
   }
 }
 
@@ -152,10 +131,10 @@ TEST(Estimator, SimulationAgreesWithTheSuitesFormulas) {
 TEST(Estimator, SixteenBytesPerParameterForAdam) {
   for (Precision p : {Precision::bf16, Precision::fp32}) {
     SCOPED_TRACE(to_string(p));
-    TrainingSetup s = base("gpt2-1.5b", 1);
-    s.precision = p;
-    s.backend = DeviceKind::cuda;
-    s.attention = p == Precision::fp32 ? AttentionKind::naive : AttentionKind::flash;
+    // on a GPU, flash attention runs in 16 bits
+    const TrainingSetup s = setup_from_flags("--model gpt2-1.5b --batch 1 --precision " + to_string(p) +
+                                                 (p == Precision::fp32 ? "" : " --attention flash"),
+                                             DeviceKind::cuda);
     const MemoryEstimate e = estimate_memory(s, 80 * GiB);
     const double n = static_cast<double>(e.num_parameters);
     EXPECT_EQ(e.num_parameters, 1557611200u + 47 * 1600);  // published, plus wte's padding: (50304 - 50257) C
@@ -178,23 +157,14 @@ TEST(Estimator, SixteenBytesPerParameterForAdam) {
 // P_os+g+p (ZeRO-3). A 7.5B GPT given by flags: L=36, C=4096, T=4096, V=57019 (padded to
 // Vp = 57024) has Ψ = 57024 C + T C + L (12 C^2 + 13 C) + 2 C = 7,500,029,952.
 TEST(Estimator, ReproducesTheZeroPaperFigures) {
-  TrainingSetup s;
-  s.model.layers = 36;
-  s.model.dim = 4096;
-  s.model.heads = 32;
-  s.model.seq = 4096;
-  s.model.vocab = 57019;
-  s.batch = 1;
-  s.precision = Precision::bf16;
-  s.attention = AttentionKind::flash;
-  s.option<RecomputePolicy>() = RecomputePolicy::parse("full");
-  s.backend = DeviceKind::cuda;
-  s.world_size = 64;
-  EXPECT_EQ(s.model.num_parameters(), 7500029952u);
   const double paper_gb[] = {120.0, 31.4, 16.6, 1.9};
   for (int stage = 0; stage <= 3; ++stage) {
     SCOPED_TRACE(stage);
-    s.option<zero::ZeroChoice>().stage = stage;
+    const TrainingSetup s = setup_from_flags("--layers 36 --dim 4096 --heads 32 --seq 4096 --vocab 57019 --batch 1 "
+                                             "--precision bf16 --attention flash --recompute full --zero " +
+                                                 std::to_string(stage),
+                                             DeviceKind::cuda, 64);
+    EXPECT_EQ(s.model.num_parameters(), 7500029952u);
     const MemoryEstimate e = estimate_memory(s);
     ASSERT_TRUE(e.formulas.sharded.has_value());
     const double paper = e.formulas.sharded->paper.device_total() / 1e9, exact = static_cast<double>(e.formulas.sharded->model_states()) / 1e9;
@@ -222,10 +192,8 @@ TEST(Estimator, LargestFittingBatchIsTheRealOne) {
     TrainingSetup setup;
     std::size_t capacity;
   };
-  TrainingSetup bf16 = base("tiny", 1);
-  bf16.precision = Precision::bf16;
-  bf16.option<RecomputePolicy>() = RecomputePolicy::parse("selective");
-  for (const Budget& b : {Budget{base("tiny", 1), 24 * MiB}, Budget{bf16, 12 * MiB}}) {
+  for (const Budget& b : {Budget{setup_from_flags("--batch 1"), 24 * MiB},
+                          Budget{setup_from_flags("--batch 1 --precision bf16 --recompute selective"), 12 * MiB}}) {
     SCOPED_TRACE(describe_setup(b.setup));
     const std::size_t predicted = search_batches_on_meta(b.setup, b.capacity, 256).largest;
     ASSERT_GT(predicted, 1u);
@@ -242,7 +210,7 @@ TEST(Estimator, LargestFittingBatchIsTheRealOne) {
 // Out of memory, the advice names the cheapest technique that fits, with the peak before and after,
 // and that configuration really trains.
 TEST(Estimator, OomAdviceNamesATechniqueThatReallyFits) {
-  const TrainingSetup failed = base("tiny", 24);
+  const TrainingSetup failed = setup_from_flags("--batch 24");
   const std::size_t capacity = 24 * MiB;
   TrialOptions options;
   options.capacity = capacity;
@@ -276,9 +244,7 @@ namespace {
 // and is still told what is left (a smaller micro-batch). Without knowledge of the run, the
 // generic advice proposes them.
 TEST(Estimator, OomAdviceLeavesOutWhatTheRunAlreadyDoes) {
-  TrainingSetup failed = base("tiny", 64);
-  failed.precision = Precision::bf16;
-  failed.option<RecomputePolicy>() = RecomputePolicy::parse("full");
+  const TrainingSetup failed = setup_from_flags("--batch 64 --precision bf16 --recompute full");
   const std::size_t capacity = 4 * MiB;
   TrialOptions options;
   options.capacity = capacity;

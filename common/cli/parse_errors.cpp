@@ -169,7 +169,8 @@ std::string explain_required(const CLI::App& app, const CLI::App& command, const
   if (&command == &app && what.find("subcommand") != std::string::npos) {
     const std::vector<std::string> words = app.remaining();
     std::vector<std::string> commands;
-    for (const CLI::App* sub : app.get_subcommands(std::function<bool(const CLI::App*)>{})) commands.push_back(sub->get_name());
+    for (const CLI::App* sub : app.get_subcommands(std::function<bool(const CLI::App*)>{}))
+      if (!sub->get_group().empty()) commands.push_back(sub->get_name());  // not the hidden ones (group "")
     if (!words.empty())
       return words.front().rfind('-', 0) == 0
                  ? "unknown flag '" + words.front() + "'" + flag_suggestion(app, words.front())

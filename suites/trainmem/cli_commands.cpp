@@ -19,6 +19,7 @@ void add_commands(CLI::App& app, Command& run) {
   add_estimate_command(app, run);
   add_max_batch_command(app, run);
   add_tokens_command(app, run);
+  add_flags_command(app, run);
   // Once every flag is read, for whichever command was chosen: no two output flags name one file.
   // (A CLI::ParseError from here ends the parse like any other: main prints it, the fuzzer expects it.)
   app.final_callback([&app] {

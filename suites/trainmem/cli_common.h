@@ -13,6 +13,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common/cli/flag_ranges.h"
 #include "common/device/device.h"
@@ -69,5 +70,10 @@ void add_train_command(CLI::App& app, Command& run);   // cli_train.cpp
 void add_estimate_command(CLI::App& app, Command& run);   // cli_estimate.cpp
 void add_max_batch_command(CLI::App& app, Command& run);  // cli_max_batch.cpp
 void add_tokens_command(CLI::App& app, Command& run);     // cli_tokens.cpp
+void add_flags_command(CLI::App& app, Command& run);      // cli_flags.cpp (hidden: the build's)
+
+// Every command and flag of `app` ("train", "--model", "-h"), each once, the program's own flags
+// first: what `trainmem flags` prints.
+std::vector<std::string> commands_and_flags(const CLI::App& app);
 
 }  // namespace trainmem::cli

@@ -157,23 +157,51 @@ TEST(CliParseErrors, ExcludesNeedsAndAtMostOneOfAGroup) {
   EXPECT_EQ(e.ours, "--a and --b cannot be used together") << e.cli11;
 }
 
-// The flag fuzzer's dictionary (fuzz/flags.dict) names every subcommand and every flag, so that
-// the fuzzer reaches each flag's checks (--grads, --optimizer-in-backward and --pattern were missing).
+// The flag fuzzer's dictionary, made at build time (fuzz/flags_dict.cmake: `trainmem flags`, then
+// fuzz/flag_values.dict), names every subcommand and every flag, so that the fuzzer reaches each
+// flag's checks (a hand-kept list missed --grads, --optimizer-in-backward and --pattern), and
+// keeps every committed value.
 TEST(CliFlags, TheFuzzDictionaryNamesEveryCommandAndFlag) {
-  std::ifstream file(TRAINMEM_FLAGS_DICT);
-  ASSERT_TRUE(file.good()) << TRAINMEM_FLAGS_DICT;
-  std::stringstream dictionary;
-  dictionary << file.rdbuf();
+  auto read = [](const char* path) {
+    std::ifstream file(path);
+    EXPECT_TRUE(file.good()) << path;
+    std::stringstream text;
+    text << file.rdbuf();
+    return text.str();
+  };
+  const std::string dictionary = read(TRAINMEM_FLAGS_DICT), values = read(TRAINMEM_FLAG_VALUES);
   CLI::App app{"", "trainmem"};
   Command run;
   add_commands(app, run);
   const CLI::App& program = app;
   for (const CLI::App* command : program.get_subcommands(std::function<bool(const CLI::App*)>{})) {
-    EXPECT_NE(dictionary.str().find('"' + command->get_name() + "\"\n"), std::string::npos) << command->get_name();
+    EXPECT_NE(dictionary.find('"' + command->get_name() + "\"\n"), std::string::npos) << command->get_name();
     for (const CLI::Option* option : command->get_options())
-      for (const std::string& name : option->get_lnames())
-        EXPECT_NE(dictionary.str().find("\"--" + name + "\"\n"), std::string::npos) << "--" << name << " of " << command->get_name();
+      for (const std::string& name : option->get_lnames()) {
+        EXPECT_NE(dictionary.find("\"--" + name + "\"\n"), std::string::npos) << "--" << name << " of " << command->get_name();
+        EXPECT_NE(dictionary.find("\"--" + name + "=\"\n"), std::string::npos) << "--" << name << "= of " << command->get_name();
+      }
   }
+  std::istringstream lines(values);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.front() == '"') {
+      EXPECT_NE(dictionary.find(line + "\n"), std::string::npos) << line;
+    }
+  }
+}
+
+// `trainmem flags` (the dictionary's source) is hidden: not in --help, nor among the commands an
+// error names.
+TEST(CliFlags, TheFlagsCommandIsHidden) {
+  CLI::App app{"", "trainmem"};
+  Command run;
+  add_commands(app, run);
+  const std::vector<std::string> listed = commands_and_flags(app);
+  EXPECT_EQ(listed.front(), "--help");
+  EXPECT_NE(std::find(listed.begin(), listed.end(), "--optimizer-in-backward"), listed.end());
+  EXPECT_NE(std::find(listed.begin(), listed.end(), "max-batch"), listed.end());
+  EXPECT_EQ(app.help().find("  flags"), std::string::npos) << app.help();  // a command's line in the help
+  EXPECT_EQ(explained({}), "name a command: info, replay, train, estimate, max-batch, tokens");
 }
 
 

@@ -25,7 +25,7 @@ namespace trainmem::cli {
 // One value of the enum and the name the flag takes for it.
 template <typename E>
 struct EnumName {
-  E value;
+  E value{};  // (initialized, so that enum_table can build a table while compiling in C++17)
   std::string_view name;
 };
 

@@ -95,8 +95,10 @@ TEST(CliParseErrors, AValueForAFlagThatTakesNone) {
   EXPECT_EQ(explained({"train", "--optimizer-in-backward=maybe"}), "--optimizer-in-backward takes no value, not 'maybe'");
 }
 
-// CLI::ValidationError from CLI::IsMember ("--device: gpu not in {auto,cpu,cuda,meta}"); our own
-// range checks already name the flag, the value and the range, and pass through.
+// CLI::ValidationError from an enum flag's check (common/cli/enum_flag.h: "--device: --device takes
+// one of ...", the flag named once; before, CLI::IsMember's "--device: gpu not in
+// {auto,cpu,cuda,meta}"); our own range checks already name the flag, the value and the range, and
+// pass through.
 TEST(CliParseErrors, AValueNotInTheList) {
   EXPECT_EQ(explained({"info", "--device", "gpu"}), "--device takes one of auto, cpu, cuda, meta, not 'gpu'");
   EXPECT_EQ(explained({"train", "--loader", "later"}), "--loader takes one of sequential, eager, lazy, not 'later'");

@@ -19,6 +19,15 @@ bool parse_bool(const std::string& key, const std::string& v) {
   if (v == "False" || v == "false" || v == "0") return false;
   throw AllocatorConfigError("allocator config: " + key + " must be True or False, not '" + v + "'");
 }
+
+AllocatorConfig::Backend parse_backend(const std::string& v) {
+  if (v == "native") return AllocatorConfig::Backend::caching;  // PyTorch's name
+  try {
+    return kAllocatorBackends.parse(v);
+  } catch (const std::invalid_argument& e) {
+    throw AllocatorConfigError(e.what());
+  }
+}
 }  // namespace
 
 AllocatorConfig AllocatorConfig::parse(std::string_view text) {
@@ -35,9 +44,7 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
     const std::string key = trim(item.substr(0, colon));
     const std::string value = trim(item.substr(colon + 1));
     if (key == "backend") {
-      if (value == "caching" || value == "native") config.backend = Backend::caching;
-      else if (value == "raw") config.backend = Backend::raw;
-      else throw AllocatorConfigError("allocator config: backend must be caching or raw, not '" + value + "'");
+      config.backend = parse_backend(value);
     } else if (key == "max_split_size_mb") {
       std::size_t mb = 0;
       const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), mb);
@@ -63,7 +70,7 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
 }
 
 std::string AllocatorConfig::to_string() const {
-  std::string s = std::string("backend:") + (backend == Backend::caching ? "caching" : "raw");
+  std::string s = "backend:" + std::string(kAllocatorBackends.name(backend));
   if (max_split_size != kNoMaxSplit) s += ",max_split_size_mb:" + std::to_string(max_split_size / MiB);
   s += std::string(",expandable_segments:") + (expandable_segments ? "True" : "False");
   return s;

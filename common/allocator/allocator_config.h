@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/cli/enum_table.h"
 #include "common/util/byte_size.h"
 
 namespace trainmem {
@@ -66,5 +67,9 @@ struct AllocatorConfig {
     return backend == o.backend && max_split_size == o.max_split_size && expandable_segments == o.expandable_segments;
   }
 };
+
+// The names of backend:NAME (PyTorch's "native" is read as caching besides).
+inline constexpr auto kAllocatorBackends = cli::enum_table<AllocatorConfig::Backend>(
+    "allocator config: backend", {{AllocatorConfig::Backend::caching, "caching"}, {AllocatorConfig::Backend::raw, "raw"}});
 
 }  // namespace trainmem

@@ -39,15 +39,18 @@ std::string flag_suggestion(const CLI::App& command, const std::string& word) {
   return did_you_mean(word.substr(0, word.find('=')), flag_names(command));
 }
 
-// "{sequential,eager,lazy}" (CLI::IsMember's set) -> "one of sequential, eager, lazy".
-std::string one_of(const std::string& set) {
+// "sequential,eager,lazy" with ',' -> "one of sequential, eager, lazy".
+std::string one_of(const std::string& names, char separator) {
   std::string words = "one of ";
-  for (char c : set.substr(1, set.size() - 2)) words += c == ',' ? std::string(", ") : std::string(1, c);
+  for (char c : names) words += c == separator ? std::string(", ") : std::string(1, c);
   return words;
 }
+// "{sequential,eager,lazy}" (CLI::IsMember's set) -> "one of sequential, eager, lazy".
+std::string one_of(const std::string& set) { return one_of(set.substr(1, set.size() - 2), ','); }
 
 // What an option takes, in words, from its CLI11 type name ("UINT:1 to 4096", "BOOLEAN",
-// "TEXT:{a,b}", "SIZE"): "a whole number (1 to 4096)", "on|off (or true/false, yes/no, 1/0)".
+// "TEXT:{a,b}", "SIZE", the names of an enum flag "a|b" (enum_flag.h)): "a whole number (1 to
+// 4096)", "on|off (or true/false, yes/no, 1/0)", "one of a, b".
 std::string what_it_takes(const CLI::Option& option) {
   if (option.get_expected_max() == 0) return "no value";  // a flag: --json, not --json=yes
   const std::string full = option.get_type_name();
@@ -57,7 +60,8 @@ std::string what_it_takes(const CLI::Option& option) {
   const std::vector<std::pair<std::string, std::string>> words_of_type = {
       {"BOOLEAN", "on|off (or true/false, yes/no, 1/0)"}, {"INT", "a whole number"}, {"UINT", "a whole number"},
       {"FLOAT", "a number"}, {"TEXT", "a value"}, {"STR", "a value"}, {"FILE", "a file path"}, {"SIZE", "a size"}};
-  std::string words = type.empty() ? "a value" : type;  // a type named for users: "auto|cpu|cuda|meta"
+  std::string words = type.empty() ? "a value" : type;  // a type named for users
+  if (type.find('|') != std::string::npos) words = one_of(type, '|');  // an enum flag's names
   for (const auto& [name, meaning] : words_of_type)
     if (type == name) words = meaning;
   if (range.size() >= 2 && range.front() == '{' && range.back() == '}') return one_of(range);

@@ -51,26 +51,36 @@ int cuda_device_for_this_process() {
   return 0;
 }
 
+namespace {
+// The choice `name` names; DeviceError for a name that is none of them.
+DeviceChoice device_choice(const std::string& name) {
+  try {
+    return kDeviceChoices.parse(name);
+  } catch (const std::invalid_argument& e) {
+    throw DeviceError(e.what());
+  }
+}
+}  // namespace
+
 std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream* log) {
-  if (options.choice != "auto" && options.choice != "cpu" && options.choice != "cuda" && options.choice != "meta")
-    throw DeviceError("--device must be auto, cpu, cuda or meta, not '" + options.choice + "'");
+  const DeviceChoice choice = device_choice(options.choice);
 
   // auto = cuda if a usable GPU answers, else cpu; the reason for cpu is printed.
-  const bool asks_gpu = options.choice == "auto" || options.choice == "cuda";
+  const bool asks_gpu = choice == DeviceChoice::automatic || choice == DeviceChoice::cuda;
   std::optional<std::string> no_cuda = asks_gpu ? cuda_unavailable_reason() : std::nullopt;
   // This process's first CUDA context, on its own GPU (a rank's, under mpirun), never on GPU 0 first.
   const int gpu = asks_gpu && !no_cuda ? cuda_device_for_this_process() : 0;
   if (asks_gpu && !no_cuda) no_cuda = cuda_start_context(gpu);
   DeviceKind kind = DeviceKind::cpu;
   if (options.pattern == DeviceKind::meta) throw DeviceError("--pattern must be cpu or cuda");
-  if (options.pattern == DeviceKind::cuda && options.choice != "meta")
+  if (options.pattern == DeviceKind::cuda && choice != DeviceChoice::meta)
     throw DeviceError("--pattern cuda applies to --device meta (a real device follows its own pattern)");
-  if (options.choice == "meta") {
+  if (choice == DeviceChoice::meta) {
     kind = DeviceKind::meta;
-  } else if (options.choice == "cuda") {
+  } else if (choice == DeviceChoice::cuda) {
     if (no_cuda) throw DeviceError("--device cuda: no usable CUDA device (" + *no_cuda + "); use --device cpu or --device auto");
     kind = DeviceKind::cuda;
-  } else if (options.choice == "auto" && !no_cuda) {
+  } else if (choice == DeviceChoice::automatic && !no_cuda) {
     kind = DeviceKind::cuda;
   }
 
@@ -102,7 +112,7 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
            << format_bytes(i.device_memory_bytes) << " device-memory budget\n";
     } else {
       const std::string why =
-          options.choice == "auto" ? "auto: no usable CUDA device: " + no_cuda.value_or("") : std::string("chosen");
+          choice == DeviceChoice::automatic ? "auto: no usable CUDA device: " + no_cuda.value_or("") : std::string("chosen");
       *log << "device: cpu (" << why << ") with a " << format_bytes(i.device_memory_bytes)
            << " device-memory budget\n";
     }

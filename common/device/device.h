@@ -20,6 +20,7 @@
 #include "common/allocator/caching_allocator.h"
 #include "common/allocator/device_memory.h"
 #include "common/allocator/host_device_memory.h"
+#include "common/cli/enum_table.h"
 
 namespace trainmem {
 
@@ -52,13 +53,19 @@ struct DeviceInfo {
 };
 
 // --device auto|cpu|cuda|meta: auto picks cuda when a usable GPU answers, else cpu.
+enum class DeviceChoice { automatic, cpu, cuda, meta };
+inline constexpr auto kDeviceChoices = cli::enum_table<DeviceChoice>(
+    "--device",
+    {{DeviceChoice::automatic, "auto"}, {DeviceChoice::cpu, "cpu"}, {DeviceChoice::cuda, "cuda"}, {DeviceChoice::meta, "meta"}});
+// --pattern cpu|cuda (meta only): whose allocation pattern the run follows.
+inline constexpr auto kPatterns = cli::enum_table<DeviceKind>("--pattern", {{DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}});
+
 struct DeviceOptions {
-  std::string choice = "auto";
+  std::string choice = "auto";               // a name of kDeviceChoices
   std::optional<std::size_t> device_memory;  // --device-memory; default: 16 GiB on cpu, the card on cuda
   AllocatorConfig allocator;
   bool backed = true;  // cpu only: false gives a simulated device whose memory is never touched
-  // meta only (--pattern cpu|cuda): whose allocation pattern the run follows.
-  DeviceKind pattern = DeviceKind::cpu;
+  DeviceKind pattern = DeviceKind::cpu;  // meta only: --pattern
 };
 
 // Implemented with the CUDA runtime where trainmem was built with CUDA, by stubs otherwise.

@@ -6,27 +6,17 @@
 //          (kernels/flash_attention.h; CPU reference, or the CUDA kernels in bf16/fp16)
 //   cudnn  cuDNN's fused attention through cudnn-frontend (GPU, bf16/fp16; same O(T) memory)
 #pragma once
-#include <stdexcept>
 #include <string>
+
+#include "common/cli/enum_table.h"
 
 namespace trainmem {
 
 enum class AttentionKind { naive, flash, cudnn };
 
-inline AttentionKind parse_attention(const std::string& text) {
-  if (text == "naive") return AttentionKind::naive;
-  if (text == "flash") return AttentionKind::flash;
-  if (text == "cudnn") return AttentionKind::cudnn;
-  throw std::invalid_argument("--attention must be naive, flash or cudnn, not '" + text + "'");
-}
+inline constexpr auto kAttentionKinds = cli::enum_table<AttentionKind>(
+    "--attention", {{AttentionKind::naive, "naive"}, {AttentionKind::flash, "flash"}, {AttentionKind::cudnn, "cudnn"}});
 
-inline std::string to_string(AttentionKind a) {
-  switch (a) {
-    case AttentionKind::naive: return "naive";
-    case AttentionKind::flash: return "flash";
-    case AttentionKind::cudnn: return "cudnn";
-  }
-  return "?";
-}
+inline std::string to_string(AttentionKind a) { return std::string(kAttentionKinds.name(a)); }
 
 }  // namespace trainmem

@@ -12,30 +12,19 @@
 // fp32 in every precision (as in llm.c and PyTorch autocast): they are small and sensitive.
 #pragma once
 #include <cstddef>
-#include <stdexcept>
 #include <string>
 
+#include "common/cli/enum_table.h"
 #include "common/tensor/dtype.h"
 
 namespace trainmem {
 
 enum class Precision { fp32, fp16, bf16 };
 
-inline Precision parse_precision(const std::string& text) {
-  if (text == "fp32") return Precision::fp32;
-  if (text == "fp16") return Precision::fp16;
-  if (text == "bf16") return Precision::bf16;
-  throw std::invalid_argument("--precision must be fp32, fp16 or bf16, not '" + text + "'");
-}
+inline constexpr auto kPrecisions = cli::enum_table<Precision>(
+    "--precision", {{Precision::fp32, "fp32"}, {Precision::fp16, "fp16"}, {Precision::bf16, "bf16"}});
 
-inline std::string to_string(Precision p) {
-  switch (p) {
-    case Precision::fp32: return "fp32";
-    case Precision::fp16: return "fp16";
-    case Precision::bf16: return "bf16";
-  }
-  return "?";
-}
+inline std::string to_string(Precision p) { return std::string(kPrecisions.name(p)); }
 
 // Bytes per parameter of each model state, with Adam and nothing partitioned (the ZeRO paper's
 // 2 + 2 + K with K = 12 in 16 bits):

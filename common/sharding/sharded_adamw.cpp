@@ -18,22 +18,6 @@
 
 namespace trainmem {
 
-Offload parse_offload(const std::string& text) {
-  if (text == "none") return Offload::none;
-  if (text == "optimizer") return Offload::optimizer;
-  if (text == "params") return Offload::params;
-  throw std::invalid_argument("--offload must be none, optimizer or params, not '" + text + "'");
-}
-
-std::string to_string(Offload offload) {
-  switch (offload) {
-    case Offload::none: return "none";
-    case Offload::optimizer: return "optimizer";
-    case Offload::params: return "params";
-  }
-  return "?";
-}
-
 // One registered slice and its optimizer state: on the device (Offload::none) or on the host.
 struct ShardedAdamW::Shard {
   std::string name;

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli/enum_table.h"
 #include "common/comm/communicator.h"
 #include "common/tensor/tensor.h"
 #include "common/train/optimizer.h"
@@ -48,8 +49,9 @@ namespace trainmem {
 class Device;
 
 enum class Offload { none, optimizer, params };
-Offload parse_offload(const std::string& text);  // "none" | "optimizer" | "params"; std::invalid_argument
-std::string to_string(Offload offload);
+inline constexpr auto kOffloads =
+    cli::enum_table<Offload>("--offload", {{Offload::none, "none"}, {Offload::optimizer, "optimizer"}, {Offload::params, "params"}});
+inline std::string to_string(Offload offload) { return std::string(kOffloads.name(offload)); }
 
 class ShardedAdamW : public Optimizer {
  public:

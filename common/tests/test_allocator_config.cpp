@@ -36,7 +36,7 @@ TEST(AllocatorConfig, RejectsWhatItCannotDoWithAMessage) {
   EXPECT_NE(message_of("max_split_size_mb:10").find("at least 20"), std::string::npos);
   EXPECT_NE(message_of("max_split_size_mb:lots").find("whole number"), std::string::npos);
   EXPECT_NE(message_of("colour:blue").find("unknown key 'colour'"), std::string::npos);
-  EXPECT_NE(message_of("backend:cudaMallocAsync").find("caching or raw"), std::string::npos);
+  EXPECT_NE(message_of("backend:cudaMallocAsync").find("takes one of caching, raw, not 'cudaMallocAsync'"), std::string::npos);
   EXPECT_NE(message_of("max_split_size_mb").find("key:value"), std::string::npos);
   EXPECT_NE(message_of("expandable_segments:maybe").find("True or False"), std::string::npos);
   EXPECT_NE(message_of("backend:raw,expandable_segments:True").find("needs backend:caching"), std::string::npos);

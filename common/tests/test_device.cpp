@@ -102,7 +102,7 @@ TEST(Device, AnUnknownChoiceIsAClearError) {
     Device::open(options);
     FAIL() << "expected DeviceError";
   } catch (const DeviceError& e) {
-    EXPECT_NE(std::string(e.what()).find("auto, cpu, cuda or meta"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("auto, cpu, cuda, meta"), std::string::npos) << e.what();
   }
 }
 

@@ -11,20 +11,18 @@
 //                        step) and freed after the optimizer step (PyTorch's default since 2.0,
 //                        zero_grad(set_to_none=True))
 #pragma once
-#include <stdexcept>
 #include <string>
+
+#include "common/cli/enum_table.h"
 
 namespace trainmem {
 
 enum class GradientMode { persistent, on_demand };
 
-inline GradientMode parse_gradient_mode(const std::string& text) {
-  if (text == "persistent") return GradientMode::persistent;
-  if (text == "on-demand") return GradientMode::on_demand;
-  throw std::invalid_argument("--grads must be persistent or on-demand, not '" + text + "'");
-}
+inline constexpr auto kGradientModes =
+    cli::enum_table<GradientMode>("--grads", {{GradientMode::persistent, "persistent"}, {GradientMode::on_demand, "on-demand"}});
 
-inline std::string to_string(GradientMode mode) { return mode == GradientMode::persistent ? "persistent" : "on-demand"; }
+inline std::string to_string(GradientMode mode) { return std::string(kGradientModes.name(mode)); }
 
 // --optimizer-in-backward: each parameter (under sharding: each unit's shard) updated as soon as
 // its gradient is complete (and reduced), and that gradient freed at once.

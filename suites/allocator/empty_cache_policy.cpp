@@ -1,6 +1,7 @@
 #include "suites/allocator/empty_cache_policy.h"
 
 #include <charconv>
+#include <optional>
 #include <stdexcept>
 
 #include "common/model/gpt.h"
@@ -8,11 +9,10 @@
 namespace trainmem::allocator {
 
 EmptyCachePolicy EmptyCachePolicy::parse(const std::string& text) {
-  const std::string accepted = " (accepted: never, every-step, every:N with N >= 1)";
+  const std::string accepted = " (accepted: " + kEmptyCacheWords.joined(", ") + ", every:N with N >= 1)";
   EmptyCachePolicy policy;
-  if (text == "never") return policy;
-  if (text == "every-step") {
-    policy.every = 1;
+  if (const std::optional<std::size_t> every = kEmptyCacheWords.find(text)) {
+    policy.every = *every;
     return policy;
   }
   if (text.rfind("every:", 0) == 0) {
@@ -28,8 +28,7 @@ EmptyCachePolicy EmptyCachePolicy::parse(const std::string& text) {
 }
 
 std::string EmptyCachePolicy::to_string() const {
-  if (every == 0) return "never";
-  if (every == 1) return "every-step";
+  if (every <= 1) return std::string(kEmptyCacheWords.name(every));
   std::string s = "every:";
   s += std::to_string(every);
   return s;

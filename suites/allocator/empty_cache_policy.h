@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <string>
 
+#include "common/cli/enum_table.h"
 #include "common/train/strategy.h"
 
 namespace trainmem::allocator {
@@ -26,6 +27,10 @@ struct EmptyCachePolicy {
   // True after optimizer step `step` (1, 2, ...): step is a multiple of N.
   bool empties_after(long step) const { return every != 0 && step > 0 && static_cast<std::size_t>(step) % every == 0; }
 };
+
+// The policies --empty-cache names by a word alone, by their `every`; every:N is read by
+// EmptyCachePolicy::parse.
+inline constexpr auto kEmptyCacheWords = cli::enum_table<std::size_t>("--empty-cache", {{0, "never"}, {1, "every-step"}});
 
 class EmptyCacheStrategy : public Strategy {
  public:

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/data/token_file.h"
+#include "common/tests/enum_table_checks.h"
 #include "common/train/trainer.h"
 #include "suites/allocator/empty_cache_policy.h"
 
@@ -43,6 +44,7 @@ TEST(EmptyCachePolicy, RejectsWhatItCannotReadNamingTheAcceptedForms) {
       EXPECT_NE(std::string(e.what()).find("never, every-step, every:N"), std::string::npos) << e.what();
     }
   }
+  testing_support::expect_whole_table(kEmptyCacheWords);
 }
 
 // The sizes of the recorded events of one action in one step, sorted.

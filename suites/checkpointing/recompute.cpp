@@ -1,6 +1,7 @@
 #include "suites/checkpointing/recompute.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "common/allocator/allocator_config.h"
@@ -9,17 +10,8 @@ namespace trainmem {
 
 RecomputePolicy RecomputePolicy::parse(const std::string& text) {
   RecomputePolicy p;
-  if (text == "none") return p;
-  if (text == "full") {
-    p.kind = Kind::full;
-    return p;
-  }
-  if (text == "selective") {
-    p.kind = Kind::selective;
-    return p;
-  }
-  if (text == "sqrt") {
-    p.kind = Kind::sqrt;
+  if (const std::optional<Kind> kind = kRecomputeWords.find(text)) {
+    p.kind = *kind;
     return p;
   }
   if (text.rfind("every:", 0) == 0) {
@@ -34,18 +26,11 @@ RecomputePolicy RecomputePolicy::parse(const std::string& text) {
     } catch (const std::exception&) {
     }
   }
-  throw std::invalid_argument("--recompute must be none, full, selective, sqrt or every:K (K >= 1), not '" + text + "'");
+  throw std::invalid_argument("--recompute takes " + kRecomputeWords.one_of() + " or every:K (K >= 1), not '" + text + "'");
 }
 
 std::string RecomputePolicy::to_string() const {
-  switch (kind) {
-    case Kind::none: return "none";
-    case Kind::full: return "full";
-    case Kind::every: return "every:" + std::to_string(every);
-    case Kind::selective: return "selective";
-    case Kind::sqrt: return "sqrt";
-  }
-  return "?";
+  return kind == Kind::every ? "every:" + std::to_string(every) : std::string(kRecomputeWords.name(kind));
 }
 
 bool RecomputePolicy::recomputes(std::size_t layer) const {

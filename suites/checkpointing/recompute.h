@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli/enum_table.h"
 #include "common/model/gpt.h"
 #include "common/train/strategy.h"
 
@@ -36,6 +37,14 @@ struct RecomputePolicy {
   // x_{k * (l / k)} is the checkpoint.
   static std::size_t sqrt_segment(std::size_t layers);
 };
+
+// The policies --recompute names by a word alone; every:K, which carries its K, is read by
+// RecomputePolicy::parse.
+inline constexpr auto kRecomputeWords = cli::enum_table<RecomputePolicy::Kind>(
+    "--recompute", {{RecomputePolicy::Kind::none, "none"},
+                    {RecomputePolicy::Kind::full, "full"},
+                    {RecomputePolicy::Kind::selective, "selective"},
+                    {RecomputePolicy::Kind::sqrt, "sqrt"}});
 
 class RecomputeStrategy : public Strategy {
  public:

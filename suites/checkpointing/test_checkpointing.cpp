@@ -6,6 +6,7 @@
 #include "common/train/trainer.h"
 #include "suites/checkpointing/recompute.h"
 #include "common/tests/cpu_device.h"
+#include "common/tests/enum_table_checks.h"
 #include "common/tests/readme_formula.h"
 
 namespace trainmem {
@@ -64,6 +65,7 @@ TEST(Checkpointing, PoliciesParseAndSayWhatIsAccepted) {
   EXPECT_EQ(RecomputePolicy::sqrt_segment(12), 4u);
   EXPECT_EQ(RecomputePolicy::parse("every:2").recomputed_layers(5), (std::vector<bool>{true, false, true, false, true}));
   for (const char* bad : {"half", "every:0", "every:x", "every:2x", ""}) EXPECT_THROW(RecomputePolicy::parse(bad), std::invalid_argument) << bad;
+  testing_support::expect_whole_table(kRecomputeWords);
 }
 
 TEST(Checkpointing, GradientsAndParametersAreBitIdenticalToNoRecompute) {

@@ -3,7 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "common/cli/flag_ranges.h"
+#include "common/cli/enum_flag.h"
 #include "common/model/attention_kind.h"
 
 namespace trainmem {
@@ -15,12 +15,8 @@ class FlashAttentionTechnique : public Technique {
   std::string name() const override { return "flash_attention"; }
 
   void add_flags(CLI::App& command, TrainingSetup& setup) const override {
-    command
-        .add_option_function<std::string>(
-            "--attention", [&setup](const std::string& text) { setup.attention = parse_attention(text); },
-            "naive (saves B*H*T^2 probabilities), flash (saves O and a log-sum-exp per row), cudnn (GPU, bf16/fp16)")
-        ->default_str("naive")
-        ->check(cli::parses_with(parse_attention));
+    cli::add_enum_flag(command, kAttentionKinds, setup.attention,
+                       "naive (saves B*H*T^2 probabilities), flash (saves O and a log-sum-exp per row), cudnn (GPU, bf16/fp16)");
   }
 
   // The model's own refusals (GPT::GPT), found before anything is built.

@@ -12,31 +12,21 @@
 //   --fsdp-prefetch on|off gather the next unit while the current one computes (forward and
 //                          backward prefetch)
 //
-// Header-only and free of anything but the standard library, so that the estimator can use it.
+// Header-only and free of anything but the standard library and the name tables
+// (common/cli/enum_table.h), so that the estimator can use it.
 #pragma once
 #include <cstddef>
 #include <stdexcept>
 #include <string>
 
+#include "common/cli/enum_table.h"
+
 namespace trainmem::fsdp {
 
 enum class ShardingMode { full, grad_op, none };
-
-inline ShardingMode parse_sharding_mode(const std::string& text) {
-  if (text == "full") return ShardingMode::full;
-  if (text == "grad_op") return ShardingMode::grad_op;
-  if (text == "none") return ShardingMode::none;
-  throw std::invalid_argument("--fsdp must be full, grad_op or none, not '" + text + "'");
-}
-
-inline std::string to_string(ShardingMode mode) {
-  switch (mode) {
-    case ShardingMode::full: return "full";
-    case ShardingMode::grad_op: return "grad_op";
-    case ShardingMode::none: return "none";
-  }
-  return "?";
-}
+inline constexpr auto kShardingModes = cli::enum_table<ShardingMode>(
+    "--fsdp", {{ShardingMode::full, "full"}, {ShardingMode::grad_op, "grad_op"}, {ShardingMode::none, "none"}});
+inline std::string to_string(ShardingMode mode) { return std::string(kShardingModes.name(mode)); }
 
 // "layer" -> 1, "K-layers" -> K (K >= 1).
 inline std::size_t parse_layers_per_unit(const std::string& text) {
@@ -62,11 +52,8 @@ inline std::string unit_to_string(std::size_t layers_per_unit) {
   return s;
 }
 
-inline bool parse_on_off(const std::string& text, const std::string& flag) {
-  if (text == "on") return true;
-  if (text == "off") return false;
-  throw std::invalid_argument(flag + " must be on or off, not '" + text + "'");
-}
+// --fsdp-prefetch on|off.
+inline constexpr auto kFsdpPrefetch = cli::enum_table<bool>("--fsdp-prefetch", {{true, "on"}, {false, "off"}});
 
 struct FsdpOptions {
   ShardingMode mode = ShardingMode::full;

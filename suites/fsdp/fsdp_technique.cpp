@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/cli/enum_flag.h"
 #include "common/cli/flag_ranges.h"
 #include "common/comm/communicator.h"
 #include "common/model/gpt.h"
@@ -51,16 +52,16 @@ class FsdpTechnique : public Technique {
 
   void add_flags(CLI::App& command, TrainingSetup& setup) const override {
     FsdpChoice& choice = setup.option<FsdpChoice>();
-    CLI::Option* fsdp = command
-                            .add_option_function<std::string>(
-                                "--fsdp",
-                                [&choice](const std::string& text) {
-                                  choice.enabled = true;
-                                  choice.options.mode = parse_sharding_mode(text);
-                                },
-                                "Fully sharded data parallel over the ranks of mpirun: full (FULL_SHARD), grad_op "
-                                "(SHARD_GRAD_OP) or none (NO_SHARD: plain data parallel); not with --zero")
-                            ->check(cli::parses_with(parse_sharding_mode));
+    CLI::Option* fsdp = cli::takes_one_of(
+        command.add_option_function<std::string>(
+            "--fsdp",
+            [&choice](const std::string& text) {
+              choice.enabled = true;
+              choice.options.mode = kShardingModes.parse(text);
+            },
+            "Fully sharded data parallel over the ranks of mpirun: full (FULL_SHARD), grad_op "
+            "(SHARD_GRAD_OP) or none (NO_SHARD: plain data parallel); not with --zero"),
+        kShardingModes);
     // The unit and prefetch flags shape FSDP: without --fsdp they would be silently ignored.
     command
         .add_option_function<std::string>(
@@ -69,14 +70,9 @@ class FsdpTechnique : public Technique {
         ->default_str("layer")
         ->check(cli::parses_with(parse_layers_per_unit))
         ->needs(fsdp);
-    command
-        .add_option_function<std::string>(
-            "--fsdp-prefetch",
-            [&choice](const std::string& text) { choice.options.prefetch = parse_on_off(text, "--fsdp-prefetch"); },
-            "FSDP: gather the next unit while the current one computes: on or off (the lazy loader's "
-            "--prefetch N is another flag)")
-        ->default_str("off")
-        ->check(cli::parses_with([](const std::string& t) { return parse_on_off(t, "--fsdp-prefetch"); }))
+    cli::add_enum_flag(command, kFsdpPrefetch, choice.options.prefetch,
+                       "FSDP: gather the next unit while the current one computes: on or off (the lazy loader's "
+                       "--prefetch N is another flag)")
         ->needs(fsdp);
   }
 
@@ -106,7 +102,7 @@ class FsdpTechnique : public Technique {
     const FsdpChoice& choice = setup.option<FsdpChoice>();
     if (!choice.enabled) return {};
     return "fsdp=" + to_string(choice.options.mode) + " unit=" + unit_to_string(choice.options.layers_per_unit) +
-           " prefetch=" + (choice.options.prefetch ? "on" : "off");
+           " prefetch=" + std::string(kFsdpPrefetch.name(choice.options.prefetch));
   }
   void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override {
     const FsdpChoice& choice = setup.option<FsdpChoice>();

@@ -20,6 +20,7 @@
 #include "common/data/token_file.h"
 #include "common/tests/cpu_device.h"
 #include "common/tests/data_parallel_reference.h"
+#include "common/tests/enum_table_checks.h"
 #include "common/train/trainer.h"
 #include "suites/fsdp/fsdp_memory.h"
 #include "suites/fsdp/fsdp_strategy.h"
@@ -187,14 +188,14 @@ std::string describe(const FsdpOptions& o) {
 }
 
 TEST(Fsdp, OptionsParseAndBadOnesSayWhatIsAccepted) {
-  EXPECT_EQ(parse_sharding_mode("full"), ShardingMode::full);
-  EXPECT_EQ(parse_sharding_mode("grad_op"), ShardingMode::grad_op);
-  EXPECT_EQ(parse_sharding_mode("none"), ShardingMode::none);
+  EXPECT_EQ(kShardingModes.parse("full"), ShardingMode::full);
+  EXPECT_EQ(kShardingModes.parse("grad_op"), ShardingMode::grad_op);
+  EXPECT_EQ(kShardingModes.parse("none"), ShardingMode::none);
   EXPECT_EQ(parse_layers_per_unit("layer"), 1u);
   EXPECT_EQ(parse_layers_per_unit("3-layers"), 3u);
-  EXPECT_TRUE(parse_on_off("on", "--fsdp-prefetch"));
-  EXPECT_FALSE(parse_on_off("off", "--fsdp-prefetch"));
-  for (const char* bad : {"FULL", "zero3", ""}) EXPECT_THROW(parse_sharding_mode(bad), std::invalid_argument) << bad;
+  EXPECT_TRUE(kFsdpPrefetch.parse("on"));
+  EXPECT_FALSE(kFsdpPrefetch.parse("off"));
+  for (const char* bad : {"FULL", "zero3", ""}) EXPECT_THROW(kShardingModes.parse(bad), std::invalid_argument) << bad;
   for (const char* bad : {"layers", "0-layers", "-layers", "x-layers", "2-layer", "2"})
     EXPECT_THROW(parse_layers_per_unit(bad), std::invalid_argument) << bad;
   try {
@@ -203,6 +204,8 @@ TEST(Fsdp, OptionsParseAndBadOnesSayWhatIsAccepted) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("'layer' or 'K-layers'"), std::string::npos) << e.what();
   }
+  testing_support::expect_whole_table(kShardingModes);
+  testing_support::expect_whole_table(kFsdpPrefetch);
 }
 
 TEST(Fsdp, UnitsCoverTheModelAndShardsArePadded) {

@@ -110,9 +110,10 @@ TEST(FsdpCli, BadFsdpFlagsAreOneLineErrors) {
   struct Case {
     std::string args, expected;
   };
-  for (const Case& c : {Case{"--fsdp full --zero 1", "--fsdp"}, Case{"--fsdp half", "--fsdp must be full, grad_op or none"},
+  for (const Case& c : {Case{"--fsdp full --zero 1", "--fsdp"},
+                        Case{"--fsdp half", "--fsdp takes one of full, grad_op, none, not 'half'"},
                         Case{"--fsdp full --fsdp-unit 0-layers", "'layer' or 'K-layers'"},
-                        Case{"--fsdp full --fsdp-prefetch yes", "--fsdp-prefetch must be on or off"}}) {
+                        Case{"--fsdp full --fsdp-prefetch yes", "--fsdp-prefetch takes one of on, off, not 'yes'"}}) {
     SCOPED_TRACE(c.args);
     const CliResult r = run("", "train --device cpu --model tiny --steps 1 " + c.args);
     EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -3,7 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "common/cli/flag_ranges.h"
+#include "common/cli/enum_flag.h"
 #include "suites/gradient_memory/on_demand_gradients.h"
 #include "suites/gradient_memory/optimizer_in_backward.h"
 
@@ -19,13 +19,9 @@ class GradientMemoryTechnique : public Technique {
   HookOrder hook_order() const override { return HookOrder::scales_loss; }
 
   void add_flags(CLI::App& command, TrainingSetup& setup) const override {
-    command
-        .add_option_function<std::string>(
-            "--grads", [&setup](const std::string& text) { setup.option<GradientMode>() = parse_gradient_mode(text); },
-            "Gradient memory: persistent (allocated with the model, zeroed after each step) or on-demand (made at "
-            "their first write in backward, freed after the step: PyTorch's set_to_none)")
-        ->default_str("persistent")
-        ->check(cli::parses_with(parse_gradient_mode));
+    cli::add_enum_flag(command, kGradientModes, setup.option<GradientMode>(),
+                       "Gradient memory: persistent (allocated with the model, zeroed after each step) or on-demand "
+                       "(made at their first write in backward, freed after the step: PyTorch's set_to_none)");
     command.add_flag("--optimizer-in-backward", setup.option<OptimizerInBackwardChoice>().on,
                      "Update each parameter as soon as its gradient is complete and free that gradient at once "
                      "(needs --grad-clip 0, --accum 1, no fp16; with --zero 1-3 or --fsdp each unit's shard)");

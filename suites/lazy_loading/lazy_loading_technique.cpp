@@ -6,27 +6,12 @@
 #include <stdexcept>
 
 #include "common/allocator/allocator_config.h"
+#include "common/cli/enum_flag.h"
 #include "common/cli/flag_ranges.h"
 #include "suites/lazy_loading/eager_loader.h"
 #include "suites/lazy_loading/lazy_loader.h"
 
 namespace trainmem::lazy_loading {
-
-Loader parse_loader(const std::string& text) {
-  if (text == "sequential") return Loader::sequential;
-  if (text == "eager") return Loader::eager;
-  if (text == "lazy") return Loader::lazy;
-  throw std::invalid_argument("--loader must be sequential, eager or lazy, not '" + text + "'");
-}
-
-std::string to_string(Loader loader) {
-  switch (loader) {
-    case Loader::sequential: return "sequential";
-    case Loader::eager: return "eager";
-    case Loader::lazy: return "lazy";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -38,13 +23,9 @@ class LazyLoadingTechnique : public Technique {
 
   void add_flags(CLI::App& command, TrainingSetup& setup) const override {
     LoaderChoice& choice = setup.option<LoaderChoice>();
-    command
-        .add_option_function<std::string>(
-            "--loader", [&choice](const std::string& text) { choice.loader = parse_loader(text); },
-            "Where the dataset lives: sequential (host, in order), eager (all of it on the device) or "
-            "lazy (host, shuffled batches prefetched by a background thread)")
-        ->default_str("sequential")
-        ->check(CLI::IsMember({"sequential", "eager", "lazy"}));
+    cli::add_enum_flag(command, kLoaders, choice.loader,
+                       "Where the dataset lives: sequential (host, in order), eager (all of it on the device) or "
+                       "lazy (host, shuffled batches prefetched by a background thread)");
     command.add_option("--prefetch", choice.prefetch, "lazy: device batch buffers filled ahead (0: synchronous)")
         ->capture_default_str()
         ->check(cli::whole_number(0, kMaxPrefetch));

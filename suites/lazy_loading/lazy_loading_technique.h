@@ -11,13 +11,15 @@
 #include <cstddef>
 #include <string>
 
+#include "common/cli/enum_table.h"
 #include "common/train/technique.h"
 
 namespace trainmem::lazy_loading {
 
 enum class Loader { sequential, eager, lazy };
-Loader parse_loader(const std::string& text);  // sequential | eager | lazy; std::invalid_argument
-std::string to_string(Loader loader);
+inline constexpr auto kLoaders =
+    cli::enum_table<Loader>("--loader", {{Loader::sequential, "sequential"}, {Loader::eager, "eager"}, {Loader::lazy, "lazy"}});
+inline std::string to_string(Loader loader) { return std::string(kLoaders.name(loader)); }
 
 // The loader the flags choose (an option of the setup).
 struct LoaderChoice {

@@ -26,9 +26,11 @@
 #include "common/allocator/allocator_config.h"
 #include "common/data/token_file.h"
 #include "common/tests/cpu_device.h"
+#include "common/tests/enum_table_checks.h"
 #include "common/train/trainer.h"
 #include "suites/lazy_loading/eager_loader.h"
 #include "suites/lazy_loading/lazy_loader.h"
+#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/lazy_loading/loader_test_support.h"
 
 namespace trainmem::lazy_loading {
@@ -476,6 +478,9 @@ TEST(Worker, AnExceptionInTheWorkerSurfacesInNext) {
     EXPECT_EQ(lazy.batches_served(), 3u);
   }  // and the loader is destroyed cleanly afterwards
 }
+
+// --loader's names (common/cli/enum_table.h).
+TEST(LoaderNames, TheTableIsWhole) { testing_support::expect_whole_table(kLoaders); }
 
 }  // namespace
 }  // namespace trainmem::lazy_loading

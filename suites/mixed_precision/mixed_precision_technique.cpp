@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/allocator/allocator_config.h"
+#include "common/cli/enum_flag.h"
 #include "common/cli/flag_ranges.h"
 #include "common/model/parameter_table.h"
 #include "common/model/precision.h"
@@ -19,12 +20,8 @@ class MixedPrecisionTechnique : public Technique {
 
   void add_flags(CLI::App& command, TrainingSetup& setup) const override {
     using cli::Bound;
-    command
-        .add_option_function<std::string>(
-            "--precision", [&setup](const std::string& text) { setup.precision = parse_precision(text); },
-            "fp32, or bf16/fp16: 16-bit weights, gradients and activations with fp32 master weights")
-        ->default_str("fp32")
-        ->check(cli::parses_with(parse_precision));
+    cli::add_enum_flag(command, kPrecisions, setup.precision,
+                       "fp32, or bf16/fp16: 16-bit weights, gradients and activations with fp32 master weights");
     // Dynamic loss scaling (fp16 only), PyTorch GradScaler's defaults.
     LossScaling& scaling = setup.option<LossScaling>();
     auto given = [&scaling](auto) { scaling.flags_given = true; };

@@ -1,5 +1,6 @@
 #include "suites/trainmem/cli_common.h"
 
+#include "common/cli/enum_flag.h"
 #include "common/util/byte_size.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
 
@@ -30,29 +31,27 @@ void add_memory_flags(CLI::App& command, DeviceFlags& flags) {
       ->check(parses_with(parse_device_memory));
   command
       .add_option("--allocator-config", flags.allocator_config,
-                  "Allocator options, written as PYTORCH_CUDA_ALLOC_CONF: backend:caching|raw, max_split_size_mb:N, "
-                  "expandable_segments:True|False (comma-separated)")
+                  "Allocator options, written as PYTORCH_CUDA_ALLOC_CONF: backend:" + kAllocatorBackends.choices() +
+                      ", max_split_size_mb:N, expandable_segments:True|False (comma-separated)")
       ->type_name("STR")
       ->check(parses_with(AllocatorConfig::parse));
 }
 
 void add_device_flags(CLI::App& command, DeviceFlags& flags) {
-  command.add_option("--device", flags.device,
-                     "auto (a GPU if one answers, else the CPU), cpu, cuda, or meta (no memory and no kernels: the run's "
-                     "allocations only, as on the CPU backend)")
-      ->type_name("auto|cpu|cuda|meta")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda", "meta"}))
+  takes_one_of(command.add_option("--device", flags.device,
+                                  "auto (a GPU if one answers, else the CPU), cpu, cuda, or meta (no memory and no "
+                                  "kernels: the run's allocations only, as on the CPU backend)"),
+               kDeviceChoices)
       ->capture_default_str();
   add_memory_flags(command, flags);
 }
 
 void add_pattern_flag(CLI::App& command, DeviceFlags& flags) {
-  command
-      .add_option("--pattern", flags.pattern,
-                  "With --device meta: whose allocation pattern to follow, the CPU backend's (the default) or the "
-                  "CUDA backend's (its flash attention workspace, its gradient-norm accumulator)")
-      ->type_name("cpu|cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  takes_one_of(command.add_option("--pattern", flags.pattern,
+                                  "With --device meta: whose allocation pattern to follow, the CPU backend's (the "
+                                  "default) or the CUDA backend's (its flash attention workspace, its gradient-norm "
+                                  "accumulator)"),
+               kPatterns);
 }
 
 void add_gpu_flag(CLI::App& command, std::string& gpu, const std::string& help) {
@@ -70,7 +69,7 @@ std::size_t DeviceFlags::device_memory_or(std::size_t fallback) const {
 AllocatorConfig DeviceFlags::allocator() const { return AllocatorConfig::parse(allocator_config); }
 
 DeviceKind DeviceFlags::backend() const {
-  if (!pattern.empty()) return pattern == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+  if (!pattern.empty()) return kPatterns.parse(pattern);
   if (device == "cuda") return DeviceKind::cuda;
   if (device == "cpu" || device == "meta") return DeviceKind::cpu;  // meta follows the CPU backend's allocations
   return cuda_unavailable_reason() ? DeviceKind::cpu : DeviceKind::cuda;
@@ -81,7 +80,7 @@ DeviceOptions DeviceFlags::to_options() const {
   options.choice = device;
   if (!device_memory.empty()) options.device_memory = parse_device_memory(device_memory);
   options.allocator = allocator();
-  if (pattern == "cuda") options.pattern = DeviceKind::cuda;
+  if (!pattern.empty()) options.pattern = kPatterns.parse(pattern);
   if (!pattern.empty() && device != "meta")
     throw std::invalid_argument("--pattern " + pattern + " applies to --device meta (a real device follows its own pattern)");
   return options;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/cli/enum_flag.h"
 #include "common/cli/flag_ranges.h"
 #include "common/comm/communicator.h"
 #include "common/model/gpt.h"
@@ -79,13 +80,9 @@ class ZeroTechnique : public Technique {
                        "ZeRO stage over the ranks of mpirun: 0 data parallel (gradients all-reduced), 1 shards the "
                        "optimizer state, 2 also the gradients, 3 also the parameters (default under mpirun: 0)")
         ->check(cli::whole_number(0, 3));
-    command
-        .add_option_function<std::string>(
-            "--offload", [&choice](const std::string& text) { choice.offload = parse_offload(text); },
-            "ZeRO-Offload: none, optimizer (optimizer state and Adam on the host; --zero 1-3) or params "
-            "(also the parameter shards; --zero 3)")
-        ->default_str("none")
-        ->check(CLI::IsMember({"none", "optimizer", "params"}));
+    cli::add_enum_flag(command, kOffloads, choice.offload,
+                       "ZeRO-Offload: none, optimizer (optimizer state and Adam on the host; --zero 1-3) or params "
+                       "(also the parameter shards; --zero 3)");
   }
 
   // Under mpirun, plain data parallelism (stage 0) unless the flags chose otherwise.

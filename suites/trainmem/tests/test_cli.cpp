@@ -281,8 +281,8 @@ TEST(Cli, TrainInputErrorsAreOneLine) {
   expect_input_error("train --batch 0", "--batch");
   expect_input_error("train --recompute half", "none, full, selective, sqrt or every:K");
   expect_input_error("train --accum 0", "--accum");
-  expect_input_error("train --precision fp8", "fp32, fp16 or bf16");
-  expect_input_error("train --attention sparse", "naive, flash or cudnn");
+  expect_input_error("train --precision fp8", "--precision takes one of fp32, fp16, bf16, not 'fp8'");
+  expect_input_error("train --attention sparse", "--attention takes one of naive, flash, cudnn, not 'sparse'");
   expect_input_error("train --loader cloud", "--loader");
   expect_input_error("train --precision bf16 --loss-scale 1024", "only to --precision fp16");
   expect_input_error("train --precision fp16 --loss-scale-backoff 2", "--loss-scale-backoff");

@@ -18,6 +18,7 @@
 #include "common/cli/parse_errors.h"
 #include "common/cli/suggestion.h"
 #include "common/model/gpt_config.h"
+#include "common/tests/enum_table_checks.h"
 #include "common/util/byte_size.h"
 #include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
@@ -94,8 +95,10 @@ TEST(CliParseErrors, AValueForAFlagThatTakesNone) {
   EXPECT_EQ(explained({"train", "--optimizer-in-backward=maybe"}), "--optimizer-in-backward takes no value, not 'maybe'");
 }
 
-// CLI::ValidationError from CLI::IsMember ("--device: gpu not in {auto,cpu,cuda,meta}"); our own
-// range checks already name the flag, the value and the range, and pass through.
+// CLI::ValidationError from an enum flag's check (common/cli/enum_flag.h: "--device: --device takes
+// one of ...", the flag named once; before, CLI::IsMember's "--device: gpu not in
+// {auto,cpu,cuda,meta}"); our own range checks already name the flag, the value and the range, and
+// pass through.
 TEST(CliParseErrors, AValueNotInTheList) {
   EXPECT_EQ(explained({"info", "--device", "gpu"}), "--device takes one of auto, cpu, cuda, meta, not 'gpu'");
   EXPECT_EQ(explained({"train", "--loader", "later"}), "--loader takes one of sequential, eager, lazy, not 'later'");
@@ -283,6 +286,39 @@ TEST(CliParseErrors, NoErrorRepeatsItsFlagName) {
           EXPECT_LE(times_named(message, flag), 1) << command << " " << flag << " " << value << ": " << message;
         }
       }
+}
+
+// Every flag that takes one of a list of names (an enum table, common/cli/enum_flag.h: its type in
+// --help is "a|b|c") takes each of them, and for any other word names them all, in one form.
+TEST(CliFlags, EveryFlagOfNamesTakesEachNameAndListsThemAll) {
+  CLI::App app{"", "trainmem"};
+  Command run;
+  add_commands(app, run);
+  const CLI::App& program = app;
+  int flags = 0;
+  for (const CLI::App* command : program.get_subcommands(std::function<bool(const CLI::App*)>{}))
+    for (const CLI::Option* option : command->get_options()) {
+      const std::string type = option->get_type_name();
+      if (type.find('|') == std::string::npos || option->get_lnames().empty()) continue;
+      ++flags;
+      const std::string flag = "--" + option->get_lnames().front();
+      SCOPED_TRACE(command->get_name() + " " + flag);
+      std::string listed;
+      for (const std::string& name : testing_support::split_at(type, "|")) {
+        listed += (listed.empty() ? "" : ", ") + name;
+        CLI::App each{"", "trainmem"};
+        add_commands(each, run);
+        std::vector<const char*> argv{"trainmem", command->get_name().c_str(), flag.c_str(), name.c_str()};
+        try {
+          each.parse(static_cast<int>(argv.size()), argv.data());
+        } catch (const CLI::ParseError& e) {  // another rule of the flag's may refuse it ("--fsdp-prefetch needs --fsdp")
+          const std::string said = explain_parse_error(each, e);
+          EXPECT_EQ(said.find(flag + " takes"), std::string::npos) << said;
+        }
+      }
+      EXPECT_EQ(explained({command->get_name(), flag, "nonsense"}), flag + " takes one of " + listed + ", not 'nonsense'");
+    }
+  EXPECT_GE(flags, 9);  // train's --device, --pattern, --precision, --grads, --attention, --loader, --offload, --fsdp*
 }
 
 // Model names in any case, and GPT-2's Hugging Face names, are the presets (with the preset's own name).

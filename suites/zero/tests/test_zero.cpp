@@ -228,7 +228,7 @@ TEST(ZeroOptions, RefuseOffloadWithoutAShard) {
   o.stage = 4;
   o.offload = Offload::none;
   EXPECT_THROW(validate(o), std::invalid_argument);
-  EXPECT_THROW(parse_offload("disk"), std::invalid_argument);
+  EXPECT_THROW(kOffloads.parse("disk"), std::invalid_argument);
 }
 
 }  // namespace

@@ -20,7 +20,6 @@
 #include "common/data/token_file.h"
 #include "common/util/byte_size.h"
 #include "suites/trainmem/cli_common.h"
-#include "suites/trainmem/estimate_flags.h"
 #include "suites/trainmem/estimator/estimate_report.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
@@ -29,32 +28,6 @@
 #include "suites/trainmem/train_flags.h"
 
 namespace trainmem::cli {
-
-TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::size_t dataset_tokens,
-                             std::size_t world_size) {
-  TrainingSetup s = flags.setup;  // every technique's options, as its flags set them
-  s.model = model_config(flags);
-  s.batch = flags.batch;
-  s.dataset_tokens = dataset_tokens;
-  s.backend = backend;
-  s.allocator = flags.device.allocator();
-  s.world_size = world_size;
-  s.seed = flags.seed;
-  s.adam.lr = flags.lr;
-  s.adam.weight_decay = flags.weight_decay;
-  s.max_grad_norm = flags.grad_clip;
-  registered_techniques().complete(s);
-  registered_techniques().validate(s);
-  return s;
-}
-
-std::size_t checked_dataset_tokens(const TrainFlags& flags, std::size_t world_size, std::size_t batch) {
-  const GPTConfig config = model_config(flags);
-  const std::size_t min_tokens = tokens_for_batches(world_size, batch, config.seq);
-  const DatasetFacts facts = inspect_dataset(flags.data, min_tokens);
-  check_dataset(facts, flags.data, min_tokens, config.vocab);
-  return flags.data == "synthetic" ? 0 : static_cast<std::size_t>(facts.tokens);
-}
 
 namespace {
 
@@ -132,7 +105,7 @@ int run_estimate(const EstimateFlags& f) {
   const std::size_t world_size = world_size_for(f);
   const DeviceKind backend = backend_for(f);
   const estimator::EstimateTarget target = target_for(f, backend);
-  const std::size_t dataset_tokens = checked_dataset_tokens(f.train, world_size, f.train.batch);
+  const std::size_t dataset_tokens = checked_dataset_tokens(f.train, world_size, f.train.setup.batch);
   const TrainingSetup setup = training_setup(f.train, backend, dataset_tokens, world_size);
   const estimator::MemoryEstimate e = estimator::estimate_memory(setup, target.usable_bytes);
   if (launched_rank() != 0) return 0;  // under mpirun every rank estimates (and refuses) alike; rank 0 prints

@@ -32,7 +32,6 @@
 #include "common/train/training_run.h"
 #include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/command_settings.h"
-#include "suites/trainmem/estimate_flags.h"
 #include "suites/trainmem/estimator/meta_run.h"
 #include "suites/trainmem/estimator/oom_advice.h"
 #include "suites/trainmem/progress_line.h"
@@ -142,152 +141,187 @@ void check_run_fits(const TrainingSetup& setup, Device& device, int rank) {
                              "see 'trainmem estimate' with the same flags");
 }
 
-int run_train(const TrainFlags& flags, const Settings& settings) {
-  require_same_settings_on_every_rank(settings);  // under mpirun: before any collective, data or device
-  const GPTConfig config = model_config(flags);
-  const std::size_t T = config.seq;
-  // The run the flags describe, every rule of them checked (the registrations, techniques.h) before
-  // any data or device; what only the device and the data say is filled in and checked below.
-  TrainingSetup setup = training_setup(flags, flags.device.backend(), 0, launched_world_size());
-  check_output_flags(flags);  // a path that cannot be written is found now, not after the run
-  // Data first: a bad file is an input error, found before any memory is touched. Under mpirun
-  // every rank checks (and loads) the corpus of the global batch (N*B rows), as one process would.
-  //  - meta: no token is read (the loaders read none there): the data is checked as `estimate`
-  //    checks it, without keeping it, and the run gets its size only (host memory bounded).
-  //  - a token file is memory-mapped, never read into the heap, where the loader reads it so
-  //    (DatasetHome::mapped_file: the lazy loader).
-  //  - everything else is loaded (and checked) into host memory here.
-  const bool meta = flags.device.device == "meta";
-  const bool map_token_file = !meta && registered_techniques().dataset_home(setup) == DatasetHome::mapped_file &&
-                              flags.data != "synthetic" &&
-                              data_format(flags.data) == DataFormat::token_file;
-  std::size_t dataset_tokens = 0;  // a file's size in tokens (synthetic: 0, the corpus is made for the batch)
-  HostTokens tokens;               // meta: made below without values, once the run's size is known
-  if (meta) {
-    dataset_tokens = checked_dataset_tokens(flags, launched_world_size(), flags.batch);
-  } else {
-    const std::size_t min_tokens = tokens_for_batches(launched_world_size(), flags.batch, T);
-    if (map_token_file) {
-      tokens = HostTokens::map_file(flags.data);
-      check_dataset({tokens.size(), tokens.max_token()}, flags.data, min_tokens, config.vocab);
-    } else {
-      tokens = HostTokens(load_dataset(flags.data, min_tokens, config.vocab, flags.seed));
-    }
-    if (flags.data != "synthetic") dataset_tokens = tokens.size();
-  }
+// --- the steps of a run (run_train below calls them in order)
 
-  // The device and the world of ranks (mpirun): each rank takes its rows of a global batch of
-  // N*B rows. Only rank 0 prints.
-  const DeviceOptions options = flags.device.to_options();
-  auto device = Device::open(options, launched_by_mpirun() ? nullptr : &std::cerr);
-  std::unique_ptr<Communicator> world = make_world(setup, *device);
-  const std::size_t ranks = world ? static_cast<std::size_t>(world->world_size()) : 1;
-  const std::size_t rank = world ? static_cast<std::size_t>(world->rank()) : 0;
-  const bool reporting_rank = rank == 0;
-  setup.backend = device->cuda_pattern() ? DeviceKind::cuda : DeviceKind::cpu;
+// The data, checked before any memory is touched: a bad file is an input error. Under mpirun every
+// rank checks (and loads) the corpus of the global batch (N*B rows), as one process would.
+//  - meta: no token is read (the loaders read none there): the data is checked as `estimate`
+//    checks it, without keeping it; the run gets its size only (host memory bounded), and tokens
+//    without values once the run's size is known (TrainingRun's caller makes them).
+//  - a token file is memory-mapped, never read into the heap, where the loader reads it so
+//    (DatasetHome::mapped_file: the lazy loader).
+//  - everything else is loaded (and checked) into host memory here.
+struct RunData {
+  HostTokens tokens;
+  std::size_t dataset_tokens = 0;  // a file's size in tokens (synthetic: 0, the corpus is made for the batch)
+};
+RunData load_run_data(const TrainFlags& flags, const TrainingSetup& setup) {
+  RunData data;
+  const std::size_t ranks = launched_world_size();
+  if (flags.device.device == "meta") {
+    data.dataset_tokens = checked_dataset_tokens(flags, ranks, setup.batch);
+    return data;
+  }
+  const std::size_t min_tokens = tokens_for_batches(ranks, setup.batch, setup.seq());
+  const bool map_token_file = registered_techniques().dataset_home(setup) == DatasetHome::mapped_file &&
+                              flags.data != "synthetic" && data_format(flags.data) == DataFormat::token_file;
+  if (map_token_file) {
+    data.tokens = HostTokens::map_file(flags.data);
+    check_dataset({data.tokens.size(), data.tokens.max_token()}, flags.data, min_tokens, setup.model.vocab);
+  } else {
+    data.tokens = HostTokens(load_dataset(flags.data, min_tokens, setup.model.vocab, setup.seed));
+  }
+  if (flags.data != "synthetic") data.dataset_tokens = data.tokens.size();
+  return data;
+}
+
+// What only the device, the world and the data say, filled in and checked again.
+void complete_for_device(TrainingSetup& setup, const Device& device, const Communicator* world, std::size_t dataset_tokens) {
+  setup.backend = device.cuda_pattern() ? DeviceKind::cuda : DeviceKind::cpu;
   setup.dataset_tokens = dataset_tokens;
-  setup.world_size = ranks;
+  setup.world_size = world ? static_cast<std::size_t>(world->world_size()) : 1;
   registered_techniques().complete(setup);
   registered_techniques().validate(setup);
-  if (world && reporting_rank) {
-    // The sharding technique's scheme, as its formula names it: "ZeRO-2 (P_os+g) over 2 ranks"
-    const std::optional<ShardedFormulas> sharded = registered_techniques().formulas(setup).sharded;
-    std::cerr << "world: " << ranks << " rank" << (ranks > 1 ? "s" : "") << " (" << world->backend() << "), "
-              << (sharded ? sharded->scheme : std::string("no sharding")) << ", global batch " << ranks * flags.batch
-              << " = " << ranks << " x " << flags.batch << " rows\n";
-  }
-  // The recorder (rank 0 writes the files, so only rank 0 records): --record-memory streams every
-  // event to its file and keeps none; --memory-snapshot keeps the last kSnapshotMaxEntries.
-  MemoryRecorder& recorder = device->allocator().recorder();
+}
+
+// The recorder (rank 0 writes the files, so only rank 0 records): --record-memory streams every
+// event to its file and keeps none; --memory-snapshot keeps the last kSnapshotMaxEntries.
+void set_up_recorder(MemoryRecorder& recorder, const TrainFlags& flags, bool reporting_rank) {
   recorder.enable(reporting_rank && (!flags.record_memory.empty() || !flags.memory_snapshot.empty()));
   recorder.set_max_entries(flags.memory_snapshot.empty() ? 0 : kSnapshotMaxEntries);
-  // Out of memory, the report names the cheapest technique that would make this run fit (the estimator).
-  device->allocator().set_oom_advisor(estimator::make_oom_advisor(setup));
-  if (device->kind() == DeviceKind::cpu) check_run_fits(setup, *device, static_cast<int>(rank));
-  if (reporting_rank)
-    std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
-              << " H=" << config.heads << " C=" << config.dim << " T=" << T << " V=" << config.vocab
-              << ", padded to Vp=" << padded_vocab(config.vocab) << "), batch "
-              << flags.batch << " x " << setup.accum << " accumulation steps, " << flags.steps << " steps\n";
+}
 
-  std::optional<TraceFileWriter> record_memory;  // outlives the run, whose tensors are freed when it ends
-  if (recorder.enabled() && !flags.record_memory.empty())
-    record_memory.emplace(recorder, flags.record_memory, "--record-memory");
+// Rank 0's lines before the first step: the world (under mpirun or when sharding), the model.
+void print_run_header(const TrainingSetup& setup, const Communicator* world, long steps) {
+  const GPTConfig& config = setup.model;
+  if (world) {
+    // The sharding technique's scheme, as its formula names it: "ZeRO-2 (P_os+g) over 2 ranks"
+    const std::optional<ShardedFormulas> sharded = registered_techniques().formulas(setup).sharded;
+    const std::size_t ranks = setup.world_size;
+    std::cerr << "world: " << ranks << " rank" << (ranks > 1 ? "s" : "") << " (" << world->backend() << "), "
+              << (sharded ? sharded->scheme : std::string("no sharding")) << ", global batch " << ranks * setup.batch
+              << " = " << ranks << " x " << setup.batch << " rows\n";
+  }
+  std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
+            << " H=" << config.heads << " C=" << config.dim << " T=" << config.seq << " V=" << config.vocab
+            << ", padded to Vp=" << padded_vocab(config.vocab) << "), batch " << setup.batch << " x " << setup.accum
+            << " accumulation steps, " << steps << " steps\n";
+}
 
-  // Model, data loader, strategies and trainer, built as every command builds them.
-  if (meta) tokens = HostTokens::without_values(setup.dataset_size());
-  TrainingRun run(setup, registered_techniques(), *device, world.get(), std::move(tokens));
+// The steps, each shown as it ends (rank 0; progress_line.h), then the summary line; returns every
+// step's figures for --json.
+nlohmann::json run_steps(TrainingRun& run, const MemoryRecorder& recorder, long steps, bool reporting_rank) {
   const std::string techniques = run.techniques();
-
   // (mpirun forwards output through a pseudo-terminal: one line per step there, not a redrawn one)
   const bool terminal = isatty(STDOUT_FILENO) && !launched_by_mpirun();
   RunSummary summary;
   std::size_t drawn = 0;  // the length of the line on the terminal, which the next one overwrites
-  nlohmann::json steps = nlohmann::json::array();
-  for (long i = 0; i < flags.steps; ++i) {
+  nlohmann::json figures = nlohmann::json::array();
+  for (long i = 0; i < steps; ++i) {
     const StepResult r = run.step();
     recorder.throw_if_failed();  // a recording that failed (a full disk) stops the run here, not inside the allocator
-    steps.push_back({{"step", r.step},
-                     {"loss", r.loss},
-                     {"grad_norm", r.grad_norm},
-                     {"loss_scale", r.loss_scale},
-                     {"skipped", r.skipped},
-                     {"ms", r.ms},
-                     {"tokens_per_s", r.tokens_per_s},
-                     {"allocated_bytes", r.allocated_bytes},
-                     {"reserved_bytes", r.reserved_bytes}});
+    figures.push_back({{"step", r.step},
+                       {"loss", r.loss},
+                       {"grad_norm", r.grad_norm},
+                       {"loss_scale", r.loss_scale},
+                       {"skipped", r.skipped},
+                       {"ms", r.ms},
+                       {"tokens_per_s", r.tokens_per_s},
+                       {"allocated_bytes", r.allocated_bytes},
+                       {"reserved_bytes", r.reserved_bytes}});
     summary.add(r);
     if (!reporting_rank) continue;
     // On a terminal, one line redrawn in place, narrower than the terminal (the last column left
     // free: some terminals wrap as soon as it is written), padded over the longer line before it;
     // in a log, one line per step with every field.
     if (terminal) {
-      std::string line = progress_line(r, flags.steps, techniques, summary.eta_seconds(flags.steps),
+      std::string line = progress_line(r, steps, techniques, summary.eta_seconds(steps),
                                        std::max<std::size_t>(terminal_width(STDOUT_FILENO), 2) - 1);
       const std::size_t length = line.size();
       line.resize(std::max(length, drawn), ' ');
       drawn = length;
-      std::cout << '\r' << line << (i + 1 < flags.steps ? "" : "\n") << std::flush;
+      std::cout << '\r' << line << (i + 1 < steps ? "" : "\n") << std::flush;
     } else {
-      std::cout << progress_line(r, flags.steps, techniques, summary.eta_seconds(flags.steps), kAnyWidth) << '\n'
-                << std::flush;
+      std::cout << progress_line(r, steps, techniques, summary.eta_seconds(steps), kAnyWidth) << '\n' << std::flush;
     }
   }
   if (reporting_rank) std::cout << summary.line() << '\n' << std::flush;
+  return figures;
+}
+
+// The result file (--json): the run's context and configuration, each technique's sections, every
+// step's figures and the memory (with every rank's peaks under mpirun).
+nlohmann::json train_result_json(const TrainFlags& flags, const TrainingSetup& setup, const TrainingRun& run,
+                                 Device& device, const DeviceOptions& options, const Communicator* world,
+                                 nlohmann::json steps, const std::vector<RankPeaks>& ranks_peaks) {
+  const std::size_t ranks = setup.world_size;
+  nlohmann::json result = run_context_json(device.info(), options.allocator);
+  result["config"] = {{"command", "train"},
+                      {"model", setup.model.to_json()},
+                      {"batch", setup.batch},
+                      {"seq", setup.seq()},
+                      {"steps", flags.steps},
+                      {"lr", setup.adam.lr},
+                      {"weight_decay", setup.adam.weight_decay},
+                      {"grad_clip", setup.max_grad_norm},
+                      {"seed", setup.seed},
+                      {"data", flags.data},
+                      {"device", flags.device.device},
+                      {"device_memory_bytes", device.info().device_memory_bytes},
+                      {"allocator_config", options.allocator.to_string()},
+                      {"world_size", ranks},
+                      {"tokens_per_step", ranks * setup.batch * setup.seq() * setup.accum}};
+  if (world)
+    result["world"] = {{"world_size", ranks},
+                       {"ranks", ranks},
+                       {"backend", world->backend()},
+                       {"reporting_rank", world->rank()},
+                       {"global_batch", ranks * setup.batch}};
+  run.add_json(result, device.allocator().stats(), flags.steps);  // each technique's config and sections
+  result["steps"] = std::move(steps);
+  result["memory"] = memory_json(device.allocator());
+  if (ranks_peaks.size() > 1) add_rank_peaks(result["memory"], ranks_peaks);
+  return result;
+}
+
+int run_train(const TrainFlags& flags, const Settings& settings) {
+  require_same_settings_on_every_rank(settings);  // under mpirun: before any collective, data or device
+  // The run the flags describe, every rule of them checked (the registrations, techniques.h) before
+  // any data or device; what only the device and the data say is filled in and checked below.
+  TrainingSetup setup = training_setup(flags, flags.device.backend(), 0, launched_world_size());
+  check_output_flags(flags);  // a path that cannot be written is found now, not after the run
+  RunData data = load_run_data(flags, setup);
+
+  // The device and the world of ranks (mpirun): each rank takes its rows of a global batch of
+  // N*B rows. Only rank 0 prints and writes files.
+  const DeviceOptions options = flags.device.to_options();
+  auto device = Device::open(options, launched_by_mpirun() ? nullptr : &std::cerr);
+  std::unique_ptr<Communicator> world = make_world(setup, *device);
+  const int rank = world ? world->rank() : 0;
+  complete_for_device(setup, *device, world.get(), data.dataset_tokens);
+  set_up_recorder(device->allocator().recorder(), flags, rank == 0);
+  // Out of memory, the report names the cheapest technique that would make this run fit (the estimator).
+  device->allocator().set_oom_advisor(estimator::make_oom_advisor(setup));
+  if (device->kind() == DeviceKind::cpu) check_run_fits(setup, *device, rank);
+  if (rank == 0) print_run_header(setup, world.get(), flags.steps);
+  std::optional<TraceFileWriter> record_memory;  // outlives the run, whose tensors are freed when it ends
+  if (device->allocator().recorder().enabled() && !flags.record_memory.empty())
+    record_memory.emplace(device->allocator().recorder(), flags.record_memory, "--record-memory");
+
+  // Model, data loader, strategies and trainer, built as every command builds them.
+  if (flags.device.device == "meta") data.tokens = HostTokens::without_values(setup.dataset_size());
+  TrainingRun run(setup, registered_techniques(), *device, world.get(), std::move(data.tokens));
+  nlohmann::json steps = run_steps(run, device->allocator().recorder(), flags.steps, rank == 0);
 
   // Every rank's peaks, gathered before rank 0 writes the files (every rank takes part).
-  const std::vector<RankPeaks> ranks_peaks = world ? gather_rank_peaks(device->allocator().stats(), *world)
-                                                   : std::vector<RankPeaks>{};
-  if (!reporting_rank) return 0;  // rank 0 writes the files
+  const std::vector<RankPeaks> ranks_peaks =
+      world ? gather_rank_peaks(device->allocator().stats(), *world) : std::vector<RankPeaks>{};
+  if (rank != 0) return 0;
   // The event log first: it is written while the run goes, and one result file is written at a time.
   if (record_memory) record_memory->finish();
   if (!flags.json.empty()) {
-    nlohmann::json result = run_context_json(device->info(), options.allocator);
-    result["config"] = {{"command", "train"},
-                        {"model", config.to_json()},
-                        {"batch", flags.batch},
-                        {"seq", T},
-                        {"steps", flags.steps},
-                        {"lr", flags.lr},
-                        {"weight_decay", flags.weight_decay},
-                        {"grad_clip", flags.grad_clip},
-                        {"seed", flags.seed},
-                        {"data", flags.data},
-                        {"device", flags.device.device},
-                        {"device_memory_bytes", device->info().device_memory_bytes},
-                        {"allocator_config", options.allocator.to_string()},
-                        {"world_size", ranks},
-                        {"tokens_per_step", ranks * flags.batch * T * setup.accum}};
-    if (world)
-      result["world"] = {{"world_size", ranks},
-                         {"ranks", ranks},
-                         {"backend", world->backend()},
-                         {"reporting_rank", rank},
-                         {"global_batch", ranks * flags.batch}};
-    run.add_json(result, device->allocator().stats(), flags.steps);  // each technique's config and sections
-    result["steps"] = std::move(steps);
-    result["memory"] = memory_json(device->allocator());
-    if (ranks_peaks.size() > 1) add_rank_peaks(result["memory"], ranks_peaks);
+    const nlohmann::json result =
+        train_result_json(flags, setup, run, *device, options, world.get(), std::move(steps), ranks_peaks);
     write_output_file(flags.json, result.dump(2) + '\n', "--json");
   }
   if (!flags.memory_snapshot.empty()) write_memory_snapshot(device->allocator(), flags.memory_snapshot, "--memory-snapshot");

@@ -3,6 +3,8 @@
 #include <limits>
 
 #include "common/allocator/memory_snapshot.h"
+#include "common/data/dataset_check.h"
+#include "common/data/token_file.h"
 #include "common/cli/flag_ranges.h"
 #include "common/cli/output_flags.h"
 #include "suites/trainmem/techniques.h"
@@ -18,8 +20,29 @@ GPTConfig model_config(const TrainFlags& f) {
   if (f.vocab) c.vocab = *f.vocab;
   if (f.layers || f.heads || f.dim || f.seq || f.vocab) c.name += "+custom";  // the preset's own name, not the alias
   c.validate();
-  check_run_sizes(c, f.batch);  // every size the run computes stays below 2^62 bytes
+  check_run_sizes(c, f.setup.batch);  // every size the run computes stays below 2^62 bytes
   return c;
+}
+
+TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::size_t dataset_tokens,
+                             std::size_t world_size) {
+  TrainingSetup s = flags.setup;  // batch, seed, the optimizer and every technique's options, as the flags set them
+  s.model = model_config(flags);
+  s.dataset_tokens = dataset_tokens;
+  s.backend = backend;
+  s.allocator = flags.device.allocator();
+  s.world_size = world_size;
+  registered_techniques().complete(s);
+  registered_techniques().validate(s);
+  return s;
+}
+
+std::size_t checked_dataset_tokens(const TrainFlags& flags, std::size_t world_size, std::size_t batch) {
+  const GPTConfig config = model_config(flags);
+  const std::size_t min_tokens = tokens_for_batches(world_size, batch, config.seq);
+  const DatasetFacts facts = inspect_dataset(flags.data, min_tokens);
+  check_dataset(facts, flags.data, min_tokens, config.vocab);
+  return flags.data == "synthetic" ? 0 : static_cast<std::size_t>(facts.tokens);
 }
 
 void add_model_flags(CLI::App& command, TrainFlags& flags) {
@@ -38,7 +61,7 @@ void add_model_flags(CLI::App& command, TrainFlags& flags) {
   command.add_option("--seq", flags.seq, "Override the context length T (also the training sequence length)")
       ->check(whole_number(1, L::max_seq));
   command.add_option("--vocab", flags.vocab, "Override the vocabulary size V")->check(whole_number(L::min_vocab, L::max_vocab));
-  command.add_option("--batch", flags.batch, "Micro-batch size B")->capture_default_str()->check(whole_number(1, L::max_batch));
+  command.add_option("--batch", flags.setup.batch, "Micro-batch size B")->capture_default_str()->check(whole_number(1, L::max_batch));
 }
 
 void add_technique_flags(CLI::App& command, TrainFlags& flags) { registered_techniques().add_flags(command, flags.setup); }
@@ -51,20 +74,20 @@ void add_data_flags(CLI::App& command, TrainFlags& flags) {
 void add_optimizer_flags(CLI::App& command, TrainFlags& flags) {
   // lr, weight decay and the clip norm are floats: finite, at most the largest float, and none
   // so small that a float would keep 0 or a denormal (real_number<float>).
-  command.add_option("--lr", flags.lr, "AdamW learning rate")
+  command.add_option("--lr", flags.setup.adam.lr, "AdamW learning rate")
       ->capture_default_str()
       ->check(real_number<float>(0, Bound::exclusive, kNoMax, Bound::inclusive));
-  command.add_option("--weight-decay", flags.weight_decay, "AdamW weight decay")
+  command.add_option("--weight-decay", flags.setup.adam.weight_decay, "AdamW weight decay")
       ->capture_default_str()
       ->check(real_number<float>(0, Bound::inclusive, kNoMax, Bound::inclusive));
-  command.add_option("--grad-clip", flags.grad_clip, "Clip the global gradient norm to this (0: off)")
+  command.add_option("--grad-clip", flags.setup.max_grad_norm, "Clip the global gradient norm to this (0: off)")
       ->capture_default_str()
       ->check(real_number<float>(0, Bound::inclusive, kNoMax, Bound::inclusive));
 }
 
 void add_run_flags(CLI::App& command, TrainFlags& flags, JsonFlag json) {
   command.add_option("--steps", flags.steps, "Optimizer steps")->capture_default_str()->check(whole_number(1, FlagLimits::max_steps));
-  command.add_option("--seed", flags.seed, "Seed for the initialization and the synthetic corpus")
+  command.add_option("--seed", flags.setup.seed, "Seed for the initialization and the synthetic corpus")
       ->capture_default_str()
       ->check(whole_number(0, std::numeric_limits<std::uint64_t>::max()));
   if (json == JsonFlag::result_file)

@@ -41,23 +41,24 @@ struct TrainFlags {
   // --- the model (add_model_flags); a size not given is the preset's (0 is a value, refused)
   std::string model = "tiny";
   std::optional<std::size_t> layers, heads, dim, seq, vocab;
-  std::size_t batch = 4;
 
-  // --- every technique's flags (add_technique_flags: the registrations, suites/trainmem/techniques.h),
-  // stored in their options; setup.model and setup.batch are filled from the flags above
-  TrainingSetup setup;
+  // --- the run's training options, each flag stored where the run reads it (training_setup.h):
+  // --batch (add_model_flags), every technique's flags (add_technique_flags: the registrations,
+  // suites/trainmem/techniques.h), --lr --weight-decay --grad-clip (add_optimizer_flags) and
+  // --seed (add_run_flags). training_setup() below fills in the rest. The flags' defaults are
+  // TrainingSetup's but for --lr: 1e-3, at which the tiny model learns within a few steps.
+  TrainingSetup setup = flag_defaults();
+  static TrainingSetup flag_defaults() {
+    TrainingSetup s;
+    s.adam.lr = 1e-3f;
+    return s;
+  }
 
   // --- data (add_data_flags)
   std::string data = "synthetic";
 
-  // --- the optimizer (add_optimizer_flags)
-  float lr = 1e-3f;
-  float weight_decay = 0.0f;
-  float grad_clip = 1.0f;
-
   // --- the run (add_run_flags; train only)
   long steps = 50;
-  std::uint64_t seed = 1;
   std::string json;
   std::string record_memory;
   std::string memory_snapshot;  // PyTorch snapshot structure (memory_snapshot.h)
@@ -65,6 +66,19 @@ struct TrainFlags {
 
 // The model the flags describe: the preset with any overrides, validated (GPTConfigError).
 GPTConfig model_config(const TrainFlags& flags);
+
+// The run the flags describe (training_setup.h), as `trainmem train`, `estimate` and `max-batch`
+// (and train's OOM advice) build it: the flags' options, the model, and what the flags do not say:
+// `backend`, the device kind whose allocation pattern to follow; `dataset_tokens`, a data file's
+// size in tokens (0: the synthetic corpus's, which grows with the batch); `world_size`, the ranks.
+// Completed and validated by every registered technique (std::invalid_argument).
+TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::size_t dataset_tokens = 0,
+                             std::size_t world_size = 1);
+
+// --data checked as `trainmem train` checks it (check_dataset, common/data/dataset_check.h) for a
+// global batch of `world_size` x `batch` rows, without keeping its tokens (host memory bounded);
+// returns its size in tokens for TrainingSetup::dataset_tokens (synthetic: 0). DataError.
+std::size_t checked_dataset_tokens(const TrainFlags& flags, std::size_t world_size, std::size_t batch);
 
 void add_model_flags(CLI::App& command, TrainFlags& flags);      // --model, --layers ... --batch
 void add_technique_flags(CLI::App& command, TrainFlags& flags);  // every registered technique's flags

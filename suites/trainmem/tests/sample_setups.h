@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "common/train/training_setup.h"
-#include "suites/trainmem/estimate_flags.h"
 #include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
 

@@ -6,31 +6,23 @@
 #include <optional>
 #include <string_view>
 
+#include "generated/result_schema.h"
+
 namespace trainmem {
 
-enum class MemoryCategory : int {
-  parameters,       // model weights (in the compute dtype)
-  gradients,        // d loss / d weights
-  optimizer_state,  // Adam moments, fp32 master weights
-  activations,      // tensors saved in forward for backward
-  workspace,        // scratch that lives within one op or one step
-  data,             // input tokens and targets on the device
-  communication,    // buffers that exist only to move bytes (staging); common/sharding/sharding_engine.h
-  other,
-};
+// enum class MemoryCategory: one member per category of common/results/result_schema.json, in its
+// order, with what each holds (generated/result_schema.h is made from it; the report reads the
+// same file).
+constexpr std::size_t kNumMemoryCategories = result_schema::memory_category_names.size();
 
-constexpr std::size_t kNumMemoryCategories = 8;
-
-constexpr std::array<MemoryCategory, kNumMemoryCategories> kAllMemoryCategories = {
-    MemoryCategory::parameters, MemoryCategory::gradients, MemoryCategory::optimizer_state,
-    MemoryCategory::activations, MemoryCategory::workspace, MemoryCategory::data,
-    MemoryCategory::communication, MemoryCategory::other};
+constexpr std::array<MemoryCategory, kNumMemoryCategories> kAllMemoryCategories = [] {
+  std::array<MemoryCategory, kNumMemoryCategories> all{};
+  for (std::size_t i = 0; i < kNumMemoryCategories; ++i) all[i] = static_cast<MemoryCategory>(i);
+  return all;
+}();
 
 constexpr std::string_view to_string(MemoryCategory c) {
-  constexpr std::array<std::string_view, kNumMemoryCategories> names = {
-      "parameters", "gradients", "optimizer_state", "activations",
-      "workspace",  "data",      "communication",   "other"};
-  return names[static_cast<std::size_t>(c)];
+  return result_schema::memory_category_names[static_cast<std::size_t>(c)];
 }
 
 constexpr std::size_t index_of(MemoryCategory c) { return static_cast<std::size_t>(c); }

@@ -9,6 +9,7 @@
 
 #include "common/results/result_json.h"
 #include "common/util/checked_math.h"
+#include "generated/result_schema.h"
 
 namespace trainmem {
 
@@ -272,8 +273,8 @@ nlohmann::json replay_result_to_json(const ReplayResult& r, const AllocatorConfi
           {"events", r.events_total},
           {"events_replayed", r.events_replayed},
           {"summary",
-           {{"peak_allocated_bytes", s.allocated_bytes[all].peak},
-            {"peak_reserved_bytes", s.reserved_bytes[all].peak},
+           {{result_schema::memory_peak_allocated, s.allocated_bytes[all].peak},
+            {result_schema::memory_peak_reserved, s.reserved_bytes[all].peak},
             {"final_allocated_bytes", s.allocated_bytes[all].current},
             {"final_reserved_bytes", s.reserved_bytes[all].current},
             {"num_device_alloc", s.num_device_alloc},

@@ -14,6 +14,7 @@
 #include "common/comm/communicator.h"
 #include "common/results/benchmark_out_file.h"
 #include "common/results/result_json.h"
+#include "generated/result_schema.h"
 
 namespace trainmem {
 
@@ -52,17 +53,24 @@ inline benchmark::Counter bytes_counter(double bytes) {
 // thread's CPU time unless the benchmark is registered with UseRealTime() (or UseManualTime()):
 // every trainmem benchmark is, so its rates agree with its time column, which is wall time.
 inline void set_rate_counters(benchmark::State& state, const std::string& what, double per_iteration) {
-  state.counters[what + "_per_s"] = benchmark::Counter(per_iteration, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters[what + "_per_iteration"] = per_iteration;
+  std::string rate = what, amount = what;
+  rate += result_schema::rates_rate_suffix;        // "tokens_per_s"
+  amount += result_schema::rates_amount_suffix;    // "tokens_per_iteration"
+  state.counters[rate] = benchmark::Counter(per_iteration, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters[amount] = per_iteration;
 }
 
 // peak_allocated_bytes, peak_reserved_bytes and <category>_peak_bytes for non-empty categories.
 inline void set_memory_counters(benchmark::State& state, const MemoryStats& stats) {
-  state.counters["peak_allocated_bytes"] = bytes_counter(static_cast<double>(stats.allocated_bytes[0].peak));
-  state.counters["peak_reserved_bytes"] = bytes_counter(static_cast<double>(stats.reserved_bytes[0].peak));
+  namespace key = result_schema;  // the keys, declared once (common/results/result_schema.json)
+  state.counters[std::string(key::memory_peak_allocated)] = bytes_counter(static_cast<double>(stats.allocated_bytes[0].peak));
+  state.counters[std::string(key::memory_peak_reserved)] = bytes_counter(static_cast<double>(stats.reserved_bytes[0].peak));
   for (MemoryCategory c : kAllMemoryCategories) {
     const auto peak = stats.by_category[index_of(c)].peak;
-    if (peak > 0) state.counters[std::string(to_string(c)) + "_peak_bytes"] = bytes_counter(static_cast<double>(peak));
+    if (peak == 0) continue;
+    std::string name(to_string(c));
+    name += key::memory_category_peak_counter_suffix;  // "activations_peak_bytes"
+    state.counters[name] = bytes_counter(static_cast<double>(peak));
   }
 }
 

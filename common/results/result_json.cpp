@@ -1,4 +1,5 @@
 #include "common/results/result_json.h"
+#include "generated/result_schema.h"
 
 namespace trainmem {
 
@@ -62,16 +63,17 @@ nlohmann::json segments_json(const std::vector<SegmentSnapshot>& segments) {
 }
 
 nlohmann::json memory_json(const MemoryStats& stats, const FragmentationInfo& fragmentation) {
+  namespace key = result_schema;  // the keys, declared once (common/results/result_schema.json)
   nlohmann::json by_category = nlohmann::json::object();
   for (MemoryCategory c : kAllMemoryCategories) {
     const Stat& s = stats.by_category[index_of(c)];
-    by_category[std::string(to_string(c))] = {{"current_bytes", s.current}, {"peak_bytes", s.peak}};
+    by_category[to_string(c)] = {{key::memory_category_current, s.current}, {key::memory_category_peak, s.peak}};
   }
-  return {{"peak_allocated_bytes", stats.allocated_bytes[0].peak},
-          {"peak_reserved_bytes", stats.reserved_bytes[0].peak},
-          {"allocated_bytes", stats.allocated_bytes[0].current},
-          {"reserved_bytes", stats.reserved_bytes[0].current},
-          {"by_category", std::move(by_category)},
+  return {{key::memory_peak_allocated, stats.allocated_bytes[0].peak},
+          {key::memory_peak_reserved, stats.reserved_bytes[0].peak},
+          {key::memory_allocated, stats.allocated_bytes[0].current},
+          {key::memory_reserved, stats.reserved_bytes[0].current},
+          {key::memory_by_category, std::move(by_category)},
           {"fragmentation", fragmentation_json(fragmentation)},
           {"stats", stats.to_json()}};
 }

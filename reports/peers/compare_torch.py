@@ -38,16 +38,17 @@ import sys
 import tempfile
 
 from ..trainmem_report.output_file import write_file
+from ..trainmem_report.peers import CATEGORIES
+from ..trainmem_report.result_schema import PEAK_ALLOCATED, PEAK_RESERVED
 from . import trainmem_saved
 from .trainmem_program import REPO, SHAPE_FLAGS, TrainmemError, find_trainmem, write_tokens
 
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "data", "other")
 
 # trainmem's --grads and the PyTorch zero_grad(set_to_none=...) that does the same: the pairings.
 PAIRINGS = {"persistent": False, "on-demand": True}
 
 # Issue 18's goals, per pairing: trainmem's figure at most LIMIT times PyTorch's. (measure, its words)
-GOALS = (("peak_allocated_bytes", "peak allocated"), ("step_ms_median", "step time"))
+GOALS = ((PEAK_ALLOCATED, "peak allocated"), ("step_ms_median", "step time"))
 LIMIT = 1.0
 
 
@@ -213,9 +214,9 @@ def trainmem_side(runs: list[dict], warmup: int) -> dict:
     ms = [median_after(t["steps"], warmup) for t in runs]
     return {
         "grads": tm["config"]["grads"],
-        "peak_allocated_bytes": tm["memory"]["peak_allocated_bytes"],
-        "peak_reserved_bytes": tm["memory"]["peak_reserved_bytes"],
-        "peak_allocated_bytes_per_round": sorted({t["memory"]["peak_allocated_bytes"] for t in runs}),
+        PEAK_ALLOCATED: tm["memory"][PEAK_ALLOCATED],
+        PEAK_RESERVED: tm["memory"][PEAK_RESERVED],
+        "peak_allocated_bytes_per_round": sorted({t["memory"][PEAK_ALLOCATED] for t in runs}),
         "by_category": {c: tm["memory"]["by_category"].get(c, {}).get("peak_bytes", 0) for c in CATEGORIES},
         # after the last step: what one step leaves for the next
         "held_between_steps": {"allocated_bytes": tm["steps"][-1]["allocated_bytes"],
@@ -232,9 +233,9 @@ def pytorch_side(runs: list[dict]) -> dict:
     return {
         "version": pt["framework"]["version"], "threads": pt["framework"]["threads"],
         "set_to_none": pt["config"]["set_to_none"],
-        "peak_allocated_bytes": pt["memory"]["peak_allocated_bytes"],
-        "peak_reserved_bytes": pt["memory"].get("peak_reserved_bytes"),
-        "peak_allocated_bytes_per_round": sorted({p["memory"]["peak_allocated_bytes"] for p in runs}),
+        PEAK_ALLOCATED: pt["memory"][PEAK_ALLOCATED],
+        PEAK_RESERVED: pt["memory"].get(PEAK_RESERVED),
+        "peak_allocated_bytes_per_round": sorted({p["memory"][PEAK_ALLOCATED] for p in runs}),
         "memory_source": pt["memory"]["source"],
         "by_category": {c: pt["memory"]["by_category"][c]["peak_bytes"] for c in CATEGORIES},
         "torch_categories": pt["memory"]["torch_categories"],

@@ -17,11 +17,12 @@ from . import plots
 from .document import Document, Figure, Section, Table, fmt_bytes, fmt_ms
 from .errors import OutputError
 from .report import grouped, slug, suite_figures
+from .result_schema import PEAK_ALLOCATED
 from .results import ResultFolder
 from .suites import SUITES, Suite
 
 # The metrics whose rankings are compared: (name, value of a benchmark, lower is better).
-RANKED = [("time", lambda b: b.real_time_ms), ("peak allocated", lambda b: b.counter("peak_allocated_bytes"))]
+RANKED = [("time", lambda b: b.real_time_ms), ("peak allocated", lambda b: b.counter(PEAK_ALLOCATED))]
 
 
 def device_table(folders: list[ResultFolder]) -> Table:
@@ -147,7 +148,7 @@ def suite_table(folders: list[ResultFolder], suite: Suite) -> Table:
         row = [group, setting]
         for i in range(len(folders)):
             b = values.get((group, setting, i))
-            row += [fmt_ms(b.real_time_ms), fmt_bytes(b.counter("peak_allocated_bytes"))] if b else ["-", "-"]
+            row += [fmt_ms(b.real_time_ms), fmt_bytes(b.counter(PEAK_ALLOCATED))] if b else ["-", "-"]
         rows.append(row)
     columns = ["group", "setting"]
     for name in labels(folders):

@@ -8,10 +8,12 @@ optional, as PyTorch is).
 """
 from __future__ import annotations
 
+from . import result_schema
 from .document import Section, Table, fmt_bytes, fmt_ms
 
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "data", "other")
-GOAL_FORMAT = {"peak_allocated_bytes": fmt_bytes, "step_ms_median": fmt_ms}  # a goal's measure -> its format
+# The categories both sides have: trainmem's but communication (one PyTorch process moves no bytes).
+CATEGORIES = tuple(c for c in result_schema.CATEGORIES if c != "communication")
+GOAL_FORMAT = {result_schema.PEAK_ALLOCATED: fmt_bytes, "step_ms_median": fmt_ms}  # a goal's measure -> its format
 
 
 def _ratio(x: float | None, y: float | None) -> str:
@@ -31,8 +33,8 @@ def goals_table(goals: list[dict]) -> Table:
 
 def pairing_table(tm: dict, pt: dict) -> Table:
     """One pairing: both sides' memory by category, what a step leaves for the next, time, loss."""
-    rows = [_row("peak allocated", tm["peak_allocated_bytes"], pt["peak_allocated_bytes"]),
-            _row("peak reserved", tm["peak_reserved_bytes"], pt.get("peak_reserved_bytes"))]
+    rows = [_row("peak allocated", tm[result_schema.PEAK_ALLOCATED], pt[result_schema.PEAK_ALLOCATED]),
+            _row("peak reserved", tm[result_schema.PEAK_RESERVED], pt.get(result_schema.PEAK_RESERVED))]
     rows += [_row(f"{cat} (peak)", tm["by_category"].get(cat), pt["by_category"].get(cat)) for cat in CATEGORIES]
     rows += [_row("held between steps", tm["held_between_steps"]["allocated_bytes"],
                   pt["held_between_steps"]["allocated_bytes"]),

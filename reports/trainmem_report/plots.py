@@ -14,7 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import matplotlib.ticker  # noqa: E402
 
 from .output_file import make_folder, write_file  # noqa: E402
-from .timeline import CATEGORIES, Timeline  # noqa: E402
+from .result_schema import CATEGORIES  # noqa: E402
+from .timeline import Timeline  # noqa: E402
 
 MiB = 1024.0 * 1024.0
 CATEGORY_COLORS = dict(zip(CATEGORIES, ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-CATEGORIES = ["parameters", "gradients", "optimizer_state", "activations", "workspace", "data",
-              "communication", "other"]
+from .result_schema import CATEGORIES
 
 _RESERVE = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 

@@ -32,6 +32,7 @@
 #include "common/results/benchmark_context.h"
 #include "common/train/adamw_optimizer.h"
 #include "common/train/train_run.h"
+#include "generated/result_schema.h"
 #include "suites/allocator/empty_cache_technique.h"
 #include "suites/allocator/empty_cache_policy.h"
 
@@ -294,7 +295,7 @@ void BM_GrowingWithKeptTensors(benchmark::State& state, std::string config) {
     state.counters["reserved_at_oom_bytes"] = bytes_counter(static_cast<double>(reserved_at_oom));
     state.counters["inactive_split_at_oom_bytes"] = bytes_counter(static_cast<double>(inactive_split_at_oom));
     state.counters["num_alloc_retries"] = static_cast<double>(s.num_alloc_retries);
-    state.counters["peak_reserved_bytes"] = bytes_counter(static_cast<double>(s.reserved_bytes[0].peak));
+    state.counters[std::string(result_schema::memory_peak_reserved)] = bytes_counter(static_cast<double>(s.reserved_bytes[0].peak));
   }
   state.SetLabel("simulated 256 MiB card, step i: alloc 12+2i MiB, keep 2 MiB, free, " + segments_name(config));
 }

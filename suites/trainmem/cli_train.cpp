@@ -30,6 +30,7 @@
 #include "common/util/output_file.h"
 #include "common/data/host_tokens.h"
 #include "common/train/training_run.h"
+#include "generated/result_schema.h"
 #include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/command_settings.h"
 #include "suites/trainmem/estimator/meta_run.h"
@@ -90,16 +91,17 @@ void add_rank_peaks(nlohmann::json& memory, const std::vector<RankPeaks>& ranks)
     nlohmann::json by_category = nlohmann::json::object();
     for (MemoryCategory c : kAllMemoryCategories) by_category[std::string(to_string(c))] = ranks[r].by_category[index_of(c)];
     per_rank.push_back({{"rank", r},
-                        {"peak_allocated_bytes", ranks[r].allocated},
-                        {"peak_reserved_bytes", ranks[r].reserved},
+                        {result_schema::memory_peak_allocated, ranks[r].allocated},
+                        {result_schema::memory_peak_reserved, ranks[r].reserved},
                         {"by_category_peak_bytes", by_category}});
     if (ranks[r].reserved > ranks[largest].reserved) largest = r;
   }
   const RankPeaks& top = ranks[largest];
-  memory["peak_allocated_bytes"] = top.allocated;
-  memory["peak_reserved_bytes"] = top.reserved;
+  namespace key = result_schema;  // the keys, declared once (common/results/result_schema.json)
+  memory[key::memory_peak_allocated] = top.allocated;
+  memory[key::memory_peak_reserved] = top.reserved;
   for (MemoryCategory c : kAllMemoryCategories)
-    memory["by_category"][std::string(to_string(c))]["peak_bytes"] = top.by_category[index_of(c)];
+    memory[key::memory_by_category][to_string(c)][key::memory_category_peak] = top.by_category[index_of(c)];
   memory["peaks_of_rank"] = largest;
   memory["per_rank"] = std::move(per_rank);
 }
@@ -220,15 +222,16 @@ nlohmann::json run_steps(TrainingRun& run, const MemoryRecorder& recorder, long 
   for (long i = 0; i < steps; ++i) {
     const StepResult r = run.step();
     recorder.throw_if_failed();  // a recording that failed (a full disk) stops the run here, not inside the allocator
-    figures.push_back({{"step", r.step},
-                       {"loss", r.loss},
-                       {"grad_norm", r.grad_norm},
-                       {"loss_scale", r.loss_scale},
-                       {"skipped", r.skipped},
-                       {"ms", r.ms},
-                       {"tokens_per_s", r.tokens_per_s},
-                       {"allocated_bytes", r.allocated_bytes},
-                       {"reserved_bytes", r.reserved_bytes}});
+    namespace key = result_schema;  // the step's fields, declared once (common/results/result_schema.json)
+    figures.push_back({{key::step_step, r.step},
+                       {key::step_loss, r.loss},
+                       {key::step_grad_norm, r.grad_norm},
+                       {key::step_loss_scale, r.loss_scale},
+                       {key::step_skipped, r.skipped},
+                       {key::step_ms, r.ms},
+                       {key::step_tokens_per_s, r.tokens_per_s},
+                       {key::step_allocated_bytes, r.allocated_bytes},
+                       {key::step_reserved_bytes, r.reserved_bytes}});
     summary.add(r);
     if (!reporting_rank) continue;
     // On a terminal, one line redrawn in place, narrower than the terminal (the last column left

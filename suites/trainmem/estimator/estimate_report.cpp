@@ -6,6 +6,7 @@
 
 #include "common/util/byte_size.h"
 #include "common/model/precision.h"
+#include "generated/result_schema.h"
 #include "suites/trainmem/techniques.h"
 
 namespace trainmem::estimator {
@@ -182,17 +183,17 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
                               {"gradients", bpp.gradients},
                               {"optimizer_state", bpp.optimizer_state},
                               {"total", bpp.total()}};
-  j["peak_allocated_bytes"] = e.peak_allocated();
-  j["peak_reserved_bytes"] = e.peak_reserved();
+  j[result_schema::memory_peak_allocated] = e.peak_allocated();
+  j[result_schema::memory_peak_reserved] = e.peak_reserved();
   j["peak"] = {{"phase", e.run.peak_phase}, {"step", e.run.peak_step}, {"tensor", e.run.peak_tensor}};
   nlohmann::json by_category = nlohmann::json::object();
   for (MemoryCategory c : kAllMemoryCategories) {
     const auto formula = formula_for(e.formulas, c);
-    by_category[std::string(to_string(c))] = {{"peak_bytes", e.category_peak(c)},
+    by_category[to_string(c)] = {{result_schema::memory_category_peak, e.category_peak(c)},
                                               {"at_peak_bytes", e.run.at_peak[index_of(c)]},
                                               {"formula_bytes", formula ? nlohmann::json(*formula) : nlohmann::json()}};
   }
-  j["by_category"] = by_category;
+  j[result_schema::memory_by_category] = by_category;
   j["memory_stats"] = e.run.stats.to_json();
   if (e.formulas.sharded) {
     const ShardedFormulas& f = *e.formulas.sharded;

@@ -22,6 +22,9 @@ struct ShardedFormulas {
   // after a step (ZeRO: the paper's figures are of these).
   bool peaks = false;
   std::size_t parameters = 0, gradients = 0, optimizer_state = 0, communication = 0;
+  // The gradient bytes a rank holds between steps (ZeRO: `gradients`; FSDP, whose figures are
+  // peaks: its gradient shards), 0 when they are made on demand or updated in the backward.
+  std::size_t gradients_between_steps = 0;
   // Each category's peak within a step, per rank (beside the estimate's per-category peaks): ZeRO's
   // figures at rest plus the units gathered and the buckets open at once; FSDP's are peaks already.
   std::size_t parameters_peak = 0, gradients_peak = 0, optimizer_state_peak = 0;

@@ -38,6 +38,7 @@
 #include "common/allocator/memory_stats.h"
 #include "common/allocator/out_of_memory.h"
 #include "common/data/batch_source.h"
+#include "common/train/data_parallel_strategy.h"
 #include "common/train/formula_bytes.h"
 #include "common/train/strategy.h"
 #include "common/train/training_setup.h"
@@ -73,10 +74,10 @@ struct TechniqueInRun {
   double loss_share = 1.0;
 };
 
-// A data-parallel strategy with its own optimizer over the shards (ZeRO, FSDP): what it adds to a run.
-// Its loss_scale() is this rank's share of the global mean (1/N).
-template <typename DataParallelStrategy>
-TechniqueInRun data_parallel_in_run(std::unique_ptr<DataParallelStrategy> strategy) {
+// A data-parallel strategy with its own optimizer over the shards (ZeRO, FSDP;
+// data_parallel_strategy.h): what it adds to a run. Its loss_scale() is this rank's share of the
+// global mean (1/N).
+inline TechniqueInRun data_parallel_in_run(std::unique_ptr<DataParallelStrategy> strategy) {
   TechniqueInRun joined;
   joined.optimizer = &strategy->optimizer();
   joined.loss_share = strategy->loss_scale();

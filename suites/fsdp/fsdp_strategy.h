@@ -49,12 +49,12 @@
 #include "common/model/gpt.h"
 #include "common/sharding/sharding_engine.h"
 #include "common/train/gradient_mode.h"
-#include "common/train/strategy.h"
+#include "common/train/data_parallel_strategy.h"
 #include "suites/fsdp/fsdp_options.h"
 
 namespace trainmem::fsdp {
 
-class FsdpStrategy : public Strategy {
+class FsdpStrategy : public DataParallelStrategy {
  public:
   // Shards `model` now (every rank must have built it from the same seed); `comm` must outlive
   // this strategy. hyper and max_grad_norm configure the AdamW it runs on its shards; grads says
@@ -65,7 +65,7 @@ class FsdpStrategy : public Strategy {
 
   std::string name() const override;
   double loss_scale() const override { return 1.0 / comm_.world_size(); }  // this rank's share of the mean
-  Optimizer& optimizer() { return engine_.optimizer(); }  // give this to the Trainer
+  Optimizer& optimizer() override { return engine_.optimizer(); }  // give this to the Trainer
   const FsdpOptions& options() const { return options_; }
 
   void on_data_fetch(StepContext& ctx) override;
@@ -78,8 +78,8 @@ class FsdpStrategy : public Strategy {
 
   // Every parameter, whole, in parameters() order, widened to fp32: as stored, and the optimizer's
   // fp32 master weights. Collectives: every rank must call them.
-  std::vector<float> parameter_values() { return engine_.parameter_values(); }
-  std::vector<float> master_values() { return engine_.master_values(); }
+  std::vector<float> parameter_values() override { return engine_.parameter_values(); }
+  std::vector<float> master_values() override { return engine_.master_values(); }
 
   // The most layer units gathered at the same time so far (the root not counted).
   std::size_t peak_gathered_layer_units() const { return engine_.peak_gathered_layer_units(); }

@@ -136,6 +136,7 @@ class FsdpTechnique : public Technique {
     sharded.parameters_peak = sharded.parameters;
     sharded.gradients_peak = sharded.gradients;
     sharded.optimizer_state_peak = sharded.optimizer_state;
+    sharded.gradients_between_steps = m.gradients_between_steps_bytes;
     // FULL_SHARD shards as ZeRO-3, SHARD_GRAD_OP as ZeRO-2: the ZeRO paper's formula of that stage
     // applies (the estimator puts it beside these figures)
     sharded.paper_stage = choice.options.mode == ShardingMode::full ? 3 : choice.options.mode == ShardingMode::grad_op ? 2 : 0;

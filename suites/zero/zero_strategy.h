@@ -42,7 +42,7 @@
 #include "common/model/parameter_table.h"
 #include "common/sharding/sharding_engine.h"
 #include "common/train/adamw_optimizer.h"
-#include "common/train/strategy.h"
+#include "common/train/data_parallel_strategy.h"
 
 namespace trainmem::zero {
 
@@ -62,14 +62,14 @@ struct ZeroOptions {
 // Throws std::invalid_argument naming the flag to change.
 void validate(const ZeroOptions& options);
 
-class ZeroStrategy : public Strategy {
+class ZeroStrategy : public DataParallelStrategy {
  public:
   ZeroStrategy(GPT& model, Communicator& comm, ZeroOptions options);
 
   std::string name() const override;  // "zero-0" .. "zero-3"
   double loss_scale() const override { return 1.0 / comm_.world_size(); }  // this rank's share of the mean
   // The optimizer to give the Trainer (owned by this strategy).
-  Optimizer& optimizer();
+  Optimizer& optimizer() override;
 
   void on_data_fetch(StepContext& ctx) override;
   void before_layer_forward(StepContext& ctx, std::size_t layer) override;
@@ -83,8 +83,8 @@ class ZeroStrategy : public Strategy {
   // The whole model as one rank with the whole batch would hold it (fp32 host copies,
   // GPT::parameters() order): the parameters as stored, and the optimizer's fp32 master weights.
   // Collectives with stages 1-3: every rank must call them.
-  std::vector<float> parameter_values();
-  std::vector<float> master_values();
+  std::vector<float> parameter_values() override;
+  std::vector<float> master_values() override;
   std::size_t host_bytes() const;  // offloaded optimizer state and parameter shards
   const ZeroOptions& options() const { return options_; }
 

@@ -159,6 +159,7 @@ class ZeroTechnique : public Technique {
                      " over " + std::to_string(N) + (N == 1 ? " rank" : " ranks");
     sharded.parameters = x.parameters;
     sharded.gradients = x.gradients;
+    sharded.gradients_between_steps = x.gradients;  // what a rank holds after a step
     sharded.optimizer_state = x.optimizer_state;
     sharded.parameters_peak = x.parameters_peak;
     sharded.gradients_peak = x.gradients_peak;

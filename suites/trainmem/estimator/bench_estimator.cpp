@@ -7,7 +7,8 @@
 // 2. BM_Estimate/<model>: `trainmem estimate --gpu h100-80gb`: the meta run, whether it fits and
 //    the largest micro-batch that does (batch_search.h: a meta run per batch up to it, within a bound).
 // 3. BM_MetaRunSharded/<scheme>/<ranks>: the 7.5B model of the ZeRO paper's Figure 1, rank 0's
-//    ZeRO-3 or FSDP full strategy over a meta communicator of N ranks.
+//    ZeRO-3 or FSDP full strategy over a meta communicator of N ranks (the setup as `trainmem
+//    train` flags, read by train's parser through the registrations: tests/sample_setups.h).
 // Counters: the model's parameters, the run's peak allocated and reserved (bytes), and the
 // allocations the run made (its work: nothing else runs on meta).
 #include <benchmark/benchmark.h>
@@ -17,11 +18,8 @@
 
 #include "common/results/benchmark_context.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
-#include "suites/checkpointing/recompute.h"
-#include "suites/fsdp/fsdp_technique.h"
-#include "suites/lazy_loading/lazy_loading_technique.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
-#include "suites/zero/zero_technique.h"
+#include "suites/trainmem/tests/sample_setups.h"
 
 namespace trainmem::estimator {
 namespace {
@@ -39,16 +37,6 @@ GPTConfig gpt_7b() {
   c.dim = 4096;
   c.heads = 32;
   c.seq = 2048;
-  return c;
-}
-
-// The ZeRO paper's 7.5B: L=36, C=4096, T=4096, V=57019 padded to 57024 (7,500,029,952 parameters).
-GPTConfig zero_paper_7_5b() {
-  GPTConfig c = gpt_7b();
-  c.name = "7.5b";
-  c.layers = 36;
-  c.seq = 4096;
-  c.vocab = 57019;
   return c;
 }
 
@@ -99,12 +87,16 @@ void BM_Estimate(benchmark::State& state, const GPTConfig& config) {
   state.counters["max_batch"] = static_cast<double>(e.batches.largest);
 }
 
+// The ZeRO paper's 7.5B (gpt_7b with L=36, T=4096, V=57019 padded to 57024: 7,500,029,952
+// parameters), bf16, flash attention, B=1, full recompute, sharded by `scheme` over `ranks`.
+TrainingSetup zero_paper_7_5b(const std::string& scheme, std::size_t ranks) {
+  return testing_support::setup_from_flags("--model gpt2-1.5b --layers 36 --dim 4096 --heads 32 --seq 4096 --vocab 57019 "
+                                           "--batch 1 --precision bf16 --attention flash --recompute full " + scheme,
+                                           DeviceKind::cpu, ranks);
+}
+
 void BM_MetaRunSharded(benchmark::State& state, bool fsdp) {
-  TrainingSetup s = bf16_flash(zero_paper_7_5b());
-  s.option<RecomputePolicy>() = RecomputePolicy::parse("full");
-  s.world_size = static_cast<std::size_t>(state.range(0));
-  if (fsdp) s.option<fsdp::FsdpChoice>().enabled = true;
-  else s.option<zero::ZeroChoice>().stage = 3;
+  const TrainingSetup s = zero_paper_7_5b(fsdp ? "--fsdp full" : "--zero 3", static_cast<std::size_t>(state.range(0)));
   MetaRun r;
   for (auto _ : state) {
     r = run_on_meta(s);

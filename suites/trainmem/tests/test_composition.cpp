@@ -10,10 +10,16 @@
 //   accumulation:  gradients of 8 micro-batches of 1 equal those of one batch of 8 (same tokens)
 //                  to bf16 accuracy (each micro-batch's sum is rounded to bf16: relative
 //                  difference of the whole gradient vector below 1e-2; measured 3.6e-3)
+//
+// And gradients on demand (suites/gradient_memory) under fp16's dynamic loss scaling (mixed
+// precision's): the same training as persistent gradients, bit for bit, through steps skipped on
+// overflow (the gradient memory suite checks fp32 and bf16 alone; every sharding plan:
+// test_gradient_memory_sharded.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -101,6 +107,49 @@ TEST(Composition, Bf16WithSelectiveRecomputeAndEightfoldAccumulation) {
   std::printf("8 x 1 accumulated vs one batch of 8, bf16: relative gradient difference %.2e\n", relative);
   EXPECT_LT(relative, 1e-2);
   EXPECT_GT(relative, 0.0) << "bf16 rounding per micro-batch should leave some trace";
+}
+
+// Steps of `trainmem train FLAGS` as train builds them (TrainingRun, the registered techniques):
+// every step's result, and the parameters after the steps as stored (widened to fp32).
+struct StepsRun {
+  std::vector<float> parameters;
+  std::vector<StepResult> steps;
+};
+StepsRun run_steps(const std::string& flags, int steps = 4) {
+  auto device = testing_support::cpu_device();
+  TrainingRun run(setup_from_flags(flags), registered_techniques(), *device, nullptr,
+                  HostTokens(synthetic_corpus(100000, 5)));
+  StepsRun r;
+  for (int i = 0; i < steps; ++i) r.steps.push_back(run.step());
+  r.parameters = run.model().parameter_values();
+  return r;
+}
+
+// Gradients on demand change when a gradient's storage exists, not one operation on its numbers:
+// under fp16's loss scaler, with accumulation and clipping, the same steps bit for bit (a skipped
+// step's gradients are freed too). The initial scale, 2^18, overflows for the first two steps
+// (tiny: 2^18, 2^17 overflow; 2^16 does not), so the skip-and-back-off path runs, and then updates.
+TEST(Composition, GradientsOnDemandUnderFp16LossScaling) {
+  for (const char* accum : {"1", "3"})
+    for (const char* clip : {"1", "0"}) {
+      // the gradient memory suite's setup: tiny, B = 4, TrainingSetup's learning rate (3e-4)
+      const std::string flags = std::string("--model tiny --batch 4 --lr 0.0003 --precision fp16 --loss-scale 262144") +
+                                " --accum " + accum + " --grad-clip " + clip;
+      SCOPED_TRACE(flags);
+      const StepsRun persistent = run_steps(flags + " --grads persistent");
+      const StepsRun on_demand = run_steps(flags + " --grads on-demand");
+      ASSERT_EQ(persistent.parameters.size(), on_demand.parameters.size());
+      EXPECT_TRUE(persistent.parameters == on_demand.parameters) << "the parameters differ";
+      for (std::size_t i = 0; i < persistent.steps.size(); ++i) {
+        EXPECT_EQ(persistent.steps[i].loss, on_demand.steps[i].loss) << "step " << i + 1;
+        // the same bits (a skipped step's norm is NaN or inf on both sides)
+        EXPECT_EQ(std::memcmp(&persistent.steps[i].grad_norm, &on_demand.steps[i].grad_norm, sizeof(double)), 0)
+            << "step " << i + 1 << ": " << persistent.steps[i].grad_norm << " vs " << on_demand.steps[i].grad_norm;
+        EXPECT_EQ(persistent.steps[i].skipped, on_demand.steps[i].skipped) << "step " << i + 1;
+      }
+      EXPECT_TRUE(on_demand.steps.front().skipped) << "the overflow path ran";
+      EXPECT_FALSE(on_demand.steps.back().skipped) << "and updates followed";
+    }
 }
 
 }  // namespace

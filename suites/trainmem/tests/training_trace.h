@@ -2,10 +2,10 @@
 // precisions: the same seed gives the same initial weights (drawn in fp32 on the host, then
 // rounded to the storage type) and the same tokens (the synthetic corpus) on every device.
 //
-// The run is the trainer's (common/train/trainer.h) with what --precision adds to it: fp16 gets
-// mixed_precision's dynamic loss scaler (suites/mixed_precision/mixed_precision_technique.cpp),
-// bf16 and fp32 nothing. Clipping is off, so that each step's update depends on that step's
-// gradients alone (cuda_vs_cpu_tolerance.h counts on it).
+// The run is the one `trainmem train` builds (common/train/training_run.h over the registered
+// techniques), so it has what --precision adds to it: fp16 gets mixed precision's dynamic loss
+// scaler, bf16 and fp32 nothing; no other technique is asked for. Clipping is off, so that each
+// step's update depends on that step's gradients alone (cuda_vs_cpu_tolerance.h counts on it).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -15,13 +15,15 @@
 #include <string>
 #include <vector>
 
-#include "common/data/batch_source.h"
+#include "common/data/host_tokens.h"
 #include "common/data/token_file.h"
 #include "common/device/device.h"
 #include "common/model/gpt.h"
 #include "common/model/parameter_table.h"
-#include "common/train/trainer.h"
-#include "suites/mixed_precision/loss_scaler.h"
+#include "common/train/technique.h"
+#include "common/train/training_run.h"
+#include "common/train/training_setup.h"
+#include "suites/trainmem/techniques.h"
 
 namespace trainmem::testing_support {
 
@@ -75,35 +77,42 @@ inline std::vector<TracedStep> trace_training(const std::string& device_choice, 
   device_options.choice = device_choice;
   if (device_choice == "cpu") device_options.device_memory = std::size_t{1} << 30;
   const std::unique_ptr<Device> device = Device::open(device_options);
-  GPT model(*device, setup.model, setup.seed, setup.options);
-  const std::size_t T = setup.model.seq;
-  SequentialBatches data(*device, synthetic_corpus(setup.batch * T * setup.steps + 1, setup.data_seed), setup.batch, T);
-  TrainerOptions options;
-  options.batch = setup.batch;
-  options.seq = T;
-  options.adam = setup.adam;
-  options.max_grad_norm = 0;
+  TrainingSetup s;  // every technique's options at their defaults: none but --precision's joins
+  s.model = setup.model;
+  s.batch = setup.batch;
+  s.precision = setup.options.precision;
+  s.attention = setup.options.attention;
+  s.backend = device->cuda_pattern() ? DeviceKind::cuda : DeviceKind::cpu;  // as train sets it
+  s.seed = setup.seed;
+  s.adam = setup.adam;
+  s.max_grad_norm = 0;
 
-  // The gradients as the optimizer gets them (after the loss scaler's hooks: it runs first).
+  // The gradients as the optimizer gets them: a strategy after every other (the loss scaler's
+  // hooks run first), joined by this trace's own technique beside the registered ones.
   struct CaptureGradients : Strategy {
     std::vector<float> gradients;
     std::string name() const override { return "capture_gradients"; }
     void before_optimizer_step(StepContext& ctx) override { gradients = ctx.model.gradient_values(); }
-  } capture;
-  std::vector<Strategy*> strategies;
-  std::unique_ptr<DynamicLossScaler> scaler;
-  if (setup.options.precision == Precision::fp16) {
-    scaler = std::make_unique<DynamicLossScaler>();
-    strategies.push_back(scaler.get());
-  }
-  strategies.push_back(&capture);
-  Trainer trainer(model, data, options, strategies);
+  };
+  struct CaptureGradientsTechnique : Technique {
+    std::string name() const override { return "capture_gradients"; }
+    HookOrder hook_order() const override { return HookOrder::after_the_step; }
+    void add_flags(CLI::App&, TrainingSetup&) const override {}
+    TechniqueInRun join(RunParts&) const override { return {std::make_unique<CaptureGradients>()}; }
+  } capture_technique;
+  std::vector<const Technique*> list(registered_techniques().begin(), registered_techniques().end());
+  list.push_back(&capture_technique);
+  const Techniques techniques(list);
+  const std::size_t T = setup.model.seq;
+  TrainingRun run(s, techniques, *device, nullptr,
+                  HostTokens(synthetic_corpus(setup.batch * T * setup.steps + 1, setup.data_seed)));
+  auto& capture = *static_cast<CaptureGradients*>(run.strategy_of(capture_technique));
 
   std::vector<TracedStep> trace;
   for (std::size_t k = 0; k < setup.steps; ++k) {
     TracedStep t;
-    t.logit_bound = logit_bound(setup.model, model.parameter_values());
-    const StepResult r = trainer.step();
+    t.logit_bound = logit_bound(setup.model, run.model().parameter_values());
+    const StepResult r = run.step();
     t.loss = r.loss;
     t.grad_norm = r.grad_norm;
     t.loss_scale = r.loss_scale;

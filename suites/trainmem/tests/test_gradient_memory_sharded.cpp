@@ -1,7 +1,7 @@
-// Gradients on demand and the optimizer in the backward under every sharding mode (ctest runs
-// this under mpirun with 2 CPU ranks; alone it is a world of one). For each plan -- ZeRO 0-3 (with
-// optimizer and parameter offload) and FSDP full, grad_op and none -- each rank trains the same
-// steps with persistent gradients and with the technique, and checks:
+// Gradients on demand and the optimizer in the backward (suites/gradient_memory) under every
+// sharding mode (ctest runs this under mpirun with 2 CPU ranks; alone it is a world of one). For
+// each plan -- ZeRO 0-3 (with optimizer and parameter offload) and FSDP full, grad_op and none --
+// each rank trains the same steps with persistent gradients and with the technique, and checks:
 //
 //   1. The same training, bit for bit: every step's loss and gradient norm, and the fp32 master
 //      weights after the steps. On demand changes when a gradient's storage exists, not one
@@ -10,17 +10,25 @@
 //      overflow and are skipped: the gradients are freed after a skipped step too), accumulation
 //      1 and 2, clipping on.
 //   2. Memory, to the byte, against the sharding suites' formulas with --grads on-demand
-//      (zero_memory.h, fsdp_memory.h, common/sharding/gradient_peaks.h): no gradient
-//      byte held between steps, allocated bytes between steps = persistent - the persistent
-//      gradients, and the peak of the gradients category.
+//      (zero_memory.h, fsdp_memory.h, common/sharding/gradient_peaks.h, as the registrations'
+//      formulas give them: ShardedFormulas' gradients_between_steps and gradients_peak): no
+//      gradient byte held between steps, allocated bytes between steps = persistent - the
+//      persistent gradients, and the peak of the gradients category.
 //   3. The optimizer in the backward (each unit's shard updated right after its reduction): the
 //      same losses and master weights, bit for bit, as persistent gradients without clipping
 //      (fp32, bf16; the update is the same kernel on the same reduced numbers, only earlier), no
 //      gradient between steps, the gradients' peak as the formulas say; ZeRO-0 refuses it.
+//
+// The techniques together, so a driver's test: each setup is `trainmem train` flags (train's
+// parser, sample_setups.h), the run is TrainingRun over the registered techniques, and the master
+// weights are the sharding strategy's (common/train/data_parallel_strategy.h). The gradient memory
+// suite's own test (test_gradient_memory.cpp) checks the technique alone.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,67 +36,58 @@
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
 #include "common/tests/cpu_device.h"
+#include "common/train/data_parallel_strategy.h"
 #include "common/train/training_run.h"
-#include "suites/fsdp/fsdp_memory.h"
-#include "suites/fsdp/fsdp_strategy.h"
-#include "suites/fsdp/fsdp_technique.h"
-#include "suites/gradient_memory/gradient_memory_technique.h"
-#include "suites/mixed_precision/mixed_precision_technique.h"
-#include "suites/zero/zero_memory.h"
-#include "suites/zero/zero_strategy.h"
-#include "suites/zero/zero_technique.h"
+#include "suites/trainmem/tests/sample_setups.h"
 
-namespace trainmem::gradient_memory {
+namespace trainmem {
 namespace {
 
-const Techniques& techniques() {
-  static const Techniques list{&mixed_precision_technique(), &gradient_memory_technique(), &zero::zero_technique(),
-                               &fsdp::fsdp_technique()};
-  return list;
-}
+using testing_support::setup_from_flags;
 
 struct Plan {
   std::string name;
-  int zero_stage = -1;  // -1: FSDP
-  Offload offload = Offload::none;
-  fsdp::ShardingMode fsdp_mode = fsdp::ShardingMode::full;
+  std::string flags;  // the sharding flags of `trainmem train`
+  bool refuses_update_in_backward = false;  // ZeRO-0: the model's own gradients are all-reduced
 };
 
 const std::vector<Plan>& plans() {
   static const std::vector<Plan> list{
-      {"zero0", 0},
-      {"zero1", 1},
-      {"zero2", 2},
-      {"zero3", 3},
-      {"zero2_offload_optimizer", 2, Offload::optimizer},
-      {"zero3_offload_params", 3, Offload::params},
-      {"fsdp_full", -1, Offload::none, fsdp::ShardingMode::full},
-      {"fsdp_grad_op", -1, Offload::none, fsdp::ShardingMode::grad_op},
-      {"fsdp_none", -1, Offload::none, fsdp::ShardingMode::none},
+      {"zero0", "--zero 0", true},
+      {"zero1", "--zero 1"},
+      {"zero2", "--zero 2"},
+      {"zero3", "--zero 3"},
+      {"zero2_offload_optimizer", "--zero 2 --offload optimizer"},
+      {"zero3_offload_params", "--zero 3 --offload params"},
+      {"fsdp_full", "--fsdp full"},
+      {"fsdp_grad_op", "--fsdp grad_op"},
+      {"fsdp_none", "--fsdp none"},
   };
   return list;
 }
 
-TrainingSetup setup_of(const Plan& plan, GradientMode grads, Precision precision, std::size_t accum,
-                       bool in_backward = false) {
-  TrainingSetup s;
-  s.model = gpt_preset("tiny");
-  s.batch = 2;
-  s.accum = accum;
-  s.precision = precision;
-  s.max_grad_norm = in_backward ? 0.0f : 1.0f;
-  s.option<GradientMode>() = grads;
-  s.option<OptimizerInBackwardChoice>().on = in_backward;
-  // fp16: a loss scale that overflows at first, so that skipped steps are part of the run
-  if (precision == Precision::fp16) s.option<LossScaling>().scaler.init_scale = 0x1p18;
-  if (plan.zero_stage >= 0) {
-    s.option<zero::ZeroChoice>().stage = plan.zero_stage;
-    s.option<zero::ZeroChoice>().offload = plan.offload;
-  } else {
-    s.option<fsdp::FsdpChoice>().enabled = true;
-    s.option<fsdp::FsdpChoice>().options.mode = plan.fsdp_mode;
-  }
-  return s;
+// The world this process is part of: {size, rank}.
+std::pair<int, int> world_and_rank() {
+  auto device = testing_support::cpu_device();
+  auto comm = make_communicator(*device);
+  return {comm->world_size(), comm->rank()};
+}
+
+// The flags of one run: tiny, B = 2, TrainingSetup's learning rate (3e-4), clipping to 1 unless
+// the update is in the backward (or `clip` is false); fp16 with a loss scale that overflows at
+// first (2^18), so that skipped steps are part of the run.
+std::string run_flags(const Plan& plan, const std::string& grads, Precision precision, std::size_t accum,
+                      bool in_backward = false, bool clip = true) {
+  std::string flags = "--model tiny --batch 2 --lr 0.0003 --accum " + std::to_string(accum) + " --precision " +
+                      to_string(precision) + " --grads " + grads + " --grad-clip " + (clip && !in_backward ? "1" : "0");
+  if (in_backward) flags += " --optimizer-in-backward";
+  if (precision == Precision::fp16) flags += " --loss-scale 262144";
+  return flags + " " + plan.flags;
+}
+
+// The setup `trainmem train FLAGS` runs on each rank of this world.
+TrainingSetup setup_of(const std::string& flags) {
+  return setup_from_flags(flags, DeviceKind::cpu, static_cast<std::size_t>(world_and_rank().first));
 }
 
 struct Trained {
@@ -101,7 +100,7 @@ struct Trained {
 Trained train(const TrainingSetup& s, int steps = 4) {
   auto device = testing_support::cpu_device();
   auto world = make_communicator(*device);
-  TrainingRun run(s, techniques(), *device, world.get(), HostTokens(synthetic_corpus(100000, 5)));
+  TrainingRun run(s, registered_techniques(), *device, world.get(), HostTokens(synthetic_corpus(100000, 5)));
   device->allocator().reset_peak_stats();  // training's peaks (the model was built whole, with its gradients)
   Trained t;
   for (int i = 0; i < steps; ++i) {
@@ -111,36 +110,27 @@ Trained train(const TrainingSetup& s, int steps = 4) {
     t.gradients_between_steps.push_back(stats.by_category[index_of(MemoryCategory::gradients)].current);
   }
   t.gradients_peak = device->allocator().stats().by_category[index_of(MemoryCategory::gradients)].peak;
-  if (auto* zero = dynamic_cast<zero::ZeroStrategy*>(run.strategy_of(zero::zero_technique()))) {
-    t.masters = zero->master_values();
-  } else if (auto* fsdp = dynamic_cast<fsdp::FsdpStrategy*>(run.strategy_of(fsdp::fsdp_technique()))) {
-    t.masters = fsdp->master_values();
-  }
+  // The sharding technique's strategy (ZeRO's or FSDP's): every rank gathers the whole masters.
+  const Technique* sharding = registered_techniques().sharding(run.setup());
+  if (auto* data_parallel = sharding ? dynamic_cast<DataParallelStrategy*>(run.strategy_of(*sharding)) : nullptr)
+    t.masters = data_parallel->master_values();
   return t;
 }
 
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
-// The formulas' gradient bytes held between steps and their peak, per rank.
+// The formulas' gradient bytes held between steps and their peak, per rank: the sharding
+// technique's, through the registrations (Techniques::formulas, ShardedFormulas).
 struct GradientFigures {
   std::int64_t between_steps = 0, peak = 0;
 };
-GradientFigures formula(const Plan& plan, const TrainingSetup& s, int world) {
-  if (plan.zero_stage >= 0) {
-    const zero::ZeroExactBytes x = zero::exact_model_states(zero::zero_units(s.model), world, plan.zero_stage, s.precision,
-                                                            plan.offload, s.accum, gradient_lifetime(s));
-    return {static_cast<std::int64_t>(x.gradients), static_cast<std::int64_t>(x.gradients_peak)};
+GradientFigures formula(const TrainingSetup& s) {
+  const std::optional<ShardedFormulas> sharded = registered_techniques().formulas(s).sharded;
+  if (!sharded) {
+    ADD_FAILURE() << "no sharding technique gave formulas for " << registered_techniques().describe(s);
+    return {};
   }
-  const fsdp::FsdpMemory m = fsdp::fsdp_memory(s.model, static_cast<std::size_t>(world), s.option<fsdp::FsdpChoice>().options,
-                                               s.precision, gradient_lifetime(s), s.accum);
-  return {static_cast<std::int64_t>(m.gradients_between_steps_bytes), static_cast<std::int64_t>(m.gradients_peak_bytes)};
-}
-
-// The world this process is part of: {size, rank}.
-std::pair<int, int> world_and_rank() {
-  auto device = testing_support::cpu_device();
-  auto comm = make_communicator(*device);
-  return {comm->world_size(), comm->rank()};
+  return {static_cast<std::int64_t>(sharded->gradients_between_steps), static_cast<std::int64_t>(sharded->gradients_peak)};
 }
 
 // A run whose gradients are not kept between steps (`freed`) against persistent gradients
@@ -149,7 +139,7 @@ std::pair<int, int> world_and_rank() {
 void expect_memory_as_the_formulas(const Plan& plan, const TrainingSetup& kept_setup, const Trained& kept,
                                    const TrainingSetup& freed_setup, const Trained& freed, const std::string& label) {
   const auto [world, rank] = world_and_rank();
-  const GradientFigures kept_formula = formula(plan, kept_setup, world), freed_formula = formula(plan, freed_setup, world);
+  const GradientFigures kept_formula = formula(kept_setup), freed_formula = formula(freed_setup);
   EXPECT_EQ(freed_formula.between_steps, 0);
   for (std::size_t i = 0; i < freed.steps.size(); ++i) {
     EXPECT_EQ(kept.gradients_between_steps[i], kept_formula.between_steps) << "step " << i;
@@ -174,8 +164,8 @@ TEST_P(OnDemandUnderSharding, TrainsBitForBitAsPersistentWithTheFormulasMemory) 
   for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16})
     for (std::size_t accum : {1u, 2u}) {
       SCOPED_TRACE(to_string(precision) + " accum=" + std::to_string(accum));
-      const TrainingSetup persistent_setup = setup_of(plan, GradientMode::persistent, precision, accum);
-      const TrainingSetup on_demand_setup = setup_of(plan, GradientMode::on_demand, precision, accum);
+      const TrainingSetup persistent_setup = setup_of(run_flags(plan, "persistent", precision, accum));
+      const TrainingSetup on_demand_setup = setup_of(run_flags(plan, "on-demand", precision, accum));
       const Trained persistent = train(persistent_setup);
       const Trained on_demand = train(on_demand_setup);
 
@@ -199,11 +189,11 @@ TEST_P(OnDemandUnderSharding, TrainsBitForBitAsPersistentWithTheFormulasMemory) 
 
 TEST_P(OnDemandUnderSharding, OptimizerInBackwardTrainsAsPersistentWithoutClipping) {
   const Plan plan = GetParam();
-  if (plan.zero_stage == 0) {
+  if (plan.refuses_update_in_backward) {
     auto device = testing_support::cpu_device();
     auto comm = make_communicator(*device);
     try {
-      TrainingRun run(setup_of(plan, GradientMode::persistent, Precision::fp32, 1, true), techniques(), *device,
+      TrainingRun run(setup_of(run_flags(plan, "persistent", Precision::fp32, 1, true)), registered_techniques(), *device,
                       comm.get(), HostTokens(synthetic_corpus(100000, 5)));
       FAIL() << "ZeRO-0 with the optimizer in the backward was accepted";
     } catch (const std::invalid_argument& e) {
@@ -214,9 +204,8 @@ TEST_P(OnDemandUnderSharding, OptimizerInBackwardTrainsAsPersistentWithoutClippi
   }
   for (Precision precision : {Precision::fp32, Precision::bf16}) {
     SCOPED_TRACE(to_string(precision));
-    TrainingSetup persistent_setup = setup_of(plan, GradientMode::persistent, precision, 1);
-    persistent_setup.max_grad_norm = 0;
-    const TrainingSetup fused_setup = setup_of(plan, GradientMode::persistent, precision, 1, true);
+    const TrainingSetup persistent_setup = setup_of(run_flags(plan, "persistent", precision, 1, false, false));
+    const TrainingSetup fused_setup = setup_of(run_flags(plan, "persistent", precision, 1, true));
     const Trained persistent = train(persistent_setup);
     const Trained fused = train(fused_setup);
     ASSERT_EQ(persistent.steps.size(), fused.steps.size());
@@ -233,4 +222,4 @@ INSTANTIATE_TEST_SUITE_P(Plans, OnDemandUnderSharding, ::testing::ValuesIn(plans
                          [](const ::testing::TestParamInfo<Plan>& i) { return i.param.name; });
 
 }  // namespace
-}  // namespace trainmem::gradient_memory
+}  // namespace trainmem

@@ -19,7 +19,7 @@ from .errors import OutputError
 from .report import grouped, slug, suite_figures
 from .result_schema import PEAK_ALLOCATED
 from .results import ResultFolder
-from .suites import SUITES, Suite
+from .suites import Suite, presentations
 
 # The metrics whose rankings are compared: (name, value of a benchmark, lower is better).
 RANKED = [("time", lambda b: b.real_time_ms), ("peak allocated", lambda b: b.counter(PEAK_ALLOCATED))]
@@ -199,7 +199,7 @@ def build(folders: list[ResultFolder], out: pathlib.Path) -> Document:
     doc.sections.append(Section("Devices", tables=[device_table(folders)]))
     doc.sections.append(Section("The guides' claims on each device", tables=[claims_side_by_side(folders)]))
     differences = []
-    for suite in SUITES:
+    for suite in presentations():  # in their own order (Suite.order)
         present = [f for f in folders if f.runs(suite.bench)]
         for f, name in zip(folders, names):
             if f not in present:

@@ -20,7 +20,7 @@ from .output_file import write_file
 # line: written with a backslash, which CommonMark allows before any ASCII punctuation.
 _INLINE = re.compile(r"[\\`*\[\]<>&|~!#]")
 # An underscore run between two letters or digits never makes emphasis (CommonMark's intraword
-# rule), so it stays as it is: bench_baseline.json reads as written. Any other one is escaped.
+# rule), so it stays as it is: peak_allocated_bytes reads as written. Any other one is escaped.
 _UNDERSCORES = re.compile(r"_+")
 # What makes a block (heading, list, quote, setext underline) at the start of a line.
 _BLOCK_START = re.compile(r"^([#>+=-]|\d+(?=[.)]))")

@@ -66,9 +66,9 @@ class ResultFolder:
     path: pathlib.Path
     device: dict = field(default_factory=dict)       # device.json's "device"
     allocator: dict = field(default_factory=dict)    # device.json's "allocator"
-    benchmarks: dict[str, list[Benchmark]] = field(default_factory=dict)  # "bench_baseline" -> runs
-    bench_files: dict[str, list[pathlib.Path]] = field(default_factory=dict)  # "bench_zero" -> its files
-    contexts: dict[str, dict] = field(default_factory=dict)               # "bench_baseline" -> context
+    benchmarks: dict[str, list[Benchmark]] = field(default_factory=dict)  # "bench_<name>" -> runs
+    bench_files: dict[str, list[pathlib.Path]] = field(default_factory=dict)  # "bench_<name>" -> its files
+    contexts: dict[str, dict] = field(default_factory=dict)               # "bench_<name>" -> context
     train_runs: dict[str, dict] = field(default_factory=dict)             # "baseline" -> train JSON
     trace: dict | None = None
     snapshot_path: pathlib.Path | None = None
@@ -165,7 +165,7 @@ def parse_entry(entry: dict, problems: list[str], where: str) -> Benchmark:
 
 
 def _load_benchmark_file(path: pathlib.Path, folder: ResultFolder) -> None:
-    bench = path.stem.split("-", 1)[0]  # bench_zero-n4 -> bench_zero
+    bench = path.stem.split("-", 1)[0]  # bench_<name>-n4 -> bench_<name>
     folder.benchmarks.setdefault(bench, [])  # present, even if nothing in it can be read
     folder.bench_files.setdefault(bench, []).append(path)
     data = _read_json(path, folder.problems)
@@ -302,7 +302,7 @@ def load_folder(path: str | pathlib.Path) -> ResultFolder:
         elif data is not None:
             folder.problems.append(f"{catalog.name}: not the build's catalog (no list of benchmarks): left out")
 
-    # bench_zero.json (world size 1) before bench_zero-n2.json, bench_zero-n4.json
+    # bench_<name>.json (world size 1) before bench_<name>-n2.json, bench_<name>-n4.json
     for path in sorted(folder.path.glob("bench_*.json"), key=lambda p: (p.stem.split("-")[0], len(p.stem), p.stem)):
         _load_benchmark_file(path, folder)
     if not folder.device:

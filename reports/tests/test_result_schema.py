@@ -5,8 +5,13 @@ fixture and, with TRAINMEM_BUILD_DIR, a fresh `ci/suite --quick` run."""
 from __future__ import annotations
 
 import json
+import pathlib
+import re
 
 from reports.trainmem_report import result_schema as schema
+from reports.trainmem_report import suites
+
+REPORT = pathlib.Path(schema.__file__).parent
 
 
 def test_the_schema_names_each_key_once():
@@ -49,3 +54,21 @@ def test_benchmark_memory_counters_are_the_schemas(results):
                     assert value >= 0, f"{path.name}: {entry['name']}: {category}"
                     category_peaks += 1
     assert with_memory > 0 and category_peaks > 0
+
+
+def test_the_report_spells_no_key_of_the_schema_itself():
+    """The report's code and the suites' presentations (<folder>/bench_<name>_report.py) read the
+    keys from result_schema.py, not as literals of their own: no peak key, no
+    "<category>_peak_bytes", no list of all the categories (a suite's own subset is its own fact)."""
+    keys = [schema.PEAK_ALLOCATED, schema.PEAK_RESERVED] + [schema.category_peak_counter(c) for c in schema.CATEGORIES]
+    literal = re.compile(r"""["'](%s)["']""" % "|".join(re.escape(k) for k in keys))
+    category_list = re.compile(r"\s*,\s*".join(r"""["']%s["']""" % c for c in schema.CATEGORIES))
+    files = [p for p in sorted(REPORT.glob("*.py")) if p.name != "result_schema.py"]
+    files += [pathlib.Path(m.__file__) for m in suites.presentation_modules().values()]
+    assert len(files) > len(list(REPORT.glob("*.py")))  # the presentations were found
+    offenders = []
+    for path in files:
+        text = path.read_text()
+        offenders += [f"{path.name}: {m.group(0)}" for m in literal.finditer(text)]
+        offenders += [f"{path.name}: a list of categories" for _ in category_list.finditer(text)]
+    assert not offenders, offenders

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .results import Benchmark
+from .result_schema import PEAK_ALLOCATED, PEAK_RESERVED
 
 
 def words(b: Benchmark) -> list[str]:
@@ -41,8 +42,8 @@ def generic_setting(b: Benchmark) -> str:
 
 # Table columns: (counter, header, kind). kind: "bytes", "rate", "number". The time column
 # (ms per iteration) always comes first.
-MEMORY_COLUMNS = [("peak_allocated_bytes", "peak allocated", "bytes"),
-                  ("peak_reserved_bytes", "peak reserved", "bytes")]
+MEMORY_COLUMNS = [(PEAK_ALLOCATED, "peak allocated", "bytes"),
+                  (PEAK_RESERVED, "peak reserved", "bytes")]
 
 
 def measured_and_formula(counters: list[tuple[str, str]]) -> list[tuple[str, str, str]]:

@@ -15,6 +15,7 @@ from .results import Benchmark, ResultFolder, finite_number
 from .snapshot import snapshot_to_pickle
 from .suites import Suite, presentations, safe_split, suite_for, suites_of
 from .timeline import CATEGORIES, step_timeline
+from .result_schema import PEAK_ALLOCATED, PEAK_RESERVED, category_peak_counter
 
 
 def slug(text: str) -> str:
@@ -83,7 +84,7 @@ def suite_table(folder: ResultFolder, suite: Suite) -> Table:
 def category_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> list[Figure]:
     figures = []
     for group, runs in grouped(folder, suite).items():
-        bars = [(setting, {c: b.counter(f"{c}_peak_bytes", 0) for c in CATEGORIES}, b.counter("peak_allocated_bytes"))
+        bars = [(setting, {c: b.counter(category_peak_counter(c), 0) for c in CATEGORIES}, b.counter(PEAK_ALLOCATED))
                 for setting, b in runs]
         if any(sum(cats.values()) for _, cats, _ in bars):
             path = plots.category_bars(bars, f"{suite.title}: {group}", out / f"{suite.key}-categories-{slug(group)}.png")
@@ -156,19 +157,19 @@ def summary_section(folder: ResultFolder) -> Section:
     base = next((b for b in folder.runs(reference.bench) if b.name == reference.summary_reference), None)
     if base is None:
         raise ValueError(f"{reference.bench}.json has no {reference.summary_reference}: nothing to measure against")
-    base_peak = base.counter("peak_allocated_bytes")
+    base_peak = base.counter(PEAK_ALLOCATED)
     rows, elsewhere = [], []
     techniques = sorted((s for s in presentations() if s.summary_baseline), key=lambda s: s.technique_order)
     for suite in techniques:
         for group, runs in grouped(folder, suite).items():
             own = dict(runs).get(suite.summary_baseline)
-            if own is None or own.counter("peak_allocated_bytes") != base_peak:
+            if own is None or own.counter(PEAK_ALLOCATED) != base_peak:
                 elsewhere.append(f"{suite.title} ({group})")
                 continue
             for setting, b in runs:
                 if b is own:
                     continue
-                peak = b.counter("peak_allocated_bytes")
+                peak = b.counter(PEAK_ALLOCATED)
                 rows.append([suite.title, setting, fmt_bytes(peak), f"{100 * (1 - peak / base_peak):+.1f}%",
                              f"{fmt_ms(b.real_time_ms)} {fmt_spread(b.time_stddev_ms, b.repetitions)}",
                              f"{100 * (b.real_time_ms / base.real_time_ms - 1):+.1f}%", noise.ordering(b, base)])
@@ -231,7 +232,7 @@ def training_section(folder: ResultFolder, out: pathlib.Path) -> Section:
     for name, run in folder.train_runs.items():
         steps, memory = run["steps"], run["memory"]
         rows.append([name, str(len(steps)), f"{steps[0]['loss']:.4f}", f"{steps[-1]['loss']:.4f}",
-                     fmt_bytes(memory.get("peak_allocated_bytes")), fmt_bytes(memory.get("peak_reserved_bytes"))])
+                     fmt_bytes(memory.get(PEAK_ALLOCATED)), fmt_bytes(memory.get(PEAK_RESERVED))])
     s.tables.append(Table(["run", "steps", "first loss", "last loss", "peak allocated", "peak reserved"], rows))
     losses = {name[len("precision-"):]: [(st["step"], st["loss"]) for st in run["steps"]]
               for name, run in folder.train_runs.items() if name.startswith("precision-")}

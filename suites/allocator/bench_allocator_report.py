@@ -12,6 +12,7 @@ from reports.trainmem_report.noise import is_less
 from reports.trainmem_report.presentation import MEMORY_COLUMNS, Suite, plain
 from reports.trainmem_report.report import slug
 from reports.trainmem_report.results import Benchmark, ResultFolder
+from reports.trainmem_report.result_schema import PEAK_ALLOCATED, PEAK_RESERVED
 
 
 # bench_allocator's names (bench_allocator.cpp):
@@ -39,7 +40,7 @@ def _setting(b: Benchmark) -> str:
 
 DETAILS = [
     ("empty_cache policies in a training step", "BM_TrainEmptyCache/",
-     [("peak_reserved_bytes", "peak reserved", "bytes"),
+     [(PEAK_RESERVED, "peak reserved", "bytes"),
       ("reserved_at_step_end_bytes", "reserved at step end", "bytes"),
       ("device_allocs_per_step", "device allocs / step", "number"),
       ("device_frees_per_step", "device frees / step", "number"),
@@ -50,7 +51,7 @@ DETAILS = [
       ("allocated_at_step_end_growth_bytes", "allocated-at-step-end growth", "bytes")]),
     ("Growing sequence length on a 128 MiB budget, until out of memory", "BM_GrowingSequence/",
      [("last_seq_trained", "last T trained", "number"), ("oom_at_seq", "OOM at T", "number"),
-      ("peak_allocated_bytes", "peak allocated", "bytes"), ("peak_reserved_bytes", "peak reserved", "bytes"),
+      (PEAK_ALLOCATED, "peak allocated", "bytes"), (PEAK_RESERVED, "peak reserved", "bytes"),
       ("reserved_over_allocated_at_peak", "peak reserved / peak allocated", "number"),
       ("inactive_split_peak_bytes", "peak inactive split", "bytes"),
       ("num_device_alloc", "device allocs", "number"), ("num_device_free", "device frees", "number"),
@@ -79,7 +80,7 @@ def allocator_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> 
                               "Time of one allocate + free: from the cache (hit), after empty_cache (miss: a new "
                               "segment or pages), and raw (one device allocation per request)."))
     for family, counters, title in (
-            ("GrowingSequence", ("peak_allocated_bytes", "peak_reserved_bytes"),
+            ("GrowingSequence", (PEAK_ALLOCATED, PEAK_RESERVED),
              "growing sequence until OOM (128 MiB)"),
             ("GrowingWithKeptTensors", ("allocated_at_oom_bytes", "reserved_at_oom_bytes"),
              "growing activation + kept tensors until OOM (256 MiB)"),
@@ -136,7 +137,7 @@ def caching_beats_device(f: ResultFolder, c: Claim) -> None:
 
 
 def _reserved_over_allocated(b: Benchmark) -> float:
-    return b.counter("peak_reserved_bytes") / b.counter("peak_allocated_bytes")
+    return b.counter(PEAK_RESERVED) / b.counter(PEAK_ALLOCATED)
 
 
 @claim("Calling empty_cache() every step is cheap and reduces fragmentation", SUITE,
@@ -155,8 +156,8 @@ def empty_cache_is_cheap(f: ResultFolder, c: Claim) -> None:
             c.numbers[f"{segments} reserved/allocated every step"] = _reserved_over_allocated(every)
             time_ok = is_less(every, never, 1.05)
             oks.append(all_hold([_reserved_over_allocated(every) < _reserved_over_allocated(never), time_ok]))
-            text = (f"{segments}: time {fmt_percent(overhead)}{noise_note(time_ok, every, never)}, peak reserved {fmt_bytes(every.counter('peak_reserved_bytes'))} "
-                    f"vs {fmt_bytes(never.counter('peak_reserved_bytes'))} (reserved / allocated "
+            text = (f"{segments}: time {fmt_percent(overhead)}{noise_note(time_ok, every, never)}, peak reserved {fmt_bytes(every.counter(PEAK_RESERVED))} "
+                    f"vs {fmt_bytes(never.counter(PEAK_RESERVED))} (reserved / allocated "
                     f"{_reserved_over_allocated(every):.3f} vs {_reserved_over_allocated(never):.3f})")
             if every.counter("reserved_at_step_end_bytes") is not None:
                 text += (f"; between steps {fmt_bytes(every.counter('reserved_at_step_end_bytes'))} vs "

@@ -5,16 +5,17 @@ from reports.trainmem_report.document import fmt_percent
 from reports.trainmem_report.noise import is_less
 from reports.trainmem_report.presentation import MEMORY_COLUMNS, Suite, generic_setting
 from reports.trainmem_report.results import ResultFolder
+from reports.trainmem_report.result_schema import PEAK_ALLOCATED, category_peak_counter
 
 SUITE = Suite(
     "checkpointing", "Activation checkpointing", "bench_checkpointing",
     "recompute policy (none, selective, every:2, full, sqrt) per model depth",
     group=lambda b: " ".join(b.name.split("/")[1:3]), setting=generic_setting,
-    columns=MEMORY_COLUMNS + [("activations_peak_bytes", "activations peak", "bytes"),
+    columns=MEMORY_COLUMNS + [(category_peak_counter("activations"), "activations peak", "bytes"),
                               ("predicted_activations_peak_bytes", "predicted activations", "bytes"),
                               ("tokens_per_s", "tokens/s", "rate")],
     order=3, technique_order=1,
-    tradeoff=("activations_peak_bytes", "activations peak (MiB)"),
+    tradeoff=(category_peak_counter("activations"), "activations peak (MiB)"),
     summary_baseline="none")
 
 
@@ -25,7 +26,7 @@ def checkpointing_saves_30_50(f: ResultFolder, c: Claim) -> None:
     for group, runs in table(f, SUITE).items():
         if "none" in runs and "full" in runs:
             none, full = runs["none"], runs["full"]
-            saving = -pct(full.counter("peak_allocated_bytes"), none.counter("peak_allocated_bytes"))
+            saving = -pct(full.counter(PEAK_ALLOCATED), none.counter(PEAK_ALLOCATED))
             overhead = pct(full.real_time_ms, none.real_time_ms)
             c.numbers[f"{group} saving %"], c.numbers[f"{group} overhead %"] = saving, overhead
             time_ok = is_less(full, none, 1.30)
@@ -42,7 +43,7 @@ def sqrt_checkpointing(f: ResultFolder, c: Claim) -> None:
     for group, runs in table(f, SUITE).items():
         if "none" in runs and "sqrt" in runs:
             none, sq = runs["none"], runs["sqrt"]
-            saving = -pct(sq.counter("activations_peak_bytes"), none.counter("activations_peak_bytes"))
+            saving = -pct(sq.counter(category_peak_counter("activations")), none.counter(category_peak_counter("activations")))
             overhead = pct(sq.real_time_ms, none.real_time_ms)
             c.numbers[f"{group} activation saving %"], c.numbers[f"{group} overhead %"] = saving, overhead
             time_ok = is_less(sq, none, 1.50)

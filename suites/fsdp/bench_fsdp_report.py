@@ -10,6 +10,7 @@ from reports.trainmem_report.document import MiB, Figure, fmt_bytes
 from reports.trainmem_report.presentation import MEMORY_COLUMNS, Suite, measured_and_formula
 from reports.trainmem_report.report import slug
 from reports.trainmem_report.results import Benchmark, ResultFolder
+from reports.trainmem_report.result_schema import PEAK_ALLOCATED, category_peak_counter
 
 
 def fsdp_layers_per_unit(setting_unit: str) -> int:
@@ -35,7 +36,7 @@ def fsdp_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> list[
     if not runs:
         return []
     figures = []
-    for counter, what in (("parameters_peak_bytes", "parameters peak"), ("peak_allocated_bytes", "peak allocated")):
+    for counter, what in ((category_peak_counter("parameters"), "parameters peak"), (PEAK_ALLOCATED, "peak allocated")):
         series: dict[str, list[tuple[float, float]]] = {}
         for (n, k, prefetch), b in runs.items():
             if b.counter(counter) is not None:
@@ -55,14 +56,14 @@ SUITE = Suite(
     "fsdp", "FSDP", "bench_fsdp", "per-unit sharding, unit size and prefetch",
     group=lambda b: f"{b.name.split('/')[1]} N={int(b.counter('world_size', 1))}",
     setting=lambda b: " ".join(b.name.split("/")[2:]),
-    columns=MEMORY_COLUMNS + [("parameters_peak_bytes", "parameters peak", "bytes"),
-                              ("gradients_peak_bytes", "gradients peak", "bytes"),
+    columns=MEMORY_COLUMNS + [(category_peak_counter("parameters"), "parameters peak", "bytes"),
+                              (category_peak_counter("gradients"), "gradients peak", "bytes"),
                               ("gathered_units_at_peak", "gathered units at peak", "number"),
                               ("comm_volume_bytes_per_step", "comm volume / step", "bytes")],
     details=[("Peaks against the formula P_s + F_root + gathered layer units (suites/fsdp/fsdp_memory.h)",
               "BM_Fsdp/",
-              measured_and_formula([("parameters_peak_bytes", "parameters peak"),
-                                    ("gradients_peak_bytes", "gradients peak")]) +
+              measured_and_formula([(category_peak_counter("parameters"), "parameters peak"),
+                                    (category_peak_counter("gradients"), "gradients peak")]) +
               [("gathered_units_at_peak", "layer units gathered at peak", "number")])],
     order=9, technique_order=9,
     figures=fsdp_figures)
@@ -76,23 +77,23 @@ def fsdp_peak_is_shard_plus_units(f: ResultFolder, c: Claim) -> None:
     runs = fsdp_full_shard_runs(f)
     oks, parts = [], []
     for (n, k, prefetch), b in sorted(runs.items()):
-        measured, predicted = b.counter("parameters_peak_bytes"), b.counter("predicted_parameters_peak_bytes")
+        measured, predicted = b.counter(category_peak_counter("parameters")), b.counter("predicted_parameters_peak_bytes")
         units = b.counter("gathered_units_at_peak")
         alone = runs.get((n, k, not prefetch))
-        one_unit = alone is not None and alone.counter("parameters_peak_bytes") == measured  # nothing to prefetch
+        one_unit = alone is not None and alone.counter(category_peak_counter("parameters")) == measured  # nothing to prefetch
         expected_units = 2 if prefetch and not one_unit else 1
         oks.append(measured == predicted and units == expected_units)
         c.numbers[f"N={n} {k}-layer units {'prefetch' if prefetch else 'no prefetch'} gathered"] = units
         # The split measured: with equal units, peak(off) = base + F and peak(on) = base + 2F, so
         # F = on - off and base (shard + root) = 2 off - on.
         if prefetch and alone is not None and not one_unit:
-            unit, base = measured - alone.counter("parameters_peak_bytes"), 2 * alone.counter("parameters_peak_bytes") - measured
-            parts.append(f"N = {n}, {k}-layer units: {fmt_bytes(alone.counter('parameters_peak_bytes'))} = "
+            unit, base = measured - alone.counter(category_peak_counter("parameters")), 2 * alone.counter(category_peak_counter("parameters")) - measured
+            parts.append(f"N = {n}, {k}-layer units: {fmt_bytes(alone.counter(category_peak_counter('parameters')))} = "
                          f"{fmt_bytes(base)} + 1 x {fmt_bytes(unit)}, with prefetch {fmt_bytes(measured)} = "
                          f"{fmt_bytes(base)} + 2 x {fmt_bytes(unit)}")
     if oks:
         c.verdict = verdict(all(oks))
-        exact = sum(b.counter("parameters_peak_bytes") == b.counter("predicted_parameters_peak_bytes")
+        exact = sum(b.counter(category_peak_counter("parameters")) == b.counter("predicted_parameters_peak_bytes")
                     for b in runs.values())
         c.measured = f"{exact} of {len(runs)} runs equal to the formula to the byte" + \
             ("; " + "; ".join(parts) if parts else "")

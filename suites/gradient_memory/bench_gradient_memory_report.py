@@ -5,6 +5,7 @@ from reports.trainmem_report.document import Table, fmt_bytes
 from reports.trainmem_report.presentation import MEMORY_COLUMNS, Suite, words
 from reports.trainmem_report.report import grouped
 from reports.trainmem_report.results import ResultFolder
+from reports.trainmem_report.result_schema import PEAK_ALLOCATED, category_peak_counter
 
 
 def against_persistent(folder: ResultFolder, suite: Suite) -> list[Table]:
@@ -18,8 +19,8 @@ def against_persistent(folder: ResultFolder, suite: Suite) -> list[Table]:
         for setting, b in runs:
             if b is base:
                 continue
-            saved = [base.counter(key) - b.counter(key) for key in ("peak_allocated_bytes", "held_between_steps_bytes")]
-            rows.append([group, setting, *map(fmt_bytes, saved), fmt_bytes(base.counter("gradients_peak_bytes")),
+            saved = [base.counter(key) - b.counter(key) for key in (PEAK_ALLOCATED, "held_between_steps_bytes")]
+            rows.append([group, setting, *map(fmt_bytes, saved), fmt_bytes(base.counter(category_peak_counter("gradients"))),
                          f"{b.real_time_ms / base.real_time_ms:.2f}", noise.ordering(b, base)])
     if not rows:
         return []
@@ -36,7 +37,7 @@ SUITE = Suite(
     "how long a gradient lives, per mode: peak, bytes held between steps, step time",
     group=lambda b: b.label.split(" grads=")[0] if " grads=" in b.label else words(b)[1],
     setting=lambda b: words(b)[-1],
-    columns=MEMORY_COLUMNS + [("gradients_peak_bytes", "gradients peak", "bytes"),
+    columns=MEMORY_COLUMNS + [(category_peak_counter("gradients"), "gradients peak", "bytes"),
                               ("held_between_steps_bytes", "held between steps", "bytes"),
                               ("tokens_per_s", "tokens/s", "rate")],
     explain="persistent: the gradients are allocated with the model and zeroed after each step "
@@ -50,6 +51,6 @@ SUITE = Suite(
             "together. G is the gradients' bytes: 4 per parameter in fp32, 2 in bf16/fp16, each tensor "
             "rounded to 512 bytes (persistent's gradients peak). Proofs and figures: suites/gradient_memory/README.md.",
     order=4, technique_order=3,
-    tradeoff=("peak_allocated_bytes", "peak allocated (MiB)"),
+    tradeoff=(PEAK_ALLOCATED, "peak allocated (MiB)"),
     tables=against_persistent,
     summary_baseline="persistent")

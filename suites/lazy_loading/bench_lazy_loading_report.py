@@ -6,6 +6,7 @@ from reports.trainmem_report.document import fmt_bytes
 from reports.trainmem_report.noise import is_less
 from reports.trainmem_report.presentation import MEMORY_COLUMNS, Suite, generic_setting, words
 from reports.trainmem_report.results import Benchmark, ResultFolder
+from reports.trainmem_report.result_schema import category_peak_counter
 
 
 def _setting(b: Benchmark) -> str:
@@ -21,7 +22,7 @@ SUITE = Suite(
     "lazy_loading", "Lazy data loading", "bench_lazy_loading",
     "the dataset on the device (eager) or on the host with prefetched batches (lazy)",
     group=_group, setting=_setting,
-    columns=MEMORY_COLUMNS + [("data_peak_bytes", "data peak", "bytes"),
+    columns=MEMORY_COLUMNS + [(category_peak_counter("data"), "data peak", "bytes"),
                               ("tokens_per_s", "tokens/s", "rate")],
     order=7, technique_order=6)
 
@@ -36,10 +37,10 @@ def lazy_loading_saves_device_memory(f: ResultFolder, c: Claim) -> None:
             speed = eager.real_time_ms / lazy.real_time_ms
             time_ok = is_less(lazy, eager, 1 / 0.9)
             c.numbers["speed ratio"] = speed
-            c.verdict = verdict(all_hold([lazy.counter("data_peak_bytes", 0) < eager.counter("data_peak_bytes", 0),
+            c.verdict = verdict(all_hold([lazy.counter(category_peak_counter("data"), 0) < eager.counter(category_peak_counter("data"), 0),
                                           time_ok]))
-            c.measured = (f"data on device {fmt_bytes(lazy.counter('data_peak_bytes'))} (lazy) vs "
-                          f"{fmt_bytes(eager.counter('data_peak_bytes'))} (eager); tokens/s x{speed:.2f}"
+            c.measured = (f"data on device {fmt_bytes(lazy.counter(category_peak_counter('data')))} (lazy) vs "
+                          f"{fmt_bytes(eager.counter(category_peak_counter('data')))} (eager); tokens/s x{speed:.2f}"
                           f"{noise_note(time_ok, lazy, eager)}")
 
 

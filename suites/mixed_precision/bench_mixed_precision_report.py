@@ -6,18 +6,19 @@ from reports.trainmem_report.document import fmt_bytes, fmt_ms, fmt_percent
 from reports.trainmem_report.noise import is_less
 from reports.trainmem_report.presentation import MEMORY_COLUMNS, Suite, words
 from reports.trainmem_report.results import ResultFolder
+from reports.trainmem_report.result_schema import PEAK_ALLOCATED, category_peak_counter
 
 SUITE = Suite(
     "mixed_precision", "Mixed precision", "bench_mixed_precision",
     "fp32, bf16 and fp16 (with dynamic loss scaling)",
     group=lambda b: words(b)[1] if len(words(b)) > 1 else "model", setting=lambda b: words(b)[-1],
-    columns=MEMORY_COLUMNS + [("parameters_peak_bytes", "parameters", "bytes"),
-                              ("gradients_peak_bytes", "gradients", "bytes"),
-                              ("optimizer_state_peak_bytes", "optimizer state", "bytes"),
-                              ("activations_peak_bytes", "activations peak", "bytes"),
+    columns=MEMORY_COLUMNS + [(category_peak_counter("parameters"), "parameters", "bytes"),
+                              (category_peak_counter("gradients"), "gradients", "bytes"),
+                              (category_peak_counter("optimizer_state"), "optimizer state", "bytes"),
+                              (category_peak_counter("activations"), "activations peak", "bytes"),
                               ("tokens_per_s", "tokens/s", "rate")],
     order=5, technique_order=2,
-    tradeoff=("peak_allocated_bytes", "peak allocated (MiB)"),
+    tradeoff=(PEAK_ALLOCATED, "peak allocated (MiB)"),
     summary_baseline="fp32")
 
 
@@ -27,10 +28,10 @@ SUITE = Suite(
 def sixteen_bytes_per_parameter(f: ResultFolder, c: Claim) -> None:
     for group, runs in table(f, SUITE).items():
         if "fp32" in runs and "bf16" in runs:
-            psi = runs["fp32"].counter("parameters_peak_bytes", 0) / 4
+            psi = runs["fp32"].counter(category_peak_counter("parameters"), 0) / 4
             b = runs["bf16"]
-            states = sum(b.counter(k, 0) for k in ("parameters_peak_bytes", "gradients_peak_bytes",
-                                                   "optimizer_state_peak_bytes"))
+            states = sum(b.counter(k, 0) for k in (category_peak_counter("parameters"), category_peak_counter("gradients"),
+                                                   category_peak_counter("optimizer_state")))
             if psi:
                 per = states / psi
                 c.numbers["bytes per parameter"] = per
@@ -44,11 +45,11 @@ def sixteen_bytes_per_parameter(f: ResultFolder, c: Claim) -> None:
 def bf16_halves_activations(f: ResultFolder, c: Claim) -> None:
     for group, runs in table(f, SUITE).items():
         if "fp32" in runs and "bf16" in runs:
-            ratio = runs["bf16"].counter("activations_peak_bytes") / runs["fp32"].counter("activations_peak_bytes")
+            ratio = runs["bf16"].counter(category_peak_counter("activations")) / runs["fp32"].counter(category_peak_counter("activations"))
             c.numbers["ratio"] = ratio
             c.verdict = verdict(ratio <= 0.55)
-            c.measured = (f"{group}: {fmt_bytes(runs['bf16'].counter('activations_peak_bytes'))} vs "
-                          f"{fmt_bytes(runs['fp32'].counter('activations_peak_bytes'))} (x{ratio:.3f})")
+            c.measured = (f"{group}: {fmt_bytes(runs['bf16'].counter(category_peak_counter('activations')))} vs "
+                          f"{fmt_bytes(runs['fp32'].counter(category_peak_counter('activations')))} (x{ratio:.3f})")
             break
 
 

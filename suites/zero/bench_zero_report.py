@@ -11,6 +11,7 @@ from reports.trainmem_report.claims import Claim, claim, pct, verdict
 from reports.trainmem_report.document import MiB, Figure, Table, fmt_bytes
 from reports.trainmem_report.presentation import MEMORY_COLUMNS, Suite, args, measured_and_formula
 from reports.trainmem_report.results import Benchmark, ResultFolder
+from reports.trainmem_report.result_schema import PEAK_ALLOCATED, category_peak_counter
 
 
 def zero_point(b: Benchmark) -> tuple[int, int, str] | None:
@@ -45,10 +46,10 @@ def zero_point(b: Benchmark) -> tuple[int, int, str] | None:
 def model_state_bytes(b: Benchmark) -> float:
     """Parameters + gradients + optimizer state on the device: bench_zero's <category>_bytes (held
     through training), else the categories' peaks."""
-    cats = ("parameters", "gradients", "optimizer_state")
+    cats = STATE_CATEGORIES
     if all(f"{c}_bytes" in b.counters for c in cats):
         return sum(b.counters[f"{c}_bytes"] for c in cats)
-    return sum(b.counter(f"{c}_peak_bytes", 0) for c in cats)
+    return sum(b.counter(category_peak_counter(c), 0) for c in cats)
 
 
 def zero_runs(f: ResultFolder) -> dict[tuple[int, int], Benchmark]:
@@ -88,7 +89,7 @@ def zero_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> list[
         if p:
             stage, world, offload = p
             name = f"stage {stage}" + ("" if offload in ("none", "") else f" offload {offload}")
-            states = model_state_bytes(b) or b.counter("peak_allocated_bytes", 0)
+            states = model_state_bytes(b) or b.counter(PEAK_ALLOCATED, 0)
             series.setdefault(name, []).append((world, states / MiB))
             if offload in ("none", "") and all(f"paper_{c}_bytes" in b.counters for c in STATE_CATEGORIES):
                 formula = f"{ZERO_FORMULAS.get(stage, f'stage {stage}')} (paper)"
@@ -130,17 +131,17 @@ SUITE = Suite(
     group=lambda b: " ".join(b.name.split("/")[1:3]), setting=lambda b: " ".join(b.name.split("/")[3:]),
     columns=[("parameters_bytes", "parameters", "bytes"), ("gradients_bytes", "gradients", "bytes"),
              ("optimizer_state_bytes", "optimizer state", "bytes"),
-             ("parameters_peak_bytes", "parameters peak", "bytes"),
-             ("gradients_peak_bytes", "gradients peak", "bytes"),
-             ("communication_peak_bytes", "communication peak", "bytes"),
+             (category_peak_counter("parameters"), "parameters peak", "bytes"),
+             (category_peak_counter("gradients"), "gradients peak", "bytes"),
+             (category_peak_counter("communication"), "communication peak", "bytes"),
              ("host_bytes", "host (offload)", "bytes"),
              ("comm_volume_bytes_per_step", "comm volume / step", "bytes")] + MEMORY_COLUMNS,
     details=[("Measured against this implementation's exact formula (suites/zero/zero_memory.h)", "BM_Zero/",
               measured_and_formula([("parameters_bytes", "parameters"), ("gradients_bytes", "gradients"),
                                     ("optimizer_state_bytes", "optimizer state"),
-                                    ("parameters_peak_bytes", "parameters peak"),
-                                    ("gradients_peak_bytes", "gradients peak"),
-                                    ("communication_peak_bytes", "communication peak"),
+                                    (category_peak_counter("parameters"), "parameters peak"),
+                                    (category_peak_counter("gradients"), "gradients peak"),
+                                    (category_peak_counter("communication"), "communication peak"),
                                     ("host_bytes", "host"), ("comm_volume_bytes_per_step", "comm volume / step")]))],
     order=8, technique_order=8,
     figures=zero_figures,

@@ -1,5 +1,5 @@
 // Fused softmax + cross-entropy over V classes for N rows of Vp >= V logits each (Vp is the row
-// stride: the model's head is padded to a multiple of 64 columns, common/model/gpt_config.h; the
+// stride: the model's head is padded to a multiple of 64 columns, common/model/model_config.h; the
 // Vp - V padded columns are no classes):
 //   forward:  losses[n] = logsumexp(logits[n, 0..V)) - logits[n, target[n]]
 //   backward: dlogits[n, v] = dloss * (softmax(logits[n, 0..V))[v] - [v == target[n]])   for v < V

@@ -22,7 +22,7 @@ namespace {
 std::string g_device = "auto";
 
 void BM_TrainStep(benchmark::State& state, const std::string& preset, std::size_t batch) {
-  const GPTConfig config = gpt_preset(preset);
+  const ModelConfig config = model_preset(preset);
   static const Techniques none{};  // the baseline: no technique
   TrainRun run = make_train_run(g_device, baseline_setup(config, batch), none);
   run.step();  // warm-up: optimizer state, cuBLAS handles, the allocator's cache

@@ -69,7 +69,7 @@ Tensor GPT::make_f32(std::vector<std::int64_t> shape, MemoryCategory category, c
   return Tensor(device_.allocator(), std::move(shape), DType::f32, category, name);
 }
 
-GPT::GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions options)
+GPT::GPT(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options)
     : device_(device), config_(std::move(config)), options_(options), dtype_(storage_dtype(options.precision)) {
   config_.validate();
   if (options_.attention != AttentionKind::naive && device_.cuda_pattern() && dtype_ == DType::f32)
@@ -362,7 +362,7 @@ double GPT::head_forward() {
     lnf_rstd_ = make_f32({B, Tn}, MemoryCategory::activations, "lnf.rstd");
     kernels::layernorm_forward<T>(s, lnf_.data_as<T>(), f(lnf_mean_), f(lnf_rstd_), x.data_as<T>(),
                                   params_[lnf].value.data_as<T>(), params_[lnf + 1].value.data_as<T>(), N, C);
-    // Vp logits a row (the padded head: gpt_config.h); the cross-entropy reads the first V.
+    // Vp logits a row (the padded head: model_config.h); the cross-entropy reads the first V.
     logits_ = make({B, Tn, Vpi}, MemoryCategory::activations, "logits");
     linear_forward(logits_, lnf_, params_[kWte].value, nullptr, N, C, Vp);
 

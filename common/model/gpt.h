@@ -6,7 +6,7 @@
 //   logits  = lnf(x_L) @ wte^T                                    (tied LM head, Vp columns)
 //   loss    = mean over the B*T positions of cross-entropy(logits[:, :V], targets)
 //
-// wte has Vp = padded_vocab(V) rows (a multiple of 64, for the GPU's GEMM kernels; gpt_config.h):
+// wte has Vp = padded_vocab(V) rows (a multiple of 64, for the GPU's GEMM kernels; model_config.h):
 // the logits are [B,T,Vp] and the cross-entropy ignores the Vp - V padded columns (no probability,
 // a gradient of exactly 0), so the padding rows of wte stay zero and the loss is the unpadded one.
 //
@@ -29,7 +29,7 @@
 
 #include "common/device/device.h"
 #include "common/model/attention_kind.h"
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 #include "common/model/parameter_table.h"
 #include "common/model/precision.h"
 #include "common/tensor/tensor.h"
@@ -69,9 +69,9 @@ class GPT {
   // Allocates and initializes the parameters (GPT-2's init: N(0, 0.02), residual projections
   // scaled by 1/sqrt(2L), biases 0, layernorm weights 1; drawn in fp32 and rounded to the
   // storage type) and zeroed gradients.
-  GPT(Device& device, GPTConfig config, std::uint64_t seed, ModelOptions options = {});
+  GPT(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options = {});
 
-  const GPTConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
   DType dtype() const { return dtype_; }  // of weights, gradients and activations
   Device& device() { return device_; }
@@ -147,7 +147,7 @@ class GPT {
   Tensor& g(std::size_t layer, LayerParameter which) { return grad_for_write(ParameterTable::index(layer, which)); }
 
   Device& device_;
-  GPTConfig config_;
+  ModelConfig config_;
   ModelOptions options_;
   DType dtype_;
   std::vector<Parameter> params_;  // in parameter_table.h's order

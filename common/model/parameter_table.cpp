@@ -10,18 +10,42 @@ std::size_t ParameterInfo::numel() const {
   return n;
 }
 
-ParameterTable::ParameterTable(const GPTConfig& config) : layers_(config.layers) {
+ParameterTable::ParameterTable(const ModelConfig& config) : arch_(config.arch), layers_(config.layers) {
   const auto V = static_cast<std::int64_t>(config.vocab), Vp = static_cast<std::int64_t>(padded_vocab(config.vocab)),
-             T = static_cast<std::int64_t>(config.seq),
-             C = static_cast<std::int64_t>(config.dim);
+             T = static_cast<std::int64_t>(config.seq), C = static_cast<std::int64_t>(config.dim);
   using I = ParameterInit;
+  auto layer_prefix = [](std::size_t l) {
+    std::string h = "h";  // (+=: GCC 12 warns falsely about "h" + std::to_string(l) + ".")
+    h += std::to_string(l);
+    h += ".";
+    return h;
+  };
+  if (arch_ == Arch::llama) {
+    const auto F = static_cast<std::int64_t>(config.mlp_dim()),
+               QKV = static_cast<std::int64_t>((config.heads + 2 * config.num_kv_heads()) * config.head_dim());
+    entries_.reserve(3 + layers_ * kLlamaParametersPerLayer);
+    entries_.push_back({"wte", {Vp, C}, -1, I::normal, Vp - V});
+    for (std::size_t l = 0; l < layers_; ++l) {
+      const std::string h = layer_prefix(l);
+      const auto layer = static_cast<long>(l);
+      // In LlamaLayerParameter order.
+      entries_.push_back({h + "attn_norm.weight", {C}, layer, I::ones});
+      entries_.push_back({h + "attn.qkv.weight", {QKV, C}, layer, I::normal});
+      entries_.push_back({h + "attn.proj.weight", {C, C}, layer, I::residual});
+      entries_.push_back({h + "mlp_norm.weight", {C}, layer, I::ones});
+      entries_.push_back({h + "mlp.gate.weight", {F, C}, layer, I::normal});
+      entries_.push_back({h + "mlp.up.weight", {F, C}, layer, I::normal});
+      entries_.push_back({h + "mlp.down.weight", {C, F}, layer, I::residual});
+    }
+    entries_.push_back({"norm.weight", {C}, -1, I::ones});
+    entries_.push_back({"head.weight", {Vp, C}, -1, I::normal, Vp - V});
+    return;
+  }
   entries_.reserve(4 + layers_ * kParametersPerLayer);
   entries_.push_back({"wte", {Vp, C}, -1, I::normal, Vp - V});
   entries_.push_back({"wpe", {T, C}, -1, I::normal});
   for (std::size_t l = 0; l < layers_; ++l) {
-    std::string h = "h";  // (+=: GCC 12 warns falsely about "h" + std::to_string(l) + ".")
-    h += std::to_string(l);
-    h += ".";
+    const std::string h = layer_prefix(l);
     const auto layer = static_cast<long>(l);
     // In LayerParameter order.
     entries_.push_back({h + "ln1.weight", {C}, layer, I::ones});
@@ -41,9 +65,16 @@ ParameterTable::ParameterTable(const GPTConfig& config) : layers_(config.layers)
   entries_.push_back({"lnf.bias", {C}, -1, I::zeros});
 }
 
+std::vector<std::size_t> ParameterTable::root_indices() const {
+  if (arch_ == Arch::llama) return {kWte, norm_weight(), head_weight()};
+  return {kWte, kWpe, lnf_weight(), lnf_bias()};
+}
+
 std::vector<std::size_t> ParameterTable::layer_indices(std::size_t layer) const {
+  const bool llama = arch_ == Arch::llama;
+  const std::size_t first = llama ? 1 : 2, per_layer = llama ? kLlamaParametersPerLayer : kParametersPerLayer;
   std::vector<std::size_t> indices;
-  for (std::size_t k = 0; k < kParametersPerLayer; ++k) indices.push_back(2 + layer * kParametersPerLayer + k);
+  for (std::size_t k = 0; k < per_layer; ++k) indices.push_back(first + layer * per_layer + k);
   return indices;
 }
 

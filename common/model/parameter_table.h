@@ -1,40 +1,55 @@
-// Every parameter of the GPT, listed once from its configuration (as llm.c's
+// Every parameter of the model, listed once from its configuration (as llm.c's
 // fill_in_parameter_sizes): name, shape, layer and initialization. The model allocates from it;
 // the optimizer, the sharding units (ZeRO, FSDP), the estimator's formulas and the reports read
 // it. Nothing else spells out a shape or an index.
 //
-// The order (the model's parameters(), the flat order of the sharding units):
+// The order (the model's parameters(), the flat order of the sharding units), per family:
+// gpt:
 //   0  wte               [Vp, C]    token embedding, tied with the LM head; Vp = padded_vocab(V),
-//                                   rows V..Vp-1 padding (gpt_config.h), zero-initialized
+//                                   rows V..Vp-1 padding (model_config.h), zero-initialized
 //   1  wpe               [T, C]     position embedding
 //   per layer l, at index 2 + 12 l + k, k in LayerParameter order:
 //      ln1.weight [C], ln1.bias [C], attn.qkv.weight [3C, C], attn.qkv.bias [3C],
 //      attn.proj.weight [C, C], attn.proj.bias [C], ln2.weight [C], ln2.bias [C],
 //      mlp.fc.weight [4C, C], mlp.fc.bias [4C], mlp.proj.weight [C, 4C], mlp.proj.bias [C]
 //   2 + 12 L, 2 + 12 L + 1   lnf.weight [C], lnf.bias [C]
-// A layer holds 12 C^2 + 13 C elements; the model Vp C + T C + L (12 C^2 + 13 C) + 2 C.
+//   A layer holds 12 C^2 + 13 C elements; the model Vp C + T C + L (12 C^2 + 13 C) + 2 C.
+// llama (no biases; rotary embeddings have no parameters; D = C / H):
+//   0  wte               [Vp, C]    token embedding (padding rows as GPT's)
+//   per layer l, at index 1 + 7 l + k, k in LlamaLayerParameter order:
+//      attn_norm.weight [C], attn.qkv.weight [(H + 2 Hkv) D, C] (q, then k, then v rows),
+//      attn.proj.weight [C, C], mlp_norm.weight [C], mlp.gate.weight [F, C], mlp.up.weight [F, C],
+//      mlp.down.weight [C, F]
+//   1 + 7 L      norm.weight [C]     the final RMSNorm
+//   1 + 7 L + 1  head.weight [Vp, C] the LM head, untied (padding rows zero)
+//   A layer holds 2C + (H + 2 Hkv) D C + C^2 + 3 F C elements; the model 2 Vp C + L (...) + C.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 
 namespace trainmem {
 
-// A layer's parameters, in their order within the layer.
+// A GPT layer's parameters, in their order within the layer.
 enum class LayerParameter : std::size_t {
   ln1_weight, ln1_bias, qkv_weight, qkv_bias, attn_proj_weight, attn_proj_bias,
   ln2_weight, ln2_bias, fc_weight, fc_bias, mlp_proj_weight, mlp_proj_bias,
 };
 constexpr std::size_t kParametersPerLayer = 12;
+// A Llama layer's parameters, in their order within the layer.
+enum class LlamaLayerParameter : std::size_t {
+  attn_norm_weight, qkv_weight, attn_proj_weight, mlp_norm_weight, gate_weight, up_weight, down_weight,
+};
+constexpr std::size_t kLlamaParametersPerLayer = 7;
 
 // GPT-2's initialization: N(0, 0.02); residual projections N(0, 0.02 / sqrt(2L)); ones; zeros.
 enum class ParameterInit { normal, residual, ones, zeros };
 
 struct ParameterInfo {
-  std::string name;                  // "wte", "h3.attn.qkv.weight", "lnf.bias"
+  std::string name;                  // "wte", "h3.attn.qkv.weight", "lnf.bias", "h0.mlp.gate.weight"
   std::vector<std::int64_t> shape;
   long layer = -1;                   // the transformer layer; -1 for the embeddings and lnf
   ParameterInit init = ParameterInit::zeros;
@@ -44,22 +59,30 @@ struct ParameterInfo {
 
 class ParameterTable {
  public:
-  explicit ParameterTable(const GPTConfig& config);
+  explicit ParameterTable(const ModelConfig& config);
 
   const std::vector<ParameterInfo>& all() const { return entries_; }
   std::size_t size() const { return entries_.size(); }
   const ParameterInfo& operator[](std::size_t i) const { return entries_[i]; }
 
-  // Indices into all().
+  // Indices into all(). GPT's layer parameters: index(layer, LayerParameter); Llama's:
+  // index(layer, LlamaLayerParameter).
   static constexpr std::size_t kWte = 0, kWpe = 1;
   static std::size_t index(std::size_t layer, LayerParameter which) {
     return 2 + layer * kParametersPerLayer + static_cast<std::size_t>(which);
   }
+  static std::size_t index(std::size_t layer, LlamaLayerParameter which) {
+    return 1 + layer * kLlamaParametersPerLayer + static_cast<std::size_t>(which);
+  }
+  // GPT's final layernorm.
   std::size_t lnf_weight() const { return 2 + layers_ * kParametersPerLayer; }
   std::size_t lnf_bias() const { return lnf_weight() + 1; }
-  // The parameters outside the layers, in order: wte, wpe, lnf.weight, lnf.bias (the root unit
-  // of the sharding strategies).
-  std::vector<std::size_t> root_indices() const { return {kWte, kWpe, lnf_weight(), lnf_bias()}; }
+  // Llama's final RMSNorm and untied LM head.
+  std::size_t norm_weight() const { return 1 + layers_ * kLlamaParametersPerLayer; }
+  std::size_t head_weight() const { return norm_weight() + 1; }
+  // The parameters outside the layers, in order (the root unit of the sharding strategies):
+  // gpt wte, wpe, lnf.weight, lnf.bias; llama wte, norm.weight, head.weight.
+  std::vector<std::size_t> root_indices() const;
   std::vector<std::size_t> layer_indices(std::size_t layer) const;
 
   // Element counts: the root's, one layer's, the whole model's.
@@ -68,6 +91,7 @@ class ParameterTable {
   std::size_t total_numel() const;
 
  private:
+  Arch arch_;
   std::size_t layers_;
   std::vector<ParameterInfo> entries_;
 };

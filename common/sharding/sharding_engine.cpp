@@ -34,7 +34,7 @@ class StepCounter : public Optimizer {
 
 ShardingEngine::ShardingEngine(GPT& model, Communicator& comm, ShardingPlan plan)
     : model_(model), comm_(comm), plan_(plan) {
-  const GPTConfig& config = model_.config();
+  const ModelConfig& config = model_.config();
   if (config.layers == 0) throw std::invalid_argument("sharding needs a model with at least one layer");
   if (plan_.parameters == Keep::host_shard || plan_.gradients == Keep::host_shard)
     throw std::invalid_argument("ShardingPlan: host-resident parameter shards are asked by Offload::params");

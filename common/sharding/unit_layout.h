@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 
 namespace trainmem {
 
@@ -41,6 +41,6 @@ struct UnitLayout {
 // The root first, then the layer units in layer order, each cut into `shards` slices (N, or 1
 // for a unit that every rank keeps whole). Throws std::invalid_argument for 0 shards or
 // layers_per_unit 0.
-std::vector<UnitLayout> unit_layouts(const GPTConfig& config, std::size_t shards, std::size_t layers_per_unit);
+std::vector<UnitLayout> unit_layouts(const ModelConfig& config, std::size_t shards, std::size_t layers_per_unit);
 
 }  // namespace trainmem

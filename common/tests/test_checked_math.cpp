@@ -11,7 +11,7 @@
 #include "common/allocator/caching_allocator.h"
 #include "common/allocator/host_device_memory.h"
 #include "common/allocator/trace_replay.h"
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 #include "common/tensor/tensor.h"
 #include "common/tests/error_of.h"
 #include "common/util/checked_math.h"
@@ -96,12 +96,12 @@ TEST(CheckedMath, TraceSizesAboveTheLimitAreTraceErrors) {
 }
 
 TEST(CheckedMath, ModelCountsAndRunSizesAreChecked) {
-  GPTConfig c = gpt_preset("gpt2-124m");
+  ModelConfig c = model_preset("gpt2-124m");
   EXPECT_EQ(c.num_parameters(), 124475904u);  // the checked formula gives the known count (llm.c's, Vp = 50304)
   EXPECT_NO_THROW(check_run_sizes(c, 1024));
   c.dim = std::size_t{1} << 40;  // 12 C^2 passes 2^62
   EXPECT_THROW(c.num_parameters(), SizeLimitError);
-  GPTConfig long_context = gpt_preset("tiny");
+  ModelConfig long_context = model_preset("tiny");
   long_context.seq = std::size_t{1} << 20;
   long_context.heads = 4096;
   long_context.dim = 4096;

@@ -32,7 +32,7 @@ using testing_support::cpu_device;
 
 // The model's forward in double precision on the host, with the parameters laid out as
 // GPT::parameters() lays them out. Returns the mean loss.
-double reference_loss(const GPTConfig& cfg, const std::vector<double>& params, const std::vector<std::int32_t>& tokens,
+double reference_loss(const ModelConfig& cfg, const std::vector<double>& params, const std::vector<std::int32_t>& tokens,
                       const std::vector<std::int32_t>& targets, std::size_t B, std::size_t T) {
   namespace cpu = kernels::cpu;
   const std::size_t C = cfg.dim, V = cfg.vocab, Vp = padded_vocab(V), NH = cfg.heads, N = B * T;
@@ -127,35 +127,35 @@ TEST(Gpt, PresetsHaveTheirPublishedParameterCountsPlusTheVocabularyPadding) {
   for (const Published& p : {Published{"gpt2-124m", 124439808, 768}, Published{"gpt2-350m", 354823168, 1024},
                              Published{"gpt2-774m", 774030080, 1280}, Published{"gpt2-1.5b", 1557611200, 1600}}) {
     SCOPED_TRACE(p.name);
-    EXPECT_EQ(gpt_preset(p.name).num_parameters(), p.parameters + (50304 - 50257) * p.dim);
+    EXPECT_EQ(model_preset(p.name).num_parameters(), p.parameters + (50304 - 50257) * p.dim);
   }
-  EXPECT_EQ(gpt_preset("gpt2-124m").num_parameters(), 124475904u);
-  EXPECT_THROW(gpt_preset("gpt5"), GPTConfigError);
+  EXPECT_EQ(model_preset("gpt2-124m").num_parameters(), 124475904u);
+  EXPECT_THROW(model_preset("gpt5"), ModelConfigError);
   // V C + T C + L (12 C^2 + 13 C) + 2 C (test_parameter_table.cpp), L = 2, V = 256, T = 128:
   // C = 128: 32768 + 16384 + 2 (196608 + 1664) + 256; C = 256: 65536 + 32768 + 2 (786432 + 3328) + 512
-  EXPECT_EQ(gpt_preset("tiny-hd64").num_parameters(), 445952u);
-  EXPECT_EQ(gpt_preset("tiny-hd128").num_parameters(), 1678336u);
-  GPTConfig bad = gpt_preset("tiny");
+  EXPECT_EQ(model_preset("tiny-hd64").num_parameters(), 445952u);
+  EXPECT_EQ(model_preset("tiny-hd128").num_parameters(), 1678336u);
+  ModelConfig bad = model_preset("tiny");
   bad.heads = 3;
-  EXPECT_THROW(bad.validate(), GPTConfigError);
+  EXPECT_THROW(bad.validate(), ModelConfigError);
 }
 
 // The models that run flash and cuDNN attention on a GPU: head dims the CUDA kernels take
 // (kernels/flash_attention.h: 64 and 128) and T a whole number of their 64-row tiles.
 TEST(Gpt, TheHeadDimPresetsHaveTheHeadDimsOfTheFlashKernels) {
   for (const auto& [name, head_dim] : {std::pair{"tiny-hd64", 64u}, std::pair{"tiny-hd128", 128u}}) {
-    const GPTConfig c = gpt_preset(name);
+    const ModelConfig c = model_preset(name);
     EXPECT_EQ(c.dim / c.heads, head_dim) << name;
     EXPECT_EQ(c.seq % 64, 0u) << name;
   }
-  const std::vector<std::string> names = gpt_preset_names();
+  const std::vector<std::string> names = model_preset_names();
   EXPECT_NE(std::find(names.begin(), names.end(), "tiny-hd64"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "tiny-hd128"), names.end());
 }
 
 TEST(Gpt, ParametersAndGradientsAreAccountedInTheirCategories) {
   auto device = cpu_device();
-  GPT model(*device, gpt_preset("tiny"), 1);
+  GPT model(*device, model_preset("tiny"), 1);
   const MemoryStats s = device->allocator().stats();
   const auto bytes = static_cast<std::int64_t>(model.num_parameters() * 4);
   // Every parameter tensor is its own block; each block is its byte size rounded up to 512.
@@ -169,12 +169,12 @@ TEST(Gpt, ParametersAndGradientsAreAccountedInTheirCategories) {
   EXPECT_EQ(count, model.num_parameters());
 }
 
-// V = 23 is padded to Vp = 64 (gpt_config.h): wte is [Vp, C] and the logits [B, T, Vp]; the padding
+// V = 23 is padded to Vp = 64 (model_config.h): wte is [Vp, C] and the logits [B, T, Vp]; the padding
 // rows of wte start at zero, get a gradient of exactly 0 (the cross-entropy gives the padded logits
 // none) and stay zero through AdamW steps with weight decay. The loss is the unpadded model's
 // (the gradient check below compares it with a reference that has no padding).
 TEST(Gpt, VocabularyPaddingRowsStartZeroGetNoGradientAndStayZero) {
-  GPTConfig cfg = gpt_preset("tiny");
+  ModelConfig cfg = model_preset("tiny");
   cfg.vocab = 23;
   const std::size_t V = cfg.vocab, Vp = padded_vocab(V), C = cfg.dim, B = 2, T = 16;
   ASSERT_EQ(Vp, 64u);
@@ -218,7 +218,7 @@ TEST(Gpt, VocabularyPaddingRowsStartZeroGetNoGradientAndStayZero) {
 }
 
 TEST(Gpt, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
-  GPTConfig cfg = gpt_preset("tiny");
+  ModelConfig cfg = model_preset("tiny");
   cfg.seq = 8;  // small enough for finite differences over many parameters
   cfg.dim = 16;
   cfg.heads = 2;
@@ -267,7 +267,7 @@ TEST(Gpt, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
 
 TEST(Gpt, ActivationsAreFreedByBackwardAndTheStepEndsWhereItBegan) {
   auto device = cpu_device();
-  GPT model(*device, gpt_preset("tiny"), 1);
+  GPT model(*device, model_preset("tiny"), 1);
   const Batch batch = random_batch(*device, 2, 64, 256, 5);
   const MemoryStats before = device->allocator().stats();
   forward_backward(model, batch);
@@ -280,7 +280,7 @@ TEST(Gpt, ActivationsAreFreedByBackwardAndTheStepEndsWhereItBegan) {
 
 TEST(Gpt, ASequenceLongerThanTheContextIsAClearError) {
   auto device = cpu_device();
-  GPTConfig cfg = gpt_preset("tiny");
+  ModelConfig cfg = model_preset("tiny");
   GPT model(*device, cfg, 1);
   const Batch batch = random_batch(*device, 1, cfg.seq + 1, cfg.vocab, 5);
   EXPECT_THROW(model.begin(batch.tokens, batch.targets), std::invalid_argument);

@@ -33,7 +33,7 @@ struct RecordingStrategy : Strategy {
 
 TEST(Trainer, CallsEveryHookInOrder) {
   auto device = cpu_device();
-  GPT model(*device, gpt_preset("tiny"), 1);
+  GPT model(*device, model_preset("tiny"), 1);
   SequentialBatches data(*device, synthetic_corpus(10000, 1), 2, 16);
   TrainerOptions options;
   options.batch = 2;
@@ -49,7 +49,7 @@ TEST(Trainer, RunsAreDeterministic) {
   std::vector<double> losses[2];
   for (auto& run : losses) {
     auto device = cpu_device();
-    GPT model(*device, gpt_preset("tiny"), 7);
+    GPT model(*device, model_preset("tiny"), 7);
     SequentialBatches data(*device, synthetic_corpus(20000, 3), 2, 32);
     TrainerOptions options;
     options.batch = 2;
@@ -62,7 +62,7 @@ TEST(Trainer, RunsAreDeterministic) {
 
 TEST(Trainer, TheTinyModelLearnsTheSyntheticCorpus) {
   auto device = cpu_device();
-  GPT model(*device, gpt_preset("tiny"), 1);
+  GPT model(*device, model_preset("tiny"), 1);
   SequentialBatches data(*device, synthetic_corpus(1 << 18, 1), 4, 64);
   TrainerOptions options;
   options.batch = 4;
@@ -84,7 +84,7 @@ TEST(Trainer, TheTinyModelLearnsTheSyntheticCorpus) {
 TEST(Trainer, AModelThatDoesNotFitGivesTheOomReport) {
   auto device = testing_support::cpu_device(std::size_t{64} << 20);
   try {
-    GPT model(*device, gpt_preset("gpt2-124m"), 1);
+    GPT model(*device, model_preset("gpt2-124m"), 1);
     FAIL() << "124M parameters cannot fit 64 MiB";
   } catch (const OutOfMemoryError& e) {
     EXPECT_NE(std::string(e.what()).find("parameters"), std::string::npos) << e.what();

@@ -38,7 +38,7 @@ inline TrainRun make_train_run(const std::string& device_choice, const TrainingS
 }
 
 // The setup of a baseline run: the model, B rows, K micro-batches per step.
-inline TrainingSetup baseline_setup(const GPTConfig& config, std::size_t batch, std::size_t accum = 1) {
+inline TrainingSetup baseline_setup(const ModelConfig& config, std::size_t batch, std::size_t accum = 1) {
   TrainingSetup s;
   s.model = config;
   s.batch = batch;

@@ -13,7 +13,7 @@
 #include "common/allocator/allocator_config.h"
 #include "common/device/device.h"
 #include "common/model/attention_kind.h"
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 #include "common/model/precision.h"
 #include "common/train/technique_options.h"
 #include "kernels/adamw.h"
@@ -21,7 +21,7 @@
 namespace trainmem {
 
 struct TrainingSetup {
-  GPTConfig model;             // T = model.seq: trainmem trains on full-length sequences
+  ModelConfig model;             // T = model.seq: trainmem trains on full-length sequences
   std::size_t batch = 4;       // B, the micro-batch (per rank)
   std::size_t accum = 1;       // micro-batches per optimizer step (suites/accumulation's --accum)
   // The model's storage and attention (ModelOptions): set by suites/mixed_precision's --precision

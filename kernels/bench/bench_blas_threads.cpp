@@ -52,7 +52,7 @@ struct Shape {
   std::size_t N, C, OC;
 };
 // The products of a step: small (B=4, T=128, C=128, V=256) and gpt2-124m cut to 2 layers (B=4,
-// T=256, C=768, V=50257 padded to Vp=50304, common/model/gpt_config.h): qkv, attention projection,
+// T=256, C=768, V=50257 padded to Vp=50304, common/model/model_config.h): qkv, attention projection,
 // fc, fc projection, logits.
 constexpr Shape kShapes[] = {
     {"small", 512, 128, 384},  {"small", 512, 128, 128},  {"small", 512, 128, 512},  {"small", 512, 512, 128},

@@ -7,7 +7,7 @@ the LM head tied to the token embedding), so that the reference is the ordinary 
            x_{l+1} = a + mlp.proj(gelu_tanh(mlp.fc(ln2(a))))
   logits  = lnf(x_L) @ wte^T;   loss = mean cross-entropy over the B*T positions
 
-The vocabulary is padded as trainmem pads it (common/model/gpt_config.h): wte has Vp = V rounded up
+The vocabulary is padded as trainmem pads it (common/model/model_config.h): wte has Vp = V rounded up
 to a multiple of 64 rows (50257 -> 50304), the padding rows start at zero, and the Vp - V padded
 logits are set to -inf before the cross-entropy: they take no probability and get no gradient, so
 the loss is the unpadded model's and the padding rows stay zero (AdamW: zero weight, zero gradient).
@@ -32,12 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-VOCAB_ALIGNMENT = 64  # gpt_config.h's kVocabAlignment
+VOCAB_ALIGNMENT = 64  # model_config.h's kVocabAlignment
 
 
 @dataclass(frozen=True)
-class GPTConfig:
-    """common/model/gpt_config.h; the presets are trainmem's (trainmem_program.py asks trainmem)."""
+class ModelConfig:
+    """common/model/model_config.h; the presets are trainmem's (trainmem_program.py asks trainmem)."""
     name: str
     vocab: int   # V
     seq: int     # T, the context length
@@ -47,11 +47,11 @@ class GPTConfig:
 
     @property
     def padded_vocab(self) -> int:
-        """Vp: gpt_config.h's padded_vocab(V), V rounded up to a multiple of 64 (wte's rows)."""
+        """Vp: model_config.h's padded_vocab(V), V rounded up to a multiple of 64 (wte's rows)."""
         return -(-self.vocab // VOCAB_ALIGNMENT) * VOCAB_ALIGNMENT
 
     def validate(self) -> None:
-        """GPTConfig::validate's rules, with its words."""
+        """ModelConfig::validate's rules, with its words."""
         if self.vocab < 2 or min(self.seq, self.layers, self.heads, self.dim) < 1:
             raise ValueError(f"model '{self.name}': vocab >= 2 and seq, layers, heads, dim >= 1 are needed")
         if self.dim % self.heads:
@@ -69,7 +69,7 @@ class NoRegions:
 class CausalSelfAttention(nn.Module):
     """gpt.cpp's naive attention (kernels/attention.h): scores, mask, softmax, weighted sum."""
 
-    def __init__(self, c: GPTConfig):
+    def __init__(self, c: ModelConfig):
         super().__init__()
         self.heads = c.heads
         self.qkv = nn.Linear(c.dim, 3 * c.dim)   # h{l}.attn.qkv.weight [3C, C], .bias [3C]
@@ -88,7 +88,7 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, c: GPTConfig):
+    def __init__(self, c: ModelConfig):
         super().__init__()
         self.fc = nn.Linear(c.dim, 4 * c.dim)    # h{l}.mlp.fc.weight [4C, C], .bias [4C]
         self.proj = nn.Linear(4 * c.dim, c.dim)  # h{l}.mlp.proj.weight [C, 4C], .bias [C]
@@ -100,7 +100,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """One layer, in parameter_table.h's order: ln1, attn.qkv, attn.proj, ln2, mlp.fc, mlp.proj."""
 
-    def __init__(self, c: GPTConfig):
+    def __init__(self, c: ModelConfig):
         super().__init__()
         self.ln1 = nn.LayerNorm(c.dim)  # eps 1e-5, as kernels/layernorm.h
         self.attn = CausalSelfAttention(c)
@@ -113,7 +113,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, c: GPTConfig):
+    def __init__(self, c: ModelConfig):
         super().__init__()
         c.validate()
         self.config = c

@@ -43,7 +43,7 @@ except ModuleNotFoundError:
 from ..trainmem_report.output_file import write_file
 from .saved_activations import SavedTensorLog
 from .token_file import TokenFileError, read_token_file
-from .torch_gpt import GPT, GPTConfig
+from .torch_gpt import GPT, ModelConfig
 from .torch_memory import measure_step
 from .trainmem_program import SHAPE_FLAGS, TrainmemError, find_trainmem, model_shape
 
@@ -142,12 +142,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-def resolve_config(a: argparse.Namespace) -> GPTConfig:
+def resolve_config(a: argparse.Namespace) -> ModelConfig:
     given = {f: getattr(a, f) for f in SHAPE_FLAGS}
     if all(v is not None for v in given.values()):
-        return GPTConfig(name="custom", **given)
+        return ModelConfig(name="custom", **given)
     shape = model_shape(find_trainmem(a.trainmem), a.model, given)
-    return GPTConfig(**{k: shape[k] for k in ("name",) + SHAPE_FLAGS})
+    return ModelConfig(**{k: shape[k] for k in ("name",) + SHAPE_FLAGS})
 
 
 def device_json(device: torch.device) -> dict:

@@ -1,5 +1,5 @@
 """The trainmem program, as the PyTorch reference uses it: to find it, to learn a model's shape from
-it (the presets live once, in common/model/gpt_config.cpp), and to write the token file both
+it (the presets live once, in common/model/model_config.cpp), and to write the token file both
 trainers read (`trainmem tokens`, suites/trainmem/cli_tokens.cpp).
 """
 from __future__ import annotations

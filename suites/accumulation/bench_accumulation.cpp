@@ -13,7 +13,7 @@
 namespace trainmem {
 namespace {
 
-void BM_Accumulate(benchmark::State& state, const std::string& device, const GPTConfig& config) {
+void BM_Accumulate(benchmark::State& state, const std::string& device, const ModelConfig& config) {
   const auto micro = static_cast<std::size_t>(state.range(0));
   const auto K = static_cast<std::size_t>(state.range(1));
   static const Techniques accumulation{&accumulation_technique()};
@@ -31,7 +31,7 @@ void BM_Accumulate(benchmark::State& state, const std::string& device, const GPT
 
 int main(int argc, char** argv) {
   return trainmem::benchmark_main(argc, argv, "bench_accumulation", [](const std::string& device, bool gpu) {
-    static const trainmem::GPTConfig config = trainmem::gpt_preset(gpu ? "gpt2-124m" : "tiny");
+    static const trainmem::ModelConfig config = trainmem::model_preset(gpu ? "gpt2-124m" : "tiny");
     auto* b = benchmark::RegisterBenchmark(("BM_Accumulate/" + config.name).c_str(), trainmem::BM_Accumulate, device, config);
     b->ArgNames({"micro", "K"})->Unit(benchmark::kMillisecond)->UseRealTime();
     for (long micro = 32; micro >= 1; micro /= 2) b->Args({micro, 32 / micro});

@@ -21,7 +21,7 @@ struct Outcome {
 
 Outcome train(std::size_t B, std::size_t K, int steps) {
   auto device = testing_support::cpu_device();
-  GPT model(*device, gpt_preset("tiny"), 11);
+  GPT model(*device, model_preset("tiny"), 11);
   const std::size_t T = 32;
   // Same tokens either way: micro-batch k of a step takes rows k*B .. (k+1)*B-1 of the big batch.
   SequentialBatches data(*device, synthetic_corpus(200000, 2), B, T);

@@ -134,7 +134,7 @@ void BM_LayerPattern(benchmark::State& state, std::string config) {
 
 // --- 3. empty_cache policies in a training run
 
-void BM_TrainEmptyCache(benchmark::State& state, std::string config, std::string policy_text, GPTConfig model,
+void BM_TrainEmptyCache(benchmark::State& state, std::string config, std::string policy_text, ModelConfig model,
                         std::size_t batch) {
   static const Techniques empty_cache{&empty_cache_technique()};
   const EmptyCachePolicy policy = EmptyCachePolicy::parse(policy_text);
@@ -183,7 +183,7 @@ void BM_ReservedGrowth(benchmark::State& state, GrowthCase growth_case) {
   constexpr long kSteps = 20;
   constexpr std::size_t kBatch = 4;
   for (auto _ : state) {
-    GPTConfig config = gpt_preset("tiny");
+    ModelConfig config = model_preset("tiny");
     if (growth_case == GrowthCase::growing_sequence) config.seq = 16 * kSteps;
     auto device = Device::open(options_for(kFixed));
     GPT model(*device, config, 1);
@@ -227,7 +227,7 @@ void BM_ReservedGrowth(benchmark::State& state, GrowthCase growth_case) {
 void BM_GrowingSequence(benchmark::State& state, std::string config) {
   constexpr std::size_t kBudget = 128 * MiB, kBatch = 4, kStepT = 64, kMaxT = 1024;
   for (auto _ : state) {
-    GPTConfig model_config = gpt_preset("tiny");
+    ModelConfig model_config = model_preset("tiny");
     model_config.seq = kMaxT;
     auto device = Device::open(options_for(config, kBudget));
     CachingAllocator& a = device->allocator();
@@ -327,7 +327,7 @@ void register_benchmarks(bool gpu) {
     benchmark::RegisterBenchmark(name.c_str(), BM_LayerPattern, std::string(config))->UseRealTime();
   }
 
-  const GPTConfig model = gpu ? gpt_preset("gpt2-124m") : gpt_preset("small");
+  const ModelConfig model = gpu ? model_preset("gpt2-124m") : model_preset("small");
   const std::size_t batch = gpu ? 8 : 4;
   for (const char* config : {kFixed, kExpandable})
     for (const char* policy : {"never", "every-step", "every:4"}) {

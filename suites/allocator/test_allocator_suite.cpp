@@ -67,7 +67,7 @@ struct StrategyRun {
   std::unique_ptr<SequentialBatches> data;
   std::unique_ptr<Trainer> trainer;
 };
-StrategyRun make_allocator_train_run(const DeviceOptions& options, const GPTConfig& config, std::size_t batch,
+StrategyRun make_allocator_train_run(const DeviceOptions& options, const ModelConfig& config, std::size_t batch,
                                      std::vector<Strategy*> strategies, std::size_t steps) {
   StrategyRun run;
   run.device = Device::open(options);
@@ -95,7 +95,7 @@ struct Recorded {
 
 // `steps` steps of the tiny model (B = 4, T = 64) with the policy, recording every event.
 Recorded train(const std::string& allocator_config, EmptyCacheStrategy& strategy, long steps) {
-  Recorded r{make_allocator_train_run(cpu_device_options(allocator_config), gpt_preset("tiny"), 4, {&strategy},
+  Recorded r{make_allocator_train_run(cpu_device_options(allocator_config), model_preset("tiny"), 4, {&strategy},
                                       static_cast<std::size_t>(steps)),
              {}};
   r.run.device->allocator().recorder().enable();
@@ -185,8 +185,8 @@ TEST(EmptyCacheStrategy, WithExpandableSegmentsPagesAreUnmappedAndMappedAgain) {
 TEST(EmptyCacheStrategy, DoesNotChangeTheTraining) {
   // empty_cache only moves memory between the cache and the device: the losses are identical.
   EmptyCacheStrategy never(EmptyCachePolicy::parse("never")), every_step(EmptyCachePolicy::parse("every-step"));
-  StrategyRun a = make_allocator_train_run(cpu_device_options(""), gpt_preset("tiny"), 4, {&never}, 3);
-  StrategyRun b = make_allocator_train_run(cpu_device_options("expandable_segments:True"), gpt_preset("tiny"), 4,
+  StrategyRun a = make_allocator_train_run(cpu_device_options(""), model_preset("tiny"), 4, {&never}, 3);
+  StrategyRun b = make_allocator_train_run(cpu_device_options("expandable_segments:True"), model_preset("tiny"), 4,
                                         {&every_step}, 3);
   for (int s = 0; s < 3; ++s) EXPECT_EQ(a.trainer->step().loss, b.trainer->step().loss) << "step " << s + 1;
 }

@@ -16,7 +16,7 @@
 namespace trainmem {
 namespace {
 
-void BM_Recompute(benchmark::State& state, const std::string& device, GPTConfig config, std::size_t batch,
+void BM_Recompute(benchmark::State& state, const std::string& device, ModelConfig config, std::size_t batch,
                   const std::string& policy_text) {
   const RecomputePolicy policy = RecomputePolicy::parse(policy_text);
   static const Techniques checkpointing{&checkpointing_technique()};
@@ -40,13 +40,13 @@ void BM_Recompute(benchmark::State& state, const std::string& device, GPTConfig 
 
 int main(int argc, char** argv) {
   return trainmem::benchmark_main(argc, argv, "bench_checkpointing", [](const std::string& device, bool gpu) {
-    std::vector<std::pair<trainmem::GPTConfig, std::size_t>> models;
+    std::vector<std::pair<trainmem::ModelConfig, std::size_t>> models;
     for (std::size_t layers : {4u, 8u}) {
-      trainmem::GPTConfig c = trainmem::gpt_preset("small");
+      trainmem::ModelConfig c = trainmem::model_preset("small");
       c.layers = layers;
       models.emplace_back(c, 4);
     }
-    if (gpu) models.emplace_back(trainmem::gpt_preset("gpt2-124m"), 8);
+    if (gpu) models.emplace_back(trainmem::model_preset("gpt2-124m"), 8);
     for (const auto& [config, batch] : models)
       for (const char* policy : {"none", "selective", "every:2", "full", "sqrt"})
         benchmark::RegisterBenchmark(("BM_Recompute/" + config.name + "/L" + std::to_string(config.layers) + "/" + policy).c_str(),

@@ -83,7 +83,7 @@ void RecomputeStrategy::before_layer_backward(StepContext& ctx, std::size_t laye
   }
 }
 
-std::size_t predicted_activation_peak(const GPTConfig& c, std::size_t B, std::size_t T, const RecomputePolicy& policy,
+std::size_t predicted_activation_peak(const ModelConfig& c, std::size_t B, std::size_t T, const RecomputePolicy& policy,
                                       DType dtype, AttentionKind attention) {
   const std::size_t C = c.dim, H = c.heads, L = c.layers, Vp = padded_vocab(c.vocab), e = dtype_size(dtype), f32 = 4;
   auto block = [](std::size_t bytes) { return round_size(bytes); };
@@ -94,7 +94,7 @@ std::size_t predicted_activation_peak(const GPTConfig& c, std::size_t B, std::si
   const std::size_t lse = attention == AttentionKind::naive ? 0 : block(B * H * T * f32);
   const std::size_t layer = btc /*ln1*/ + 2 * bt + block(3 * B * T * C * e) /*qkv*/ + probs + lse + btc /*atty*/ +
                             btc /*residual2*/ + btc /*ln2*/ + 2 * bt + 2 * block(4 * B * T * C * e);
-  const std::size_t head = btc + 2 * bt + block(B * T * Vp * e);  // the logits: Vp columns (gpt_config.h)
+  const std::size_t head = btc + 2 * bt + block(B * T * Vp * e);  // the logits: Vp columns (model_config.h)
   // What a recomputed layer gives up between its forward and its backward.
   const std::size_t dropped = policy.selective() ? probs + block(4 * B * T * C * e) /*gelu*/ : layer;
   const std::vector<bool> recomputed = policy.recomputed_layers(L);

@@ -75,7 +75,7 @@ class RecomputeStrategy : public Strategy {
 // with its recompute) and the largest live total returned.
 // With flash or cudnn attention, a layer saves the log-sum-exp (B*H*T fp32) instead of the
 // probabilities (B*H*T^2).
-std::size_t predicted_activation_peak(const GPTConfig& config, std::size_t B, std::size_t T,
+std::size_t predicted_activation_peak(const ModelConfig& config, std::size_t B, std::size_t T,
                                       const RecomputePolicy& policy, DType dtype = DType::f32,
                                       AttentionKind attention = AttentionKind::naive);
 

@@ -12,8 +12,8 @@
 namespace trainmem {
 namespace {
 
-GPTConfig four_layers() {
-  GPTConfig c = gpt_preset("tiny");
+ModelConfig four_layers() {
+  ModelConfig c = model_preset("tiny");
   c.layers = 4;
   return c;
 }
@@ -25,7 +25,7 @@ struct StepOutcome {
 };
 
 // One step's gradients (taken before the optimizer clears them) and parameters after 3 steps.
-StepOutcome run(const GPTConfig& config, const RecomputePolicy& policy, std::size_t B, std::size_t T,
+StepOutcome run(const ModelConfig& config, const RecomputePolicy& policy, std::size_t B, std::size_t T,
                 std::size_t accumulation_steps = 1) {
   auto device = testing_support::cpu_device();
   GPT model(*device, config, 3);
@@ -69,7 +69,7 @@ TEST(Checkpointing, PoliciesParseAndSayWhatIsAccepted) {
 }
 
 TEST(Checkpointing, GradientsAndParametersAreBitIdenticalToNoRecompute) {
-  const GPTConfig config = four_layers();
+  const ModelConfig config = four_layers();
   const StepOutcome baseline = run(config, RecomputePolicy::parse("none"), 2, 32);
   for (const char* policy : {"full", "every:2", "every:3", "selective", "sqrt"}) {
     const StepOutcome r = run(config, RecomputePolicy::parse(policy), 2, 32);
@@ -79,12 +79,12 @@ TEST(Checkpointing, GradientsAndParametersAreBitIdenticalToNoRecompute) {
 }
 
 TEST(Checkpointing, MeasuredActivationPeakEqualsThePrediction) {
-  const GPTConfig config = four_layers();
+  const ModelConfig config = four_layers();
   // V = 130 (the synthetic corpus's tokens are below 123) has logits of Vp = 192 columns, the
-  // vocabulary padded (gpt_config.h): 2 x 32 x 192 floats, not 2 x 32 x 130.
-  GPTConfig padded = four_layers();
+  // vocabulary padded (model_config.h): 2 x 32 x 192 floats, not 2 x 32 x 130.
+  ModelConfig padded = four_layers();
   padded.vocab = 130;
-  for (const GPTConfig& c : {config, padded})
+  for (const ModelConfig& c : {config, padded})
     for (const char* policy : {"none", "full", "every:2", "every:3", "selective", "sqrt"}) {
       const RecomputePolicy p = RecomputePolicy::parse(policy);
       const StepOutcome r = run(c, p, 2, 32);
@@ -108,7 +108,7 @@ TEST(Checkpointing, ReadmeLayerFormulaEqualsTheCode) {
     std::uint64_t B, T, C, H;
   };
   for (const Shape s : {Shape{2, 64, 64, 2}, Shape{1, 128, 96, 3}, Shape{4, 128, 128, 4}}) {
-    GPTConfig config = gpt_preset("tiny");
+    ModelConfig config = model_preset("tiny");
     config.dim = s.C;
     config.heads = s.H;
     config.seq = s.T;
@@ -129,7 +129,7 @@ TEST(Checkpointing, ReadmeLayerFormulaEqualsTheCode) {
 // predicted, and it keeps fewer layer inputs than `full` (3 instead of 9 during backward's start).
 TEST(Checkpointing, SqrtSegmentsOfUnequalLengthAreExactToo) {
   for (std::size_t layers : {5u, 9u}) {
-    GPTConfig config = gpt_preset("tiny");
+    ModelConfig config = model_preset("tiny");
     config.layers = layers;
     const StepOutcome baseline = run(config, RecomputePolicy::parse("none"), 2, 16);
     const RecomputePolicy p = RecomputePolicy::parse("sqrt");
@@ -143,7 +143,7 @@ TEST(Checkpointing, SqrtSegmentsOfUnequalLengthAreExactToo) {
 
 // The prediction in 16 bits: every saved tensor but the layernorm statistics halves.
 TEST(Checkpointing, PredictionInSixteenBitsHalvesAllButTheStatistics) {
-  const GPTConfig config = four_layers();
+  const ModelConfig config = four_layers();
   const RecomputePolicy none = RecomputePolicy::parse("none");
   const std::size_t f32 = predicted_activation_peak(config, 2, 32, none, DType::f32);
   const std::size_t b16 = predicted_activation_peak(config, 2, 32, none, DType::bf16);
@@ -154,7 +154,7 @@ TEST(Checkpointing, PredictionInSixteenBitsHalvesAllButTheStatistics) {
 // With flash attention the probabilities are not saved (a log-sum-exp per row instead), so
 // selective recompute has only the GELU output left to drop; the prediction follows.
 TEST(Checkpointing, PredictionWithFlashAttentionSavesTheLogSumExpInstead) {
-  const GPTConfig config = four_layers();
+  const ModelConfig config = four_layers();
   for (const char* policy : {"none", "selective", "full"}) {
     const RecomputePolicy p = RecomputePolicy::parse(policy);
     const std::size_t naive = predicted_activation_peak(config, 2, 32, p, DType::f32, AttentionKind::naive);
@@ -183,7 +183,7 @@ TEST(Checkpointing, PredictionWithFlashAttentionSavesTheLogSumExpInstead) {
 // bit: recompute changes nothing numerically), and the activation peak that recompute predicts
 // for one micro-batch (accumulation does not change what one micro-batch keeps).
 TEST(Checkpointing, ComposesWithGradientAccumulation) {
-  const GPTConfig config = four_layers();
+  const ModelConfig config = four_layers();
   const StepOutcome accum_only = run(config, RecomputePolicy::parse("none"), 2, 32, 3);
   for (const char* policy : {"full", "selective"}) {
     const RecomputePolicy p = RecomputePolicy::parse(policy);

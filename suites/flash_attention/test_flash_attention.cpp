@@ -23,7 +23,7 @@ struct Outcome {
 
 Outcome train(AttentionKind attention, Precision precision, int steps, std::size_t B = 2) {
   auto device = testing_support::cpu_device();
-  const GPTConfig config = gpt_preset("tiny");
+  const ModelConfig config = model_preset("tiny");
   ModelOptions mo;
   mo.attention = attention;
   mo.precision = precision;
@@ -53,7 +53,7 @@ Outcome train(AttentionKind attention, Precision precision, int steps, std::size
 }
 
 TEST(FlashAttentionModel, SavesOutputAndLogSumExpInsteadOfTheProbabilities) {
-  const GPTConfig c = gpt_preset("tiny");
+  const ModelConfig c = model_preset("tiny");
   const std::size_t B = 2, T = c.seq, H = c.heads, C = c.dim, L = c.layers;
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     const std::size_t e = dtype_size(storage_dtype(p));
@@ -95,7 +95,7 @@ TEST(FlashAttentionModel, CudnnOnTheCpuSaysWhatToUseInstead) {
   ModelOptions mo;
   mo.attention = AttentionKind::cudnn;
   try {
-    GPT model(*device, gpt_preset("tiny"), 1, mo);
+    GPT model(*device, model_preset("tiny"), 1, mo);
     FAIL() << "cudnn attention on the CPU must be refused";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("--attention flash"), std::string::npos) << e.what();

@@ -33,7 +33,7 @@ namespace {
 
 constexpr int kIterations = 5;
 
-void BM_Fsdp(benchmark::State& state, const std::string& device_choice, GPTConfig config, std::size_t batch,
+void BM_Fsdp(benchmark::State& state, const std::string& device_choice, ModelConfig config, std::size_t batch,
              Precision precision, FsdpOptions options) {
   DeviceOptions device_options;
   device_options.choice = device_choice;
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   const bool gpu = device->kind() == DeviceKind::cuda;
   device.reset();
 
-  const GPTConfig config = gpt_preset(gpu ? "gpt2-124m" : "small");
+  const ModelConfig config = model_preset(gpu ? "gpt2-124m" : "small");
   const std::size_t batch = gpu ? 8 : 4;
   const Precision precision = gpu ? Precision::bf16 : Precision::fp32;
   std::vector<FsdpOptions> cases;

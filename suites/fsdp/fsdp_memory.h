@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "common/allocator/allocator_config.h"
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 #include "common/model/precision.h"
 #include "common/sharding/gradient_peaks.h"
 #include "common/sharding/unit_layout.h"
@@ -56,7 +56,7 @@ namespace trainmem::fsdp {
 
 // The engine's units as FSDP cuts them: K layers per layer unit, N slices (NO_SHARD: one slice, no
 // padding: every rank keeps the unit whole).
-inline std::vector<UnitLayout> fsdp_units(const GPTConfig& config, std::size_t world, const FsdpOptions& options) {
+inline std::vector<UnitLayout> fsdp_units(const ModelConfig& config, std::size_t world, const FsdpOptions& options) {
   return unit_layouts(config, options.mode == ShardingMode::none ? 1 : world, options.layers_per_unit);
 }
 
@@ -74,7 +74,7 @@ struct FsdpMemory {
   std::size_t optimizer_state_peak_bytes = 0;  // = O (allocated once, never freed)
 };
 
-inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const FsdpOptions& options,
+inline FsdpMemory fsdp_memory(const ModelConfig& config, std::size_t world, const FsdpOptions& options,
                               Precision precision, GradientLifetime grads = GradientLifetime::persistent,
                               std::size_t accumulation_steps = 1) {
   const std::size_t b = dtype_size(storage_dtype(precision));
@@ -137,7 +137,7 @@ inline FsdpMemory fsdp_memory(const GPTConfig& config, std::size_t world, const 
 //                                                     root gathered once, reduce-scattered once
 //   SHARD_GRAD_OP  A * 2 sum_u B_u                    gathered once, reduce-scattered once
 //   NO_SHARD       2 sum_u B_u                        one all-reduce per unit, on the last micro-batch
-inline std::size_t fsdp_comm_volume_per_step(const GPTConfig& config, std::size_t world, const FsdpOptions& options,
+inline std::size_t fsdp_comm_volume_per_step(const ModelConfig& config, std::size_t world, const FsdpOptions& options,
                                              Precision precision, std::size_t accumulation_steps = 1) {
   const std::size_t b = dtype_size(storage_dtype(precision));
   std::size_t root = 0, layers = 0;

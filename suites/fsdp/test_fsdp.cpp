@@ -32,8 +32,8 @@ constexpr std::uint64_t kSeed = 7;
 
 // Small and odd-sized on purpose: C = 33 makes a layer 13497 elements and the root 9570, so the
 // flat vectors need padding for N = 2 and 4; 5 layers in units of 2 leave a last unit of 1.
-GPTConfig test_config() {
-  GPTConfig c;
+ModelConfig test_config() {
+  ModelConfig c;
   c.vocab = 256;
   c.seq = 32;
   c.layers = 5;
@@ -43,7 +43,7 @@ GPTConfig test_config() {
 }
 
 struct RunSetup {
-  GPTConfig config = test_config();
+  ModelConfig config = test_config();
   std::size_t batch = 2;  // rows per rank
   std::size_t accum = 1;
   long steps = 3;
@@ -209,7 +209,7 @@ TEST(Fsdp, OptionsParseAndBadOnesSayWhatIsAccepted) {
 }
 
 TEST(Fsdp, UnitsCoverTheModelAndShardsArePadded) {
-  const GPTConfig c = test_config();
+  const ModelConfig c = test_config();
   for (std::size_t world : {1, 2, 3, 4}) {
     const auto units = fsdp_units(c, world, {ShardingMode::full, 2, false});
     ASSERT_EQ(units.size(), 4u);  // root, layers 0-1, 2-3, 4
@@ -220,7 +220,7 @@ TEST(Fsdp, UnitsCoverTheModelAndShardsArePadded) {
       EXPECT_GE(u.padded_numel, u.numel);
       EXPECT_LT(u.padded_numel - u.numel, world);  // at most N-1 padding elements
     }
-    EXPECT_EQ(total, c.num_parameters());  // the model's own count (gpt_config.cpp)
+    EXPECT_EQ(total, c.num_parameters());  // the model's own count (model_config.cpp)
     EXPECT_EQ(units[3].layers, 1u);
   }
   // NO_SHARD never pads.
@@ -310,7 +310,7 @@ TEST(Fsdp, GradientAccumulationAddsNoMemory) {
 // FULL_SHARD gathers 1 unit at the peak without prefetch and 2 with, SHARD_GRAD_OP all 3, and
 // prefetch costs exactly one more unit.
 TEST(Fsdp, PrefetchHoldsOneMoreUnitAndShardGradOpHoldsThemAll) {
-  const GPTConfig c = test_config();
+  const ModelConfig c = test_config();
   const std::size_t N = 4;
   const auto units = fsdp_units(c, N, {ShardingMode::full, 2, false});
   const std::size_t two_layers = round_size(units[1].padded_numel * 4);

@@ -28,7 +28,7 @@ std::string mode_name(Mode mode) {
   return "?";
 }
 
-void BM_Grads(benchmark::State& state, const std::string& device, const GPTConfig& config, std::size_t batch, Mode mode) {
+void BM_Grads(benchmark::State& state, const std::string& device, const ModelConfig& config, std::size_t batch, Mode mode) {
   static const Techniques gradient_memory{&gradient_memory_technique()};
   TrainingSetup setup = baseline_setup(config, batch);
   setup.max_grad_norm = 0;
@@ -51,7 +51,7 @@ void BM_Grads(benchmark::State& state, const std::string& device, const GPTConfi
 int main(int argc, char** argv) {
   return trainmem::benchmark_main(argc, argv, "bench_gradient_memory", [](const std::string& device, bool gpu) {
     using namespace trainmem::gradient_memory;
-    static const trainmem::GPTConfig config = trainmem::gpt_preset(gpu ? "gpt2-124m" : "small");
+    static const trainmem::ModelConfig config = trainmem::model_preset(gpu ? "gpt2-124m" : "small");
     const std::size_t batch = gpu ? 8 : 4;
     for (Mode mode : {Mode::persistent, Mode::on_demand, Mode::in_backward})
       benchmark::RegisterBenchmark(("BM_Grads/" + config.name + "/" + mode_name(mode)).c_str(), BM_Grads, device, config,

@@ -32,7 +32,7 @@ struct Trained {
 Trained train(GradientMode mode, Precision precision, std::size_t accum, float clip, int steps = 4,
               bool in_backward = false) {
   TrainingSetup s;
-  s.model = gpt_preset("tiny");
+  s.model = model_preset("tiny");
   s.batch = 4;
   s.accum = accum;
   s.precision = precision;
@@ -50,7 +50,7 @@ Trained train(GradientMode mode, Precision precision, std::size_t accum, float c
 }
 
 // The gradients' bytes as the allocator counts them: each tensor rounded to 512 bytes.
-std::size_t gradient_bytes(const GPTConfig& config, Precision precision, bool only_wte = false) {
+std::size_t gradient_bytes(const ModelConfig& config, Precision precision, bool only_wte = false) {
   const std::size_t e = bytes_per_parameter(precision).gradients;
   std::size_t total = 0;
   const ParameterTable table(config);
@@ -84,7 +84,7 @@ TEST(GradientMemory, OnDemandTrainsBitForBitAsPersistent) {
 TEST(GradientMemory, PeakAndHeldBytesAreTheFormulas) {
   for (Precision precision : {Precision::fp32, Precision::bf16}) {
     SCOPED_TRACE(to_string(precision));
-    const GPTConfig config = gpt_preset("tiny");
+    const ModelConfig config = model_preset("tiny");
     const Trained persistent = train(GradientMode::persistent, precision, 1, 1.0f);
     const Trained on_demand = train(GradientMode::on_demand, precision, 1, 1.0f);
     const auto G = static_cast<std::int64_t>(gradient_bytes(config, precision));
@@ -128,7 +128,7 @@ TEST(GradientMemory, OptimizerInBackwardRefusesWhatNeedsTheWholeGradient) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.expected);
     TrainingSetup s;
-    s.model = gpt_preset("tiny");
+    s.model = model_preset("tiny");
     s.max_grad_norm = 0;
     s.option<OptimizerInBackwardChoice>().on = true;
     c.change(s);
@@ -145,7 +145,7 @@ TEST(GradientMemory, OptimizerInBackwardRefusesWhatNeedsTheWholeGradient) {
 // and ZeRO-0's refusal of the fused update); the fused update's own rules still hold there.
 TEST(GradientMemory, BothCombineWithShardingTheFusedUpdatesRulesStillHold) {
   TrainingSetup s;
-  s.model = gpt_preset("tiny");
+  s.model = model_preset("tiny");
   s.world_size = 2;
   s.max_grad_norm = 0;
   s.option<GradientMode>() = GradientMode::on_demand;
@@ -173,7 +173,7 @@ TEST(GradientMemory, BothCombineWithShardingTheFusedUpdatesRulesStillHold) {
 // validation only where its rules hold (the advice skips a refused variant).
 TEST(GradientMemory, RemediesAreOnDemandThenTheFusedUpdate) {
   TrainingSetup failed;
-  failed.model = gpt_preset("tiny");
+  failed.model = model_preset("tiny");
   const std::vector<Remedy> remedies = gradient_memory_technique().remedies(failed);
   ASSERT_EQ(remedies.size(), 1u);
   const std::vector<Remedy::Variant> variants = remedies[0].variants(failed);

@@ -28,7 +28,7 @@ const char* kVariantNames[] = {"eager", "lazy", "lazy_sync", "lazy_unpinned", "l
 
 struct Setup {
   std::string device;
-  GPTConfig config;
+  ModelConfig config;
   std::size_t batch = 8;
   std::size_t dataset_tokens = 0;
 };
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   return trainmem::benchmark_main(argc, argv, "bench_lazy_loading", [](const std::string& device, bool gpu) {
     static Setup s;
     s.device = device;
-    s.config = trainmem::gpt_preset(gpu ? "gpt2-124m" : "tiny");
+    s.config = trainmem::model_preset(gpu ? "gpt2-124m" : "tiny");
     s.batch = 8;
     s.dataset_tokens = gpu ? (std::size_t{64} << 20) : (std::size_t{8} << 20);
     auto* t = benchmark::RegisterBenchmark(("BM_Train/" + s.config.name).c_str(), BM_Train, s);

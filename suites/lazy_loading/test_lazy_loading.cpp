@@ -208,7 +208,7 @@ TEST(RanksTakeTheirRows, ADatasetSmallerThanOneGlobalBatchNamesTheRanks) {
 TEST(Training, LossesAreIdenticalUnderEitherLoader) {
   auto run = [](bool lazy) {
     auto device = cpu_device();
-    GPT model(*device, gpt_preset("tiny"), 11);
+    GPT model(*device, model_preset("tiny"), 11);
     const std::size_t B = 2, T = 32;
     std::unique_ptr<BatchSource> data;
     if (lazy) data = std::make_unique<LazyLoader>(*device, HostTokens(synthetic_corpus(30000, 2)), B, T);

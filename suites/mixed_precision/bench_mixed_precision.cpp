@@ -17,7 +17,7 @@
 namespace trainmem {
 namespace {
 
-void BM_Precision(benchmark::State& state, const std::string& device, const GPTConfig& config, std::size_t batch,
+void BM_Precision(benchmark::State& state, const std::string& device, const ModelConfig& config, std::size_t batch,
                   Precision precision) {
   static const Techniques mixed_precision{&mixed_precision_technique()};  // fp16: the loss scaler
   TrainingSetup setup = baseline_setup(config, batch);
@@ -46,7 +46,7 @@ void BM_Precision(benchmark::State& state, const std::string& device, const GPTC
 
 int main(int argc, char** argv) {
   return trainmem::benchmark_main(argc, argv, "bench_mixed_precision", [](const std::string& device, bool gpu) {
-    static const trainmem::GPTConfig config = trainmem::gpt_preset(gpu ? "gpt2-124m" : "small");
+    static const trainmem::ModelConfig config = trainmem::model_preset(gpu ? "gpt2-124m" : "small");
     const std::size_t batch = gpu ? 8 : 4;
     for (trainmem::Precision p : {trainmem::Precision::fp32, trainmem::Precision::bf16, trainmem::Precision::fp16})
       benchmark::RegisterBenchmark(("BM_Precision/" + config.name + "/" + trainmem::to_string(p)).c_str(),

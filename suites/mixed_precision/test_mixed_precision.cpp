@@ -29,7 +29,7 @@ struct TinyRun {
 TinyRun make_run(Precision precision, std::vector<Strategy*> strategies, std::size_t B = 4, float lr = 1e-3f) {
   TinyRun r;
   r.device = testing_support::cpu_device();
-  const GPTConfig config = gpt_preset("tiny");
+  const ModelConfig config = model_preset("tiny");
   ModelOptions mo;
   mo.precision = precision;
   r.model = std::make_unique<GPT>(*r.device, config, 7, mo);
@@ -234,7 +234,7 @@ TEST(MixedPrecision, ActivationsAreStoredInSixteenBitsAndTheStatisticsInFp32) {
   } inspect;
   TinyRun r = make_run(Precision::bf16, {&inspect});
   r.trainer->step();
-  EXPECT_EQ(inspect.seen, static_cast<int>(gpt_preset("tiny").layers));
+  EXPECT_EQ(inspect.seen, static_cast<int>(model_preset("tiny").layers));
 }
 
 // Bytes per category: parameters 2 + gradients 2 + optimizer state 12 (master 4, Adam 8) per

@@ -1,13 +1,24 @@
 // trainmem info: the device a run would use, and its allocator's policy (the constants every
 // memory figure is computed under). Text by default, JSON with --json (the same "device" and
-// "allocator" objects every trainmem result carries).
+// "allocator" objects every trainmem result carries). With a model's flags (--model, --arch, the
+// shape flags, as train takes them), also that model: its family, shape and parameters.
+//
+//   trainmem info --model llama3-8b
+//   ...
+//   model llama3-8b (llama)
+//     parameters          8030261248
+//     shape               L=32 H=32 Hkv=8 C=4096 F=14336 T=8192 V=128256 (padded to 128256)
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "common/results/result_json.h"
 #include "common/util/byte_size.h"
 #include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/train_flags.h"
 
 namespace trainmem::cli {
 
@@ -15,8 +26,26 @@ namespace {
 
 struct InfoFlags {
   DeviceFlags device;
+  TrainFlags model;  // the model's flags only (add_model_flags)
   bool json = false;
+  bool model_given() const {
+    const TrainFlags& m = model;
+    return !m.model.empty() || m.arch || m.layers || m.heads || m.dim || m.seq || m.vocab || m.kv_heads || m.ffn_dim ||
+           m.rope_theta || m.norm_eps;
+  }
 };
+
+void print_model(const ModelConfig& c) {
+  std::cout << "model " << c.name << " (" << to_string(c.arch) << ")\n"
+            << "  " << std::left << std::setw(20) << "parameters" << c.num_parameters() << '\n'
+            << "  " << std::setw(20) << "shape" << "L=" << c.layers << " H=" << c.heads;
+  if (c.arch == Arch::llama) std::cout << " Hkv=" << c.num_kv_heads();
+  std::cout << " C=" << c.dim << " F=" << c.mlp_dim() << " T=" << c.seq << " V=" << c.vocab << " (padded to "
+            << padded_vocab(c.vocab) << ")\n";
+  if (c.arch == Arch::llama)
+    std::cout << "  " << std::setw(20) << "constants" << "rope theta " << c.rope_theta << ", RMSNorm eps " << c.norm_eps
+              << '\n';
+}
 
 void print_text(const Device& device, const AllocatorConfig& config) {
   const DeviceInfo& d = device.info();
@@ -59,16 +88,23 @@ void add_info_command(CLI::App& app, Command& run) {
   auto flags = std::make_shared<InfoFlags>();
   CLI::App* info = app.add_subcommand("info", "Show the device a run would use and its allocator configuration");
   add_device_flags(*info, flags->device);
+  add_model_flags(*info, flags->model);
   info->add_flag("--json", flags->json, "Print JSON instead of text");
   info->callback([flags, &run] {
     run = [flags] {
+      // The model first: a bad model flag is an input error before anything is printed.
+      std::optional<ModelConfig> model;
+      if (flags->model_given()) model = model_config(flags->model);
       DeviceOptions options = flags->device.to_options();
       options.backed = false;  // info allocates nothing, so a cpu budget needs no real memory
       auto device = Device::open(options, &std::cerr);  // says on stderr which device was picked
       if (flags->json) {
-        std::cout << run_context_json(device->info(), options.allocator).dump(2) << '\n';
+        nlohmann::json j = run_context_json(device->info(), options.allocator);
+        if (model) j["model"] = model->to_json();
+        std::cout << j.dump(2) << '\n';
       } else {
         print_text(*device, options.allocator);
+        if (model) print_model(*model);
       }
       return 0;
     };

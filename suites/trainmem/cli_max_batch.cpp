@@ -178,7 +178,7 @@ int run_max_batch(const MaxBatchFlags& f) {
   // synthetic data is made per trial.
   const DeviceOptions options = trial_device_options(f);
   const std::size_t dataset_tokens = checked_dataset_tokens(f.train, 1, 1);
-  const GPTConfig config = model_config(f.train);
+  const ModelConfig config = model_config(f.train);
   std::vector<std::uint16_t> file_tokens;
   if (f.train.data != "synthetic") file_tokens = load_dataset(f.train.data, config.seq + 1, config.vocab, f.train.setup.seed);
   const TrialDevice device = open_trial_device(f, options);

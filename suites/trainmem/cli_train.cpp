@@ -195,7 +195,7 @@ void set_up_recorder(MemoryRecorder& recorder, const TrainFlags& flags, bool rep
 
 // Rank 0's lines before the first step: the world (under mpirun or when sharding), the model.
 void print_run_header(const TrainingSetup& setup, const Communicator* world, long steps) {
-  const GPTConfig& config = setup.model;
+  const ModelConfig& config = setup.model;
   if (world) {
     // The sharding technique's scheme, as its formula names it: "ZeRO-2 (P_os+g) over 2 ranks"
     const std::optional<ShardedFormulas> sharded = registered_techniques().formulas(setup).sharded;

@@ -10,7 +10,7 @@
 #include "common/comm/communicator.h"
 #include "common/comm/rank_agreement.h"
 #include "common/data/token_file.h"
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 #include "common/device/device.h"
 #include "common/util/byte_size.h"
 #include "common/util/standard_output.h"
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     return input_error(e);
   } catch (const trainmem::DataError& e) {
     return input_error(e);  // a missing, truncated or foreign data file
-  } catch (const trainmem::GPTConfigError& e) {
+  } catch (const trainmem::ModelConfigError& e) {
     return input_error(e);  // an unknown preset or an impossible shape
   } catch (const trainmem::DeviceError& e) {
     return input_error(e);  // a device that was asked for and is not there: change the flag

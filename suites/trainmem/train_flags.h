@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 #include "common/train/training_setup.h"
 #include "suites/trainmem/cli_common.h"
 
@@ -26,6 +26,7 @@ struct FlagLimits {
   static constexpr std::uint64_t max_layers = 1024;        // GPT-3 has 96; `estimate` takes time in proportion to L
   static constexpr std::uint64_t max_heads = 4096;
   static constexpr std::uint64_t max_dim = 65536;          // GPT-3 175B: 12288
+  static constexpr std::uint64_t max_ffn_dim = 4 * max_dim;  // a GPT's 4C; Llama-3 405B's F: 53248
   static constexpr std::uint64_t max_seq = 1 << 20;        // a 1M-token context
   static constexpr std::uint64_t min_vocab = 2;
   static constexpr std::uint64_t max_vocab = 65536;        // tokens are uint16 (common/data/token_file.h)
@@ -39,8 +40,11 @@ struct TrainFlags {
   DeviceFlags device;
 
   // --- the model (add_model_flags); a size not given is the preset's (0 is a value, refused)
-  std::string model = "tiny";
+  std::string model;          // the preset; none given: tiny, or llama-tiny with --arch llama
+  std::optional<Arch> arch;   // --arch: the family (a preset has its own; they must agree)
   std::optional<std::size_t> layers, heads, dim, seq, vocab;
+  std::optional<std::size_t> kv_heads, ffn_dim;   // the Llama family's shape
+  std::optional<double> rope_theta, norm_eps;     // and its constants
 
   // --- the run's training options, each flag stored where the run reads it (training_setup.h):
   // --batch (add_model_flags), every technique's flags (add_technique_flags: the registrations,
@@ -64,8 +68,8 @@ struct TrainFlags {
   std::string memory_snapshot;  // PyTorch snapshot structure (memory_snapshot.h)
 };
 
-// The model the flags describe: the preset with any overrides, validated (GPTConfigError).
-GPTConfig model_config(const TrainFlags& flags);
+// The model the flags describe: the preset with any overrides, validated (ModelConfigError).
+ModelConfig model_config(const TrainFlags& flags);
 
 // The run the flags describe (training_setup.h), as `trainmem train`, `estimate` and `max-batch`
 // (and train's OOM advice) build it: the flags' options, the model, and what the flags do not say:
@@ -80,7 +84,7 @@ TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::s
 // returns its size in tokens for TrainingSetup::dataset_tokens (synthetic: 0). DataError.
 std::size_t checked_dataset_tokens(const TrainFlags& flags, std::size_t world_size, std::size_t batch);
 
-void add_model_flags(CLI::App& command, TrainFlags& flags);      // --model, --layers ... --batch
+void add_model_flags(CLI::App& command, TrainFlags& flags);      // --model, --arch, --layers ... --batch
 void add_technique_flags(CLI::App& command, TrainFlags& flags);  // every registered technique's flags
 void add_data_flags(CLI::App& command, TrainFlags& flags);       // --data
 // --lr, --weight-decay, --grad-clip (every command: clipping decides what some techniques allow)

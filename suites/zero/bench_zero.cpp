@@ -44,7 +44,7 @@ struct BenchCase {
   Offload offload;
 };
 
-void BM_Zero(benchmark::State& state, const std::string& device_choice, const GPTConfig& config, std::size_t batch,
+void BM_Zero(benchmark::State& state, const std::string& device_choice, const ModelConfig& config, std::size_t batch,
              BenchCase c) {
   DeviceOptions options;
   options.choice = device_choice;
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("trainmem.comm_backend", comm->backend());
 
   const bool gpu = device->kind() == DeviceKind::cuda;
-  static const GPTConfig config = gpt_preset(gpu ? "gpt2-124m" : "small");
+  static const ModelConfig config = model_preset(gpu ? "gpt2-124m" : "small");
   const std::size_t batch = 4;
   const std::vector<zero::BenchCase> cases = {{0, Offload::none},      {1, Offload::none},      {2, Offload::none},
                                               {3, Offload::none},      {1, Offload::optimizer}, {2, Offload::optimizer},

@@ -44,7 +44,7 @@
 
 #include "common/allocator/allocator_config.h"  // round_size: every allocation is rounded up to 512 B
 #include "common/model/parameter_table.h"
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 #include "common/model/precision.h"
 #include "common/sharding/gradient_peaks.h"
 #include "common/sharding/sharded_adamw.h"  // Offload
@@ -122,7 +122,7 @@ struct ZeroUnits {
 };
 
 // From the model's parameter table (common/model/parameter_table.h).
-inline ZeroUnits zero_units(const GPTConfig& c) {
+inline ZeroUnits zero_units(const ModelConfig& c) {
   const ParameterTable table(c);
   ZeroUnits u;
   for (std::size_t i : table.root_indices()) u.root.push_back(table[i].numel());

@@ -20,7 +20,7 @@ from reports.peers import trainmem_saved  # noqa: E402
 from reports.peers.compare_torch import pytorch_extra, saved_comparison  # noqa: E402
 from reports.peers.saved_activations import SavedTensorLog  # noqa: E402
 from reports.peers.token_file import read_token_file  # noqa: E402
-from reports.peers.torch_gpt import GPT, GPTConfig  # noqa: E402
+from reports.peers.torch_gpt import GPT, ModelConfig  # noqa: E402
 from reports.peers.torch_train import Batches  # noqa: E402
 from reports.peers.trainmem_program import model_shape, write_tokens  # noqa: E402
 from peer_fixtures import trainmem  # noqa: E402,F401  (the fixture)
@@ -31,28 +31,28 @@ def tokens(trainmem, tmp_path_factory) -> pathlib.Path:
     return write_tokens(trainmem, "synthetic", tmp_path_factory.mktemp("data") / "corpus.tok", seed=1)
 
 
-def config_of(trainmem, model: str, **overrides) -> GPTConfig:
+def config_of(trainmem, model: str, **overrides) -> ModelConfig:
     shape = model_shape(trainmem, model, overrides)
-    return GPTConfig(**{k: shape[k] for k in ("name", "vocab", "seq", "layers", "heads", "dim")})
+    return ModelConfig(**{k: shape[k] for k in ("name", "vocab", "seq", "layers", "heads", "dim")})
 
 
 @pytest.mark.parametrize("model, overrides", [("tiny", {}), ("small", {}), ("gpt2-124m", {}),
                                               ("gpt2-124m", {"layers": 2, "seq": 256})])
 def test_parameter_count_is_trainmems(trainmem, model, overrides):
     shape = model_shape(trainmem, model, overrides)
-    config = GPTConfig(**{k: shape[k] for k in ("name", "vocab", "seq", "layers", "heads", "dim")})
-    assert config.padded_vocab == shape["padded_vocab"]  # gpt_config.h's padded_vocab, ported
+    config = ModelConfig(**{k: shape[k] for k in ("name", "vocab", "seq", "layers", "heads", "dim")})
+    assert config.padded_vocab == shape["padded_vocab"]  # model_config.h's padded_vocab, ported
     with torch.device("meta"):  # shapes only, no memory
         assert sum(p.numel() for p in GPT(config).parameters()) == shape["parameters"]
 
 
 def test_padded_vocabulary_is_trainmems_and_changes_nothing():
-    """V = 23 in rows of Vp = 64 (gpt_config.h): wte is [Vp, C] with zero padding rows; the padded
+    """V = 23 in rows of Vp = 64 (model_config.h): wte is [Vp, C] with zero padding rows; the padded
     logits take no probability (whatever the padding rows hold, the loss is the same: without the
     mask their logits would add to the log-sum-exp) and the padding rows get a gradient of 0."""
-    config = GPTConfig(name="custom", vocab=23, seq=8, layers=1, heads=2, dim=8)
-    assert config.padded_vocab == 64 and GPTConfig("gpt2", 50257, 1024, 12, 12, 768).padded_vocab == 50304
-    assert GPTConfig("tiny", 256, 64, 2, 4, 64).padded_vocab == 256
+    config = ModelConfig(name="custom", vocab=23, seq=8, layers=1, heads=2, dim=8)
+    assert config.padded_vocab == 64 and ModelConfig("gpt2", 50257, 1024, 12, 12, 768).padded_vocab == 50304
+    assert ModelConfig("tiny", 256, 64, 2, 4, 64).padded_vocab == 256
     torch.manual_seed(0)
     gpt = GPT(config)
     assert tuple(gpt.wte.weight.shape) == (64, 8) and not gpt.wte.weight[23:].any()
@@ -65,7 +65,7 @@ def test_padded_vocabulary_is_trainmems_and_changes_nothing():
         assert gpt(x, y).item() == loss.item()
 
 
-def saved_both(trainmem, tokens, tmp_path, model: str, batch: int, precision: str) -> tuple[GPTConfig, dict]:
+def saved_both(trainmem, tokens, tmp_path, model: str, batch: int, precision: str) -> tuple[ModelConfig, dict]:
     """One step of each on the same batch: trainmem's saved activations (its trace) against PyTorch's."""
     config = config_of(trainmem, model)
     trace = tmp_path / "trace.json"
@@ -83,7 +83,7 @@ def saved_both(trainmem, tokens, tmp_path, model: str, batch: int, precision: st
                                          "tensors": [t.to_json() for t in log.activations()]})
 
 
-def extras_expected(config: GPTConfig, scalar_dtype: str) -> list[tuple]:
+def extras_expected(config: ModelConfig, scalar_dtype: str) -> list[tuple]:
     T = config.seq
     return sorted([("embedding", "int64", (T,)), ("head", scalar_dtype, ())] +
                   [(f"h{l}", "bool", (T, T)) for l in range(config.layers)])

@@ -26,12 +26,12 @@ namespace {
 
 struct ModelCase {
   const char* name;
-  GPTConfig config;
+  ModelConfig config;
 };
 
 // A 7B GPT given by flags: L=32, C=4096, H=32, T=2048, V=50257 (6.9B parameters).
-GPTConfig gpt_7b() {
-  GPTConfig c = gpt_preset("gpt2-1.5b");
+ModelConfig gpt_7b() {
+  ModelConfig c = model_preset("gpt2-1.5b");
   c.name = "7b";
   c.layers = 32;
   c.dim = 4096;
@@ -41,13 +41,13 @@ GPTConfig gpt_7b() {
 }
 
 const std::vector<ModelCase>& models() {
-  static const std::vector<ModelCase> list = {{"tiny", gpt_preset("tiny")},           {"small", gpt_preset("small")},
-                                              {"gpt2-124m", gpt_preset("gpt2-124m")}, {"gpt2-350m", gpt_preset("gpt2-350m")},
-                                              {"gpt2-1.5b", gpt_preset("gpt2-1.5b")}, {"7b", gpt_7b()}};
+  static const std::vector<ModelCase> list = {{"tiny", model_preset("tiny")},           {"small", model_preset("small")},
+                                              {"gpt2-124m", model_preset("gpt2-124m")}, {"gpt2-350m", model_preset("gpt2-350m")},
+                                              {"gpt2-1.5b", model_preset("gpt2-1.5b")}, {"7b", gpt_7b()}};
   return list;
 }
 
-TrainingSetup bf16_flash(const GPTConfig& config) {
+TrainingSetup bf16_flash(const ModelConfig& config) {
   TrainingSetup s;
   s.model = config;
   s.batch = 1;
@@ -65,7 +65,7 @@ void set_counters(benchmark::State& state, const TrainingSetup& s, const MetaRun
   state.counters["allocations"] = static_cast<double>(r.stats.allocation[0].allocated);
 }
 
-void BM_MetaRun(benchmark::State& state, const GPTConfig& config) {
+void BM_MetaRun(benchmark::State& state, const ModelConfig& config) {
   const TrainingSetup s = bf16_flash(config);
   MetaRun r;
   for (auto _ : state) {
@@ -75,7 +75,7 @@ void BM_MetaRun(benchmark::State& state, const GPTConfig& config) {
   set_counters(state, s, r);
 }
 
-void BM_Estimate(benchmark::State& state, const GPTConfig& config) {
+void BM_Estimate(benchmark::State& state, const ModelConfig& config) {
   const TrainingSetup s = bf16_flash(config);
   const std::size_t capacity = find_gpu("h100-80gb").total_bytes - kCudaContextBytes;
   MemoryEstimate e;

@@ -60,7 +60,7 @@
 #include <sstream>
 #include <vector>
 
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 #include "common/model/precision.h"
 #include "kernels/adamw.h"
 #include "suites/trainmem/tests/training_trace.h"
@@ -76,7 +76,7 @@ class CudaVsCpuTolerance {
   static constexpr double kLambda = 5;
   static constexpr double kU32 = 0x1p-24;
 
-  CudaVsCpuTolerance(const GPTConfig& model, std::size_t batch, Precision precision, const kernels::AdamWHyper& adam,
+  CudaVsCpuTolerance(const ModelConfig& model, std::size_t batch, Precision precision, const kernels::AdamWHyper& adam,
                      Rounding rounding = Rounding::both_sides)
       : parameters_(static_cast<double>(model.num_parameters())), same_precision_(rounding == Rounding::both_sides) {
     const double n = static_cast<double>(std::max({batch * model.seq, 4 * model.dim, model.seq, model.vocab}));

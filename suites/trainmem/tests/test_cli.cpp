@@ -670,3 +670,43 @@ TEST(Cli, TrainWritesAMemorySnapshotInPyTorchsStructure) {
 
 }  // namespace
 }  // namespace trainmem
+
+namespace trainmem {
+namespace {
+
+// The Llama family's shapes (issue 29, the model description): `trainmem info` names the family
+// and gives the published parameter count; its flags are refused on a GPT, naming what to change;
+// and until its blocks are in the model, a run of it is refused saying so (not run as a GPT).
+TEST(CliModels, InfoNamesTheFamilyAndTheParameters) {
+  const CliRun r = trainmem("info --device cpu --model llama3-8b");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("model llama3-8b (llama)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8030261248"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Hkv=8"), std::string::npos) << r.out;
+  const CliRun j = trainmem("info --device cpu --json --model gpt2-124m");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const nlohmann::json info = nlohmann::json::parse(j.out);
+  EXPECT_EQ(info["model"]["arch"], "gpt");
+  EXPECT_EQ(info["model"]["parameters"], 124475904);
+  const CliRun custom = trainmem("info --device cpu --json --arch llama --kv-heads 1");
+  ASSERT_EQ(custom.exit_code, 0) << custom.err;
+  const nlohmann::json tiny = nlohmann::json::parse(custom.out)["model"];
+  EXPECT_EQ(tiny["name"], "llama-tiny+custom");
+  EXPECT_EQ(tiny["kv_heads"], 1);
+}
+
+TEST(CliModels, LlamaFlagsOnAGptAndAMismatchedArchAreRefused) {
+  expect_input_error("info --model gpt2-124m --kv-heads 4", "--kv-heads is the Llama family's");
+  expect_input_error("train --rope-theta 500000", "--rope-theta is the Llama family's");
+  expect_input_error("info --model llama2-7b --arch gpt", "--arch gpt but --model llama2-7b is a llama");
+  expect_input_error("info --arch mamba", "--arch takes one of gpt, llama, not 'mamba'");
+  expect_input_error("info --arch llama --kv-heads 3", "--kv-heads 3");
+}
+
+TEST(CliModels, ALlamaRunIsRefusedUntilItsBlocksAreInTheModel) {
+  expect_input_error("train --arch llama --steps 1", "--arch llama: the Llama family's blocks");
+  expect_input_error("estimate --model llama3-8b --gpu h100-80gb", "not in trainmem's model yet");
+}
+
+}  // namespace
+}  // namespace trainmem

@@ -17,7 +17,7 @@
 
 #include "common/cli/parse_errors.h"
 #include "common/cli/suggestion.h"
-#include "common/model/gpt_config.h"
+#include "common/model/model_config.h"
 #include "common/tests/enum_table_checks.h"
 #include "common/util/byte_size.h"
 #include "suites/trainmem/cli_common.h"
@@ -329,7 +329,7 @@ TEST(ModelNames, AnyCaseAndTheUsualAliasesNameThePresets) {
       {"GPT2-XL", "gpt2-1.5b"},     {"GPT2-124M", "gpt2-124m"},  {"Tiny", "tiny"}};
   for (const auto& [given, preset] : same) {
     SCOPED_TRACE(given);
-    const GPTConfig a = gpt_preset(given), b = gpt_preset(preset);
+    const ModelConfig a = model_preset(given), b = model_preset(preset);
     EXPECT_EQ(a.name, preset);
     EXPECT_EQ(a.num_parameters(), b.num_parameters());
     EXPECT_EQ(a.seq, b.seq);
@@ -339,9 +339,9 @@ TEST(ModelNames, AnyCaseAndTheUsualAliasesNameThePresets) {
   flags.layers = 2;
   EXPECT_EQ(model_config(flags).name, "gpt2-350m+custom");
   try {
-    gpt_preset("gpt5");
+    model_preset("gpt5");
     ADD_FAILURE() << "gpt5 is no preset";
-  } catch (const GPTConfigError& e) {
+  } catch (const ModelConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("gpt2-medium=gpt2-350m"), std::string::npos) << e.what();
   }
 }

@@ -18,7 +18,7 @@ using testing_support::TraceSetup;
 
 TraceSetup setup_of(const std::string& preset, Precision precision, AttentionKind attention) {
   TraceSetup s;
-  s.model = gpt_preset(preset);
+  s.model = model_preset(preset);
   s.options.precision = precision;
   s.options.attention = attention;
   return s;

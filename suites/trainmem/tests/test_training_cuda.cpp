@@ -43,7 +43,7 @@ TEST_P(CudaAgainstCpu, LossesAndGradientsAgreeStepByStep) {
     GTEST_SKIP() << "GPU test skipped: no usable CUDA device (" << *reason << ")";
   const Case c = GetParam();
   TraceSetup gpu;
-  gpu.model = gpt_preset(c.preset);
+  gpu.model = model_preset(c.preset);
   gpu.options.precision = c.precision;
   gpu.options.attention = c.attention;
   TraceSetup cpu = gpu;

@@ -28,7 +28,7 @@
 namespace trainmem::testing_support {
 
 struct TraceSetup {
-  GPTConfig model;
+  ModelConfig model;
   ModelOptions options;  // precision and attention
   std::size_t batch = 4;
   std::size_t steps = 4;
@@ -52,7 +52,7 @@ struct TracedStep {
 // The bound on every logit z = lnf(x) . wte[v]: lnf's output is gamma * xhat + beta with
 // ||xhat|| <= sqrt(C) (unit variance over C channels), so ||lnf(x)|| <= max|gamma| sqrt(C) + ||beta||,
 // and |z| <= ||lnf(x)|| ||wte[v]|| (Cauchy-Schwarz).
-inline double logit_bound(const GPTConfig& config, const std::vector<float>& values) {
+inline double logit_bound(const ModelConfig& config, const std::vector<float>& values) {
   const ParameterTable table(config);
   const std::size_t C = config.dim;
   std::size_t lnf_offset = 0;  // lnf.weight and lnf.bias are the last 2C values

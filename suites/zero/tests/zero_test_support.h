@@ -20,8 +20,8 @@ namespace trainmem::zero::test_support {
 
 // Root unit 256*30 + 15*30 + 2*30 = 8190 elements, a layer 12*30^2 + 13*30 = 11190: both padded
 // by 2 for N = 4, by 0 for N = 2.
-inline GPTConfig test_config() {
-  GPTConfig c;
+inline ModelConfig test_config() {
+  ModelConfig c;
   c.name = "zero-test";
   c.vocab = 256;
   c.seq = 15;

@@ -1,0 +1,149 @@
+#include "common/model/model_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "common/model/parameter_table.h"
+#include "common/util/checked_math.h"
+
+namespace trainmem {
+
+std::size_t ModelConfig::num_parameters() const { return ParameterTable(*this).total_numel(); }
+
+void check_run_sizes(const ModelConfig& c, std::size_t batch) {
+  const std::uint64_t B = batch, T = c.seq, H = c.heads, Vp = padded_vocab(c.vocab);
+  try {
+    checked_mul(c.num_parameters(), 16, "the model states (16 bytes per parameter: weights, gradients, Adam's moments)");
+    checked_product({B, T, c.mlp_dim(), 4}, "the MLP activations (B x T x F x 4 bytes; GPT's F = 4C)");
+    checked_product({B, T, Vp, 4}, "the logits (B x T x Vp x 4 bytes)");
+    checked_product({B, H, T, T, 4}, "the attention scores (B x H x T x T x 4 bytes)");
+  } catch (const SizeLimitError& e) {
+    throw SizeLimitError(std::string(e.what()) + " bytes; use a smaller model or --batch");
+  }
+}
+
+void ModelConfig::validate() const {
+  const std::string model = "model '" + name + "': ";
+  if (vocab < 2 || seq < 1 || layers < 1 || heads < 1 || dim < 1 || num_kv_heads() < 1 || mlp_dim() < 1)
+    throw ModelConfigError(model + "vocab >= 2 and seq, layers, heads, kv-heads, dim, ffn-dim >= 1 are needed");
+  if (dim % heads != 0)
+    throw ModelConfigError(model + "--dim " + std::to_string(dim) + " is not divisible by --heads " +
+                           std::to_string(heads));
+  // Token ids are int32 on the device. (Token files hold uint16 ids: a vocabulary above 65536, as
+  // Llama-3's 128256, trains on the ids below it, and is estimated whole.)
+  if (vocab > kMaxVocab)
+    throw ModelConfigError(model + "a vocabulary above " + std::to_string(kMaxVocab) + " tokens is not supported");
+  if (arch == Arch::gpt) return;
+  if (heads % kv_heads != 0)
+    throw ModelConfigError(model + "--heads " + std::to_string(heads) + " is not a multiple of --kv-heads " +
+                           std::to_string(kv_heads) + " (each K/V head serves heads / kv-heads query heads)");
+  if (head_dim() % 2 != 0)
+    throw ModelConfigError(model + "the head dimension --dim / --heads = " + std::to_string(head_dim()) +
+                           " is odd: rotary embeddings rotate pairs of channels");
+  if (!(std::isfinite(rope_theta) && rope_theta > 1))
+    throw ModelConfigError(model + "--rope-theta must be a finite number above 1");
+  if (!(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1))
+    throw ModelConfigError(model + "--norm-eps must be a number between 0 and 1 (excluded)");
+}
+
+nlohmann::json ModelConfig::to_json() const {
+  nlohmann::json j = {{"name", name},     {"arch", to_string(arch)}, {"vocab", vocab},
+                      {"padded_vocab", padded_vocab(vocab)}, {"seq", seq},   {"layers", layers},
+                      {"heads", heads},   {"kv_heads", num_kv_heads()}, {"dim", dim},
+                      {"ffn_dim", mlp_dim()}, {"parameters", num_parameters()}};
+  if (arch == Arch::llama) {
+    j["rope_theta"] = rope_theta;
+    j["norm_eps"] = norm_eps;
+  }
+  return j;
+}
+
+namespace {
+struct Preset {
+  const char* name;
+  Arch arch;
+  std::size_t vocab, seq, layers, heads, dim;
+  std::size_t kv_heads = 0, ffn_dim = 0;  // Llama's (a GPT's: heads and 4C)
+  double rope_theta = 0, norm_eps = 0;
+
+  ModelConfig config() const {
+    ModelConfig c{name, arch, vocab, seq, layers, heads, dim};
+    if (arch == Arch::llama) {
+      c.kv_heads = kv_heads;
+      c.ffn_dim = ffn_dim;
+      c.rope_theta = rope_theta;
+      c.norm_eps = norm_eps;
+    }
+    return c;
+  }
+};
+constexpr Preset gpt(const char* name, std::size_t vocab, std::size_t seq, std::size_t layers, std::size_t heads,
+                     std::size_t dim) {
+  return {name, Arch::gpt, vocab, seq, layers, heads, dim};
+}
+constexpr Preset llama(const char* name, std::size_t vocab, std::size_t seq, std::size_t layers, std::size_t heads,
+                       std::size_t kv_heads, std::size_t dim, std::size_t ffn_dim, double rope_theta, double norm_eps) {
+  return {name, Arch::llama, vocab, seq, layers, heads, dim, kv_heads, ffn_dim, rope_theta, norm_eps};
+}
+// GPT-2 sizes from the GPT-2 paper / llm.c; tiny and small are ours, byte-level (V = 256).
+// tiny-hd64 and tiny-hd128 are tiny models with the head dims the CUDA flash kernels take (64,
+// 128; tiny's is 16), and T = 128, two of their 64-row tiles: the models that run flash and
+// cuDNN attention on a GPU (ci/gpu-check's train step, test_training_cuda).
+// Llama shapes from the models' published configurations (Hugging Face config.json: vocab_size,
+// max_position_embeddings, num_hidden_layers, num_attention_heads, num_key_value_heads,
+// hidden_size, intermediate_size, rope_theta, rms_norm_eps); their parameter counts are tested
+// against the published ones (common/tests/test_parameter_table.cpp). mistral-7b is v0.1 at its
+// 8192-token training context. llama-tiny and llama-small are ours: grouped (2 query heads per
+// K/V head), byte-level, the sizes of tiny and small.
+constexpr Preset kPresets[] = {
+    gpt("tiny", 256, 64, 2, 4, 64),
+    gpt("small", 256, 128, 4, 4, 128),
+    gpt("gpt2-124m", 50257, 1024, 12, 12, 768),
+    gpt("gpt2-350m", 50257, 1024, 24, 16, 1024),
+    gpt("gpt2-774m", 50257, 1024, 36, 20, 1280),
+    gpt("gpt2-1.5b", 50257, 1024, 48, 25, 1600),
+    gpt("tiny-hd64", 256, 128, 2, 2, 128),
+    gpt("tiny-hd128", 256, 128, 2, 2, 256),
+    llama("llama-tiny", 256, 64, 2, 4, 2, 64, 176, 10000, 1e-5),
+    llama("llama-small", 256, 128, 4, 4, 2, 128, 352, 10000, 1e-5),
+    llama("llama2-7b", 32000, 4096, 32, 32, 32, 4096, 11008, 10000, 1e-5),
+    llama("llama3-8b", 128256, 8192, 32, 32, 8, 4096, 14336, 500000, 1e-5),
+    llama("llama3-70b", 128256, 8192, 80, 64, 8, 8192, 28672, 500000, 1e-5),
+    llama("mistral-7b", 32000, 8192, 32, 32, 8, 4096, 14336, 10000, 1e-5),
+};
+}  // namespace
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+// A preset by its name or an alias, in any case ("GPT2-Medium" is gpt2-350m). The config keeps
+// the preset's own name.
+ModelConfig model_preset(const std::string& name) {
+  // The names Hugging Face gives the GPT-2 checkpoints, for the sizes above.
+  static constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
+      {"gpt2", "gpt2-124m"},        {"gpt2-small", "gpt2-124m"}, {"gpt2-medium", "gpt2-350m"},
+      {"gpt2-large", "gpt2-774m"}, {"gpt2-xl", "gpt2-1.5b"},
+  };
+  std::string wanted = name;
+  std::transform(wanted.begin(), wanted.end(), wanted.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const auto& [alias, preset] : kAliases)
+    if (wanted == alias) wanted = preset;
+  for (const Preset& p : kPresets)
+    if (wanted == p.name) return p.config();
+  std::string known;
+  for (const Preset& p : kPresets) known += std::string(known.empty() ? "" : ", ") + p.name;
+  std::string aliases;
+  for (const auto& [alias, preset] : kAliases) aliases += std::string(aliases.empty() ? "" : ", ") + std::string(alias) + "=" + std::string(preset);
+  throw ModelConfigError("unknown model '" + name + "' (presets: " + known + ", in any case; aliases " + aliases +
+                       "; or give --layers --heads --dim --seq --vocab)");
+}
+
+}  // namespace trainmem

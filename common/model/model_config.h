@@ -1,0 +1,86 @@
+// The shape of a model, of either family, and the named presets:
+//   gpt    GPT-2: LayerNorm (with biases), learned position embeddings, a GELU MLP of 4C, multi-head
+//          attention, the LM head tied to the token embedding.
+//   llama  Llama-style: RMSNorm (eps), rotary position embeddings (theta; no parameters), a SwiGLU
+//          MLP of its own hidden size F, grouped-query attention (kv_heads K/V heads shared by
+//          heads / kv_heads query heads each), an untied head, no biases.
+// One description and one parameter table (parameter_table.h) for both; the presets give the
+// published shapes.
+#pragma once
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/cli/enum_table.h"
+
+namespace trainmem {
+
+// The rows of the token embedding and of the tied LM head: V rounded up to a multiple of 64, Vp
+// (as llm.c pads GPT-2's 50257 to 50304). The head's matmul then has a leading dimension that
+// divides into the tile sizes of the GPU's fast GEMM kernels (an odd V = 50257 sends cuBLASLt to
+// slow ones, for about 30% of GPT-2's FLOPs). The Vp - V padding rows of wte are zero from the
+// start: no token reads them (tokens are checked against V), the cross-entropy gives their
+// logits no probability and a gradient of exactly 0, so the optimizer keeps them at zero (AdamW
+// on a zero weight with a zero gradient). They count in the parameters and in memory.
+constexpr std::size_t kVocabAlignment = 64;
+constexpr std::size_t kMaxVocab = std::size_t{1} << 24;  // a model's vocabulary (the --vocab flag: 65536, uint16 token files)
+constexpr std::size_t padded_vocab(std::size_t vocab) {
+  return (vocab + kVocabAlignment - 1) / kVocabAlignment * kVocabAlignment;
+}
+
+enum class Arch { gpt, llama };
+inline constexpr auto kArchs = cli::enum_table<Arch>("--arch", {{Arch::gpt, "gpt"}, {Arch::llama, "llama"}});
+inline std::string to_string(Arch a) { return std::string(kArchs.name(a)); }
+
+struct ModelConfig {
+  std::string name = "custom";
+  Arch arch = Arch::gpt;
+  std::size_t vocab = 256;   // V, the real vocabulary (tokens are below it); padded_vocab(V) rows in wte
+  std::size_t seq = 64;      // T, the context length
+  std::size_t layers = 2;    // L
+  std::size_t heads = 4;     // H (NH), the query heads; head dimension D = C / H
+  std::size_t dim = 64;      // C
+  // The Llama family's own; a GPT ignores them (its K/V heads are its heads, its MLP is 4C wide:
+  // read num_kv_heads() and mlp_dim(), which say so for both families).
+  std::size_t kv_heads = 4;  // Hkv, the K/V heads (grouped-query attention; = H: multi-head attention)
+  std::size_t ffn_dim = 176; // F, SwiGLU's hidden size
+  double rope_theta = 10000; // the rotary embedding's base
+  double norm_eps = 1e-5;    // RMSNorm's epsilon
+
+  std::size_t head_dim() const { return dim / heads; }                               // D
+  std::size_t num_kv_heads() const { return arch == Arch::llama ? kv_heads : heads; }  // Hkv
+  std::size_t mlp_dim() const { return arch == Arch::llama ? ffn_dim : 4 * dim; }      // F
+
+  // Parameters (parameter_table.h lists them):
+  //   gpt    wte Vp*C (Vp = padded_vocab(V)) + wpe T*C + L * (12 C^2 + 13 C) + 2 C (final
+  //          layernorm); the LM head is tied to wte. Per layer: ln1 2C, qkv 3C^2+3C, attn proj
+  //          C^2+C, ln2 2C, fc 4C^2+4C, fc proj 4C^2+C.
+  //   llama  wte Vp*C + head Vp*C + L * (2C + (H + 2 Hkv) D C + C^2 + 3 F C) + C (final norm).
+  // Checked (common/util/checked_math.h): SizeLimitError if the count passes 2^62.
+  std::size_t num_parameters() const;
+
+  // Throws ModelConfigError saying what to change (e.g. dim not divisible by heads).
+  void validate() const;
+  nlohmann::json to_json() const;
+};
+
+struct ModelConfigError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// Refuses (SizeLimitError, an input error) a model and micro-batch whose sizes would pass
+// 2^62 bytes: the model states (16 bytes per parameter with Adam), the largest activations
+// (B*T*4C, the logits B*T*Vp, the attention scores B*H*T*T, at 4 bytes an element). Every other
+// size a run computes is a smaller product of the same factors, so none of them can wrap around.
+void check_run_sizes(const ModelConfig& config, std::size_t batch);
+
+// GPT: tiny (tests), small (CPU demo), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, tiny-hd64,
+// tiny-hd128. Llama: llama-tiny, llama-small (tests and CPU runs), llama2-7b, llama3-8b,
+// llama3-70b, mistral-7b (the published shapes).
+ModelConfig model_preset(const std::string& name);  // throws ModelConfigError naming the presets
+std::vector<std::string> model_preset_names();
+
+}  // namespace trainmem

@@ -147,9 +147,18 @@ void gemm_strided_batched(cublasHandle_t handle, cublasOperation_t trans_a, cubl
 
 }  // namespace
 
+// Grouped K/V heads (NKV != NH) are not implemented on CUDA yet: refused.
+static void refuse_grouped_kv_heads(std::size_t NH, std::size_t NKV, const char* op) {
+  check_kv_heads(NH, NKV, op);
+  if (kv_heads_or_all(NH, NKV) != NH)
+    throw std::invalid_argument(std::string(op) + " (CUDA): grouped K/V heads (NKV = " + std::to_string(NKV) +
+                                " < NH = " + std::to_string(NH) + ") are not implemented yet");
+}
+
 template <typename T>
 void attention_forward(void* stream, Out<T> out_, Out<T> preatt_, Out<T> att_, In<T> qkv_, std::size_t B,
-                       std::size_t Tn, std::size_t C, std::size_t NH) {
+                       std::size_t Tn, std::size_t C, std::size_t NH, std::size_t NKV) {
+  refuse_grouped_kv_heads(NH, NKV, "attention_forward");
   if (B == 0 || Tn == 0 || C == 0) return;
   using D = detail::device_t<T>;
   D* out = detail::device_cast(out_);
@@ -182,7 +191,8 @@ void attention_forward(void* stream, Out<T> out_, Out<T> preatt_, Out<T> att_, I
 
 template <typename T>
 void attention_backward(void* stream, Out<T> dqkv_, Out<T> dscores_, In<T> dout_, In<T> qkv_, In<T> att_, std::size_t B,
-                        std::size_t Tn, std::size_t C, std::size_t NH) {
+                        std::size_t Tn, std::size_t C, std::size_t NH, std::size_t NKV) {
+  refuse_grouped_kv_heads(NH, NKV, "attention_backward");
   if (B == 0 || Tn == 0 || C == 0) return;
   using D = detail::device_t<T>;
   D* dqkv = detail::device_cast(dqkv_);
@@ -230,9 +240,9 @@ void attention_backward(void* stream, Out<T> dqkv_, Out<T> dscores_, In<T> dout_
 
 #define TRAINMEM_INSTANTIATE(T)                                                                                      \
   template void attention_forward<T>(void*, Out<T>, Out<T>, Out<T>, In<T>, std::size_t, std::size_t, std::size_t,   \
-                                     std::size_t);                                                                   \
+                                     std::size_t, std::size_t);                                                      \
   template void attention_backward<T>(void*, Out<T>, Out<T>, In<T>, In<T>, In<T>, std::size_t, std::size_t,         \
-                                      std::size_t, std::size_t);
+                                      std::size_t, std::size_t, std::size_t);
 TRAINMEM_INSTANTIATE(float)
 TRAINMEM_INSTANTIATE(bf16)
 TRAINMEM_INSTANTIATE(fp16)

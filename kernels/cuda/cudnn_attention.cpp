@@ -195,6 +195,10 @@ Entry build(cudnnHandle_t handle, Pass pass, cuda::Half16 dtype, const Attention
 void check_shape(const AttentionShape& s, const char* op) {
   if (s.B == 0 || s.T == 0 || s.H == 0 || s.D == 0)
     throw std::invalid_argument(std::string(op) + ": empty shape");
+  check_kv_heads(s.H, s.Hkv, op);
+  if (s.kv_heads() != s.H)  // not yet
+    throw std::invalid_argument(std::string(op) + ": grouped K/V heads (Hkv = " + std::to_string(s.kv_heads()) +
+                                " < H = " + std::to_string(s.H) + ") are not implemented yet");
 }
 
 // The cached graph of (current device, pass, dtype, shape), built on first use; the lock is held

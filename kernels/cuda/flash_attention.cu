@@ -93,6 +93,10 @@ void check_shape(const AttentionShape& shape, const char* op) {
   if (shape.D != 64 && shape.D != 128)
     throw std::invalid_argument(std::string(op) + ": head dim D = " + std::to_string(shape.D) +
                                 " (flash attention kernels exist for 64 and 128)");
+  check_kv_heads(shape.H, shape.Hkv, op);
+  if (shape.kv_heads() != shape.H)  // not yet on CUDA
+    throw std::invalid_argument(std::string(op) + ": grouped K/V heads (Hkv = " + std::to_string(shape.kv_heads()) +
+                                " < H = " + std::to_string(shape.H) + ") are not implemented on CUDA yet");
 }
 
 bool empty(const AttentionShape& s) { return s.B == 0 || s.T == 0 || s.H == 0; }

@@ -24,8 +24,9 @@
 // gradient (T*T each).
 // CUDA: the GEMMs (cuBLAS, fp32 accumulation) write preatt, out, dqkv, datt in the
 // storage type, and the softmax kernels read those rounded values back: in 16 bits that is one
-// more rounding per chained step than on the CPU (a few units in the last 16-bit place). Grouped
-// K/V heads (NKV < NH) are refused on CUDA for now (std::invalid_argument).
+// more rounding per chained step than on the CPU (a few units in the last 16-bit place). dk and
+// dv of a K/V head are summed over its group by one GEMM per group member (beta = 1 after the
+// first), so in 16 bits the running sum is rounded once per member.
 #pragma once
 #include "kernels/attention_heads.h"
 #include "kernels/dtype.h"

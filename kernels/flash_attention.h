@@ -73,8 +73,8 @@ using Half16 = kernels::Half16;  // 16-bit element type of qkv, out, dout, dqkv 
 int flash_attention_versions();
 const char* flash_attention_version_name(int version);
 
-// qkv, out: 16-bit; lse: fp32 [B, H, T]. Head dims 64 and 128; any T; causal or not. Grouped K/V
-// heads (Hkv < H) are refused (std::invalid_argument) until the CUDA kernels take them.
+// qkv, out: 16-bit; lse: fp32 [B, H, T]. Head dims 64 and 128; any T; causal or not; grouped K/V
+// heads (shape.Hkv) in every version.
 void flash_attention_forward(void* stream, int version, Half16 dtype, std::uint16_t* out, float* lse,
                              const std::uint16_t* qkv, const AttentionShape& shape);
 // Scratch the backward needs (e.g. D = rowsum(dO*O) and an fp32 dQ accumulator, both per query

@@ -231,7 +231,8 @@ void attention_forward(T* out, T* preatt, T* att, const T* qkv, std::size_t B, s
   use_one_blas_thread();
   parallel_for(B * NH, 1, [&](std::size_t bh_begin, std::size_t bh_end) {
     HeadScratch<compute_t<T>> scratch;
-    for (std::size_t bh = bh_begin; bh < bh_end; ++bh) forward_head(out, preatt, att, qkv, bh / NH, bh % NH, L, scratch);
+    for (std::size_t bh = bh_begin; bh < bh_end; ++bh)
+      forward_head(out, preatt, att, qkv, bh / NH, bh % NH, L, scratch);
   });
 }
 

@@ -5,13 +5,16 @@
 // scaled scores, natural log, the same number as flash attention's lse, so either backward can
 // use either forward's statistic). Scale 1/sqrt(D); causal = top-left aligned diagonal (key <= query).
 //
-// No copies: cuDNN reads q, k, v where they are. Head h of q at time t of batch b is at
-// qkv + b*T*3C + t*3C + h*D, so Q is the tensor {B, H, T, D} with strides {T*3C, D, 3C, 1}, K the
-// same at offset C, V at 2C; out and dout are {B, H, T, D} with strides {T*C, D, C, 1}; dqkv has
-// qkv's strides (dqkv is written, not accumulated).
+// No copies: cuDNN reads q, k, v where they are. With grouped K/V heads (shape.Hkv,
+// kernels/attention_heads.h) a qkv row is W = (H + 2*Hkv)*D wide (3C for multi-head attention):
+// head h of q at time t of batch b is at qkv + b*T*W + t*W + h*D, so Q is the tensor {B, H, T, D}
+// with strides {T*W, D, W, 1}; K is {B, Hkv, T, D} with the same strides at offset C = H*D, V the
+// same at C + Hkv*D (cuDNN pairs query head h with K/V head h / (H/Hkv), the layout here); out
+// and dout are {B, H, T, D} with strides {T*C, D, C, 1}; dqkv has qkv's strides (dqkv is
+// written, not accumulated; dK and dV summed over each group by cuDNN, inside its graph).
 //
 // Graphs are built on first use (cuDNN picks an engine by its heuristics) and cached per
-// (device, pass, dtype, B, T, H, D, causal); one cuDNN handle per device, on which each call
+// (device, pass, dtype, B, T, H, Hkv, D, causal); one cuDNN handle per device, on which each call
 // sets its stream. The caller provides the workspace (the *_workspace_bytes functions build
 // the graph if needed and return what its plan asks for, possibly 0).
 //
@@ -45,7 +48,7 @@ void attention_forward(void* stream, cuda::Half16 dtype, std::uint16_t* out, flo
                        void* workspace, const AttentionShape& shape);
 
 std::size_t attention_backward_workspace_bytes(cuda::Half16 dtype, const AttentionShape& shape);
-// dqkv[B, T, 3C] written, from dout, the forward's inputs, out and stats.
+// dqkv[B, T, W] written, from dout, the forward's inputs, out and stats.
 void attention_backward(void* stream, cuda::Half16 dtype, std::uint16_t* dqkv, const std::uint16_t* dout,
                         const std::uint16_t* qkv, const std::uint16_t* out, const float* stats, void* workspace,
                         const AttentionShape& shape);

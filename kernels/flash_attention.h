@@ -1,9 +1,11 @@
 // Flash attention (Dao et al. 2022; FlashAttention-2, Dao 2023): exact softmax attention
 // without materializing the T x T score matrix.
 //
-// Layout (the model's): qkv[B, T, 3C] holds q, k, v side by side, C = H*D; head h uses channels
-// [h*D, (h+1)*D) of each third. out[B, T, C]. lse[B, H, T] (fp32): the log-sum-exp of each query
-// row's scaled scores, the only per-row statistic the backward needs.
+// Layout (the model's): qkv[B, T, (H + 2*Hkv)*D] holds the H query heads, the Hkv key heads and
+// the Hkv value heads side by side (kernels/attention_heads.h); with Hkv = H (multi-head attention)
+// that is qkv[B, T, 3C], C = H*D, head h using channels [h*D, (h+1)*D) of each third. Query head h
+// attends with K/V head g = h / (H/Hkv). out[B, T, C]. lse[B, H, T] (fp32): the log-sum-exp of
+// each query row's scaled scores, the only per-row statistic the backward needs.
 //
 // Forward, per query tile Q_i (block_q rows) and key/value tiles K_j, V_j (block_k rows):
 //   S_ij = Q_i K_j^T / sqrt(D)        (masked to -inf where key > query when causal)
@@ -15,28 +17,39 @@
 // Backward, with D_i = rowsum(dO_i * O_i) and P_ij = exp(S_ij - lse_i) rebuilt tile by tile:
 //   dV_j += P_ij^T dO_i;   dP_ij = dO_i V_j^T;   dS_ij = P_ij * (dP_ij - D_i)
 //   dQ_i += dS_ij K_j / sqrt(D);   dK_j += dS_ij^T Q_i / sqrt(D)
-// Causal: tiles with every key after every query are skipped entirely.
+// With grouped K/V heads, dK_j and dV_j of K/V head g also sum over the query heads of its group
+// (in head order). Causal: tiles with every key after every query are skipped entirely.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/attention_heads.h"
 #include "kernels/convert.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
 
+// Hkv, the K/V head count of grouped-query attention, is the last field and defaults to 0, which
+// means H (multi-head attention): every shape written before GQA, {B, T, H, D, causal} or field by
+// field, keeps its meaning, and an explicit Hkv = H is the same shape. Kernels read it only through
+// kv_heads(); each entry point refuses an Hkv that does not divide H (check_kv_heads).
 struct AttentionShape {
-  std::size_t B = 1, T = 1, H = 1, D = 64;  // batch, sequence, heads, head dim (C = H*D)
+  std::size_t B = 1, T = 1, H = 1, D = 64;  // batch, sequence, query heads, head dim (C = H*D)
   bool causal = true;
-  std::size_t C() const { return H * D; }
+  std::size_t Hkv = 0;  // K/V heads; 0: H
+  std::size_t C() const { return H * D; }                                  // a row of out, dout
+  std::size_t kv_heads() const { return kv_heads_or_all(H, Hkv); }         // Hkv, resolved
+  std::size_t group() const { return kv_heads() == 0 ? 1 : H / kv_heads(); }  // query heads per K/V head
+  std::size_t qkv_width() const { return (H + 2 * kv_heads()) * D; }      // a row of qkv, dqkv
 };
 
 namespace cpu {
 // The tiled algorithm above, written to be read. T (kernels/dtype.h) is the storage type of qkv,
 // out, dout and dqkv: float (training), double (checks), bf16 or fp16; lse is in the compute type
 // (fp32; double for double). Scores, probabilities and the running sums live in fp32 tiles (double
-// for double); each output is rounded once: dK, dV per key tile, dQ summed in fp32 per (batch,
-// head). In 16 bits the result is bit for bit the fp32 version's on the widened inputs, rounded.
+// for double); each output is rounded once: dK, dV summed in fp32 per (batch, K/V head) over the
+// group's query heads, dQ per (batch, query head). In 16 bits the result is bit for bit the fp32
+// version's on the widened inputs, rounded. All four take grouped K/V heads (shape.Hkv).
 template <typename T>
 void flash_attention_forward(T* out, compute_t<T>* lse, const T* qkv, const AttentionShape& shape,
                              std::size_t block_q = 32, std::size_t block_k = 32);
@@ -60,11 +73,13 @@ using Half16 = kernels::Half16;  // 16-bit element type of qkv, out, dout, dqkv 
 int flash_attention_versions();
 const char* flash_attention_version_name(int version);
 
-// qkv, out: 16-bit; lse: fp32 [B, H, T]. Head dims 64 and 128; any T; causal or not.
+// qkv, out: 16-bit; lse: fp32 [B, H, T]. Head dims 64 and 128; any T; causal or not; grouped K/V
+// heads (shape.Hkv) in every version.
 void flash_attention_forward(void* stream, int version, Half16 dtype, std::uint16_t* out, float* lse,
                              const std::uint16_t* qkv, const AttentionShape& shape);
-// Scratch the backward needs (e.g. D = rowsum(dO*O) and an fp32 dQ accumulator), provided by
-// the caller so that the allocator sees it (category workspace).
+// Scratch the backward needs (e.g. D = rowsum(dO*O) and an fp32 dQ accumulator, both per query
+// head; dK and dV need none), provided by the caller so that the allocator sees it (category
+// workspace; the formula is kernels/flash_attention_workspace.h).
 std::size_t flash_attention_backward_workspace_bytes(int version, const AttentionShape& shape);
 // dqkv is written (not accumulated).
 void flash_attention_backward(void* stream, int version, Half16 dtype, std::uint16_t* dqkv, const std::uint16_t* dout,

@@ -3,7 +3,10 @@
 // (common/device/device.h), where no CUDA code can be called.
 //   v1:      Dvec = rowsum(dO * O), one float per row:                 B*H*T floats
 //   v2, v3:  Dvec (256-byte aligned) + the fp32 dQ accumulator:        B*H*T*(D + 1) floats
-// (v2's forward pairs with v3's backward, kernels/cuda/flash_attention.cu.)
+// (v2's forward pairs with v3's backward, kernels/cuda/flash_attention.cu.) H is the QUERY heads
+// for any K/V head count (shape.Hkv, grouped-query attention): Dvec and dQ are per query head,
+// and dK, dV need no scratch (each K/V head's sum over its group stays in one block's registers
+// or shared memory), so the formula does not depend on Hkv.
 #pragma once
 #include <cstddef>
 

@@ -168,6 +168,9 @@ kernels::AttentionShape GPT::attention_shape() const {
   shape.B = B_;
   shape.T = T_;
   shape.H = config_.heads;
+  // This model's qkv is [B, T, 3C]: multi-head attention, every query head its own K/V head
+  // (grouped-query attention, kernels/attention_heads.h, with Hkv = H).
+  shape.Hkv = config_.heads;
   shape.D = config_.dim / config_.heads;
   shape.causal = true;
   return shape;
@@ -187,7 +190,7 @@ void GPT::attention_forward(LayerActivations& a, const std::string& h) {
       // The scores are needed only to compute the probabilities: workspace, freed at once.
       Tensor preatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores");
       kernels::attention_forward<T>(s, a.atty.data_as<T>(), preatt.data_as<T>(), a.att.data_as<T>(), a.qkv.data_as<T>(),
-                                    B_, T_, config_.dim, config_.heads);
+                                    B_, T_, config_.dim, config_.heads, config_.heads);  // K/V heads = H
       return;
     }
     a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
@@ -234,7 +237,7 @@ void GPT::attention_backward(Tensor& dqkv, const Tensor& datty, LayerActivations
       // One B*H*T^2 buffer: the probabilities' gradient, then in place the scores' (kernels/attention.h)
       Tensor dscores = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores.grad");
       kernels::attention_backward<T>(s, dqkv.data_as<T>(), dscores.data_as<T>(), datty.data_as<T>(), a.qkv.data_as<T>(),
-                                     a.att.data_as<T>(), B_, T_, config_.dim, config_.heads);
+                                     a.att.data_as<T>(), B_, T_, config_.dim, config_.heads, config_.heads);
       return;
     }
     const kernels::AttentionShape shape = attention_shape();
@@ -526,7 +529,7 @@ void GPT::recompute_selective(std::size_t l) {
       Tensor preatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores");
       Tensor atty = make({B, Tn, Ci}, MemoryCategory::workspace, h + "attn.out.recomputed");
       kernels::attention_forward<T>(s, atty.data_as<T>(), preatt.data_as<T>(), a.att.data_as<T>(), a.qkv.data_as<T>(),
-                                    B_, T_, C, NH);
+                                    B_, T_, C, NH, NH);  // K/V heads = H (qkv is [B, T, 3C])
     }
     a.fch_gelu = make({B, Tn, 4 * Ci}, MemoryCategory::activations, h + "mlp.gelu.out");
     kernels::gelu_forward<T>(s, a.fch_gelu.data_as<T>(), a.fch.data_as<T>(), N * 4 * C);

@@ -15,10 +15,16 @@
 // rebuilds each tile of probabilities from lse; its scratch is D = rowsum(dO * O) [B, H, T] and a
 // few tiles. Nothing of size T x T exists, unlike attention_reference_* at the end of this file.
 //
+// Grouped K/V heads (kernels/attention_heads.h): query head h reads K/V head g = h / (H/Hkv) where
+// it is. The backward runs one (batch, K/V head) at a time, its group's query heads in order, and
+// sums dK and dV over them in F; with Hkv = H this is the one-head-at-a-time loop, every sum in
+// the same order.
+//
 // Storage types. qkv, out, dout and dqkv are of the storage type T; every element is loaded into
 // the compute type F (fp32, or double for double; kernels/dtype.h). Tiles, m, l, O, D_i and lse
-// are in F; each output element is stored once: O at the end of its query tile, dK and dV at the
-// end of their key tile, dQ (summed over the key tiles) at the end of its (batch, head).
+// are in F; each output element is stored once: O at the end of its query tile, dQ (summed over
+// the key tiles) at the end of its (batch, query head), dK and dV (summed over the key tiles'
+// query tiles and the group's query heads) at the end of their (batch, K/V head).
 #include "kernels/flash_attention.h"
 
 #include <algorithm>
@@ -29,14 +35,17 @@
 namespace trainmem::kernels::cpu {
 namespace {
 
-// Where row t of head h of batch b lives: q, k, v in qkv[B, T, 3C]; o in out or dout [B, T, C];
-// the row's statistic in lse[B, H, T]. dqkv has qkv's layout.
+// Where row t of batch b lives: query head h's q, K/V head g's k and v in qkv[B, T, W] (W =
+// (H + 2 Hkv) D, rows [q heads | k heads | v heads]); head h's o in out or dout [B, T, C]; its
+// statistic in lse[B, H, T]. dqkv has qkv's layout.
 struct Layout {
-  std::size_t Tn, H, C, D;
-  explicit Layout(const AttentionShape& s) : Tn(s.T), H(s.H), C(s.C()), D(s.D) {}
-  std::size_t q(std::size_t b, std::size_t h, std::size_t t) const { return (b * Tn + t) * 3 * C + h * D; }
-  std::size_t k(std::size_t b, std::size_t h, std::size_t t) const { return q(b, h, t) + C; }
-  std::size_t v(std::size_t b, std::size_t h, std::size_t t) const { return q(b, h, t) + 2 * C; }
+  std::size_t Tn, H, Hkv, C, W, D;
+  explicit Layout(const AttentionShape& s)
+      : Tn(s.T), H(s.H), Hkv(s.kv_heads()), C(s.C()), W(s.qkv_width()), D(s.D) {}
+  std::size_t kv(std::size_t h) const { return h / (H / Hkv); }  // the K/V head of query head h
+  std::size_t q(std::size_t b, std::size_t h, std::size_t t) const { return (b * Tn + t) * W + h * D; }
+  std::size_t k(std::size_t b, std::size_t g, std::size_t t) const { return (b * Tn + t) * W + C + g * D; }
+  std::size_t v(std::size_t b, std::size_t g, std::size_t t) const { return (b * Tn + t) * W + C + (Hkv + g) * D; }
   std::size_t o(std::size_t b, std::size_t h, std::size_t t) const { return (b * Tn + t) * C + h * D; }
   std::size_t row(std::size_t b, std::size_t h, std::size_t t) const { return (b * H + h) * Tn + t; }
 };
@@ -72,6 +81,8 @@ template <typename T>
 void flash_attention_forward(T* out, compute_t<T>* lse, const T* qkv, const AttentionShape& shape, std::size_t block_q,
                              std::size_t block_k) {
   using F = compute_t<T>;
+  check_kv_heads(shape.H, shape.Hkv, "flash_attention_forward");
+  if (shape.H == 0) return;
   const Layout at(shape);
   const std::size_t Tn = shape.T, D = shape.D;
   const F scale = F(1) / std::sqrt(static_cast<F>(D));
@@ -82,7 +93,7 @@ void flash_attention_forward(T* out, compute_t<T>* lse, const T* qkv, const Atte
   for (std::size_t b = 0; b < shape.B; ++b)
     for (std::size_t h = 0; h < shape.H; ++h)
       for (std::size_t i0 = 0; i0 < Tn; i0 += block_q) {  // query tile Q_i: rows i0 .. i0+nq-1
-        const std::size_t nq = std::min(block_q, Tn - i0);
+        const std::size_t nq = std::min(block_q, Tn - i0), g = at.kv(h);
         std::fill(m.begin(), m.end(), minus_inf);
         std::fill(l.begin(), l.end(), F(0));
         std::fill(O.begin(), O.end(), F(0));
@@ -98,7 +109,7 @@ void flash_attention_forward(T* out, compute_t<T>* lse, const T* qkv, const Atte
             for (std::size_t c = 0; c < nk; ++c) {
               const std::size_t t = i0 + r, u = j0 + c;
               S[r * block_k + c] =
-                  diagonal && u > t ? minus_inf : scale * dot<F>(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D);
+                  diagonal && u > t ? minus_inf : scale * dot<F>(qkv + at.q(b, h, t), qkv + at.k(b, g, u), D);
             }
 
           for (std::size_t r = 0; r < nq; ++r) {
@@ -118,7 +129,7 @@ void flash_attention_forward(T* out, compute_t<T>* lse, const T* qkv, const Atte
             const F rescale = std::exp(m[r] - m_new);
             l[r] = rescale * l[r] + row_sum;
             for (std::size_t d = 0; d < D; ++d) o[d] *= rescale;
-            for (std::size_t c = 0; c < nk; ++c) axpy(o, s[c], qkv + at.v(b, h, j0 + c), D);
+            for (std::size_t c = 0; c < nk; ++c) axpy(o, s[c], qkv + at.v(b, g, j0 + c), D);
             m[r] = m_new;
           }
         }
@@ -135,17 +146,21 @@ void flash_attention_forward(T* out, compute_t<T>* lse, const T* qkv, const Atte
 
 // ---------------------------------------------------------------------------------------------
 // Flash backward, in FlashAttention-2's order: the outer loop runs over key tiles, so dK_j and
-// dV_j are summed in a local tile and written once; the inner loop over query tiles adds each
-// tile's share into dQ_i. Probabilities are rebuilt from lse, P_ij = exp(S_ij - lse_i), which is
-// exactly the forward's softmax (lse_i = log of the row's normalizer).
+// dV_j are summed locally and written once; the inner loop over query tiles adds each tile's share
+// into dQ_i. With grouped K/V heads that loop nest runs once per query head of the group, adding
+// into the same dK and dV of the K/V head (all T rows, written when the group is done). Probabilities
+// are rebuilt from lse, P_ij = exp(S_ij - lse_i), which is exactly the forward's softmax (lse_i =
+// log of the row's normalizer).
 // Softmax backward: dS = P * (dP - rowsum(P * dP)), and rowsum(P * dP) = rowsum(P * (dO V^T))
 // = rowsum(dO * (P V)) = rowsum(dO * O) = D_i — computed once per row from O, no T x T needed.
 template <typename T>
 void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const compute_t<T>* lse,
                               const AttentionShape& shape, std::size_t block_q, std::size_t block_k) {
   using F = compute_t<T>;
+  check_kv_heads(shape.H, shape.Hkv, "flash_attention_backward");
+  if (shape.H == 0) return;
   const Layout at(shape);
-  const std::size_t Tn = shape.T, D = shape.D;
+  const std::size_t Tn = shape.T, D = shape.D, group = shape.group();
   const F scale = F(1) / std::sqrt(static_cast<F>(D));
 
   // (0) D_i = rowsum(dO_i * O_i), one number per query row [B, H, T] ("Dvec": D is the head dim)
@@ -155,65 +170,69 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
       for (std::size_t t = 0; t < Tn; ++t)
         Dvec[at.row(b, h, t)] = dot<F>(dout + at.o(b, h, t), out + at.o(b, h, t), D);
 
-  // dQ of one (batch, head), all T rows: summed over the key tiles, then stored (dQ[t * D + d]).
-  std::vector<F> dQ(Tn * D);
-  std::vector<F> P(block_q * block_k), dS(block_q * block_k), dK(block_k * D), dV(block_k * D);
+  // dQ of one (batch, query head), and dK, dV of one (batch, K/V head), all T rows: summed, then
+  // stored (dQ[t * D + d]).
+  std::vector<F> dQ(Tn * D), dK(Tn * D), dV(Tn * D);
+  std::vector<F> P(block_q * block_k), dS(block_q * block_k);
 
   for (std::size_t b = 0; b < shape.B; ++b)
-    for (std::size_t h = 0; h < shape.H; ++h) {
-      std::fill(dQ.begin(), dQ.end(), F(0));
-      for (std::size_t j0 = 0; j0 < Tn; j0 += block_k) {  // key tile K_j, V_j: rows j0 .. j0+nk-1
-        const std::size_t nk = std::min(block_k, Tn - j0);
-        std::fill(dK.begin(), dK.end(), F(0));
-        std::fill(dV.begin(), dV.end(), F(0));
+    for (std::size_t g = 0; g < at.Hkv; ++g) {
+      std::fill(dK.begin(), dK.end(), F(0));
+      std::fill(dV.begin(), dV.end(), F(0));
+      for (std::size_t h = g * group; h < (g + 1) * group; ++h) {  // the group's query heads, in order
+        std::fill(dQ.begin(), dQ.end(), F(0));
+        for (std::size_t j0 = 0; j0 < Tn; j0 += block_k) {  // key tile K_j, V_j: rows j0 .. j0+nk-1
+          const std::size_t nk = std::min(block_k, Tn - j0);
+          F* dK_j = &dK[j0 * D];
+          F* dV_j = &dV[j0 * D];
 
-        // Causal: a query tile whose last query is before the first key j0 is skipped; the
-        // first one kept is the tile that holds query j0.
-        const std::size_t queries_begin = shape.causal ? (j0 / block_q) * block_q : 0;
-        for (std::size_t i0 = queries_begin; i0 < Tn; i0 += block_q) {  // query tile Q_i: rows i0 .. i0+nq-1
-          const std::size_t nq = std::min(block_q, Tn - i0);
-          const bool diagonal = shape.causal && j0 + nk - 1 > i0;  // some key after some query
+          // Causal: a query tile whose last query is before the first key j0 is skipped; the
+          // first one kept is the tile that holds query j0.
+          const std::size_t queries_begin = shape.causal ? (j0 / block_q) * block_q : 0;
+          for (std::size_t i0 = queries_begin; i0 < Tn; i0 += block_q) {  // query tile Q_i: rows i0 .. i0+nq-1
+            const std::size_t nq = std::min(block_q, Tn - i0);
+            const bool diagonal = shape.causal && j0 + nk - 1 > i0;  // some key after some query
 
-          // (1) P_ij = exp(S_ij - lse_i),  S_ij = Q_i K_j^T / sqrt(D);  0 where the key is after the query
-          for (std::size_t r = 0; r < nq; ++r)
-            for (std::size_t c = 0; c < nk; ++c) {
-              const std::size_t t = i0 + r, u = j0 + c;
-              P[r * block_k + c] =
-                  diagonal && u > t
-                      ? F(0)
-                      : std::exp(scale * dot<F>(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D) - lse[at.row(b, h, t)]);
-            }
+            // (1) P_ij = exp(S_ij - lse_i),  S_ij = Q_i K_j^T / sqrt(D);  0 where the key is after the query
+            for (std::size_t r = 0; r < nq; ++r)
+              for (std::size_t c = 0; c < nk; ++c) {
+                const std::size_t t = i0 + r, u = j0 + c;
+                P[r * block_k + c] =
+                    diagonal && u > t
+                        ? F(0)
+                        : std::exp(scale * dot<F>(qkv + at.q(b, h, t), qkv + at.k(b, g, u), D) - lse[at.row(b, h, t)]);
+              }
 
-          // (2) dV_j += P_ij^T dO_i
-          for (std::size_t r = 0; r < nq; ++r)
-            for (std::size_t c = 0; c < nk; ++c) axpy(&dV[c * D], P[r * block_k + c], dout + at.o(b, h, i0 + r), D);
+            // (2) dV_j += P_ij^T dO_i
+            for (std::size_t r = 0; r < nq; ++r)
+              for (std::size_t c = 0; c < nk; ++c) axpy(&dV_j[c * D], P[r * block_k + c], dout + at.o(b, h, i0 + r), D);
 
-          // (3) dP_ij = dO_i V_j^T;   dS_ij = P_ij * (dP_ij - D_i)
-          for (std::size_t r = 0; r < nq; ++r)
-            for (std::size_t c = 0; c < nk; ++c) {
-              const std::size_t t = i0 + r, u = j0 + c;
-              const F dP = dot<F>(dout + at.o(b, h, t), qkv + at.v(b, h, u), D);
-              dS[r * block_k + c] = P[r * block_k + c] * (dP - Dvec[at.row(b, h, t)]);
-            }
+            // (3) dP_ij = dO_i V_j^T;   dS_ij = P_ij * (dP_ij - D_i)
+            for (std::size_t r = 0; r < nq; ++r)
+              for (std::size_t c = 0; c < nk; ++c) {
+                const std::size_t t = i0 + r, u = j0 + c;
+                const F dP = dot<F>(dout + at.o(b, h, t), qkv + at.v(b, g, u), D);
+                dS[r * block_k + c] = P[r * block_k + c] * (dP - Dvec[at.row(b, h, t)]);
+              }
 
-          // (4) dQ_i += dS_ij K_j / sqrt(D)        (5) dK_j += dS_ij^T Q_i / sqrt(D)
-          for (std::size_t r = 0; r < nq; ++r)
-            for (std::size_t c = 0; c < nk; ++c) {
-              const std::size_t t = i0 + r, u = j0 + c;
-              const F g = dS[r * block_k + c] * scale;
-              axpy(&dQ[t * D], g, qkv + at.k(b, h, u), D);
-              axpy(&dK[c * D], g, qkv + at.q(b, h, t), D);
-            }
+            // (4) dQ_i += dS_ij K_j / sqrt(D)        (5) dK_j += dS_ij^T Q_i / sqrt(D)
+            for (std::size_t r = 0; r < nq; ++r)
+              for (std::size_t c = 0; c < nk; ++c) {
+                const std::size_t t = i0 + r, u = j0 + c;
+                const F grad = dS[r * block_k + c] * scale;
+                axpy(&dQ[t * D], grad, qkv + at.k(b, g, u), D);
+                axpy(&dK_j[c * D], grad, qkv + at.q(b, h, t), D);
+              }
+          }
         }
-
-        // (6) write dK_j, dV_j
-        for (std::size_t c = 0; c < nk; ++c) {
-          store_row(dqkv + at.k(b, h, j0 + c), &dK[c * D], D);
-          store_row(dqkv + at.v(b, h, j0 + c), &dV[c * D], D);
-        }
+        // (6) write dQ of this (batch, query head)
+        for (std::size_t t = 0; t < Tn; ++t) store_row(dqkv + at.q(b, h, t), &dQ[t * D], D);
       }
-      // (7) write dQ of this (batch, head)
-      for (std::size_t t = 0; t < Tn; ++t) store_row(dqkv + at.q(b, h, t), &dQ[t * D], D);
+      // (7) write dK, dV of this (batch, K/V head), summed over its group
+      for (std::size_t u = 0; u < Tn; ++u) {
+        store_row(dqkv + at.k(b, g, u), &dK[u * D], D);
+        store_row(dqkv + at.v(b, g, u), &dV[u * D], D);
+      }
     }
 }
 
@@ -224,6 +243,7 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
 //   O = P V;   lse = log(rowsum(exp S))
 // Backward: dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(P * dP));
 //           dQ = dS K / sqrt(D);  dK = dS^T Q / sqrt(D).
+// (Query head h with K/V head g = h / (H/Hkv); dK, dV of g summed over its query heads, in order.)
 namespace {
 
 // S and P for every (b, h), and lse. P is indexed [(b*H + h)*T + t][u].
@@ -238,13 +258,14 @@ std::vector<compute_t<T>> reference_probabilities(compute_t<T>* lse, const T* qk
   for (std::size_t b = 0; b < shape.B; ++b)
     for (std::size_t h = 0; h < shape.H; ++h)
       for (std::size_t t = 0; t < Tn; ++t) {
+        const std::size_t g = at.kv(h);
         F* s = &S[at.row(b, h, t) * Tn];
         F* p = &P[at.row(b, h, t) * Tn];
         F max = -std::numeric_limits<F>::infinity();
         for (std::size_t u = 0; u < Tn; ++u) {
           const bool masked = shape.causal && u > t;
           s[u] = masked ? -std::numeric_limits<F>::infinity()
-                        : scale * dot<F>(qkv + at.q(b, h, t), qkv + at.k(b, h, u), D);
+                        : scale * dot<F>(qkv + at.q(b, h, t), qkv + at.k(b, g, u), D);
           max = std::max(max, s[u]);
         }
         F sum = 0;  // softmax, with the max subtracted for stability
@@ -263,6 +284,8 @@ std::vector<compute_t<T>> reference_probabilities(compute_t<T>* lse, const T* qk
 template <typename T>
 void attention_reference_forward(T* out, compute_t<T>* lse, const T* qkv, const AttentionShape& shape) {
   using F = compute_t<T>;
+  check_kv_heads(shape.H, shape.Hkv, "attention_reference_forward");
+  if (shape.H == 0) return;
   const Layout at(shape);
   const std::size_t Tn = shape.T, D = shape.D;
   const std::vector<F> P = reference_probabilities(lse, qkv, shape);
@@ -272,7 +295,8 @@ void attention_reference_forward(T* out, compute_t<T>* lse, const T* qkv, const 
     for (std::size_t h = 0; h < shape.H; ++h)
       for (std::size_t t = 0; t < Tn; ++t) {
         std::fill(o.begin(), o.end(), F(0));
-        for (std::size_t u = 0; u < Tn; ++u) axpy(o.data(), P[at.row(b, h, t) * Tn + u], qkv + at.v(b, h, u), D);
+        for (std::size_t u = 0; u < Tn; ++u)
+          axpy(o.data(), P[at.row(b, h, t) * Tn + u], qkv + at.v(b, at.kv(h), u), D);
         store_row(out + at.o(b, h, t), o.data(), D);
       }
 }
@@ -280,6 +304,8 @@ void attention_reference_forward(T* out, compute_t<T>* lse, const T* qkv, const 
 template <typename T>
 void attention_reference_backward(T* dqkv, const T* dout, const T* qkv, const AttentionShape& shape) {
   using F = compute_t<T>;
+  check_kv_heads(shape.H, shape.Hkv, "attention_reference_backward");
+  if (shape.H == 0) return;
   const Layout at(shape);
   const std::size_t Tn = shape.T, D = shape.D;
   const F scale = F(1) / std::sqrt(static_cast<F>(D));
@@ -288,26 +314,27 @@ void attention_reference_backward(T* dqkv, const T* dout, const T* qkv, const At
   const std::vector<F> P = reference_probabilities(lse.data(), qkv, shape);
   std::vector<F> dP(P.size()), dS(P.size());
 
-  std::vector<F> grad(shape.B * Tn * 3 * shape.C(), F(0));  // dqkv summed in F, stored at the end
+  std::vector<F> grad(shape.B * Tn * shape.qkv_width(), F(0));  // dqkv summed in F, stored at the end
   for (std::size_t b = 0; b < shape.B; ++b)
     for (std::size_t h = 0; h < shape.H; ++h)
       for (std::size_t t = 0; t < Tn; ++t) {
+        const std::size_t g = at.kv(h);
         const F* p = &P[at.row(b, h, t) * Tn];
         F* dp = &dP[at.row(b, h, t) * Tn];
         F* ds = &dS[at.row(b, h, t) * Tn];
         const T* dO = dout + at.o(b, h, t);
         // dP = dO V^T;   dV += P^T dO
         for (std::size_t u = 0; u < Tn; ++u) {
-          dp[u] = dot<F>(dO, qkv + at.v(b, h, u), D);
-          axpy(&grad[at.v(b, h, u)], p[u], dO, D);
+          dp[u] = dot<F>(dO, qkv + at.v(b, g, u), D);
+          axpy(&grad[at.v(b, g, u)], p[u], dO, D);
         }
         // dS = P * (dP - rowsum(P * dP))
         const F weighted = dot<F>(p, dp, Tn);
         for (std::size_t u = 0; u < Tn; ++u) ds[u] = p[u] * (dp[u] - weighted);
         // dQ = dS K / sqrt(D);   dK += dS^T Q / sqrt(D)
         for (std::size_t u = 0; u < Tn; ++u) {
-          axpy(&grad[at.q(b, h, t)], ds[u] * scale, qkv + at.k(b, h, u), D);
-          axpy(&grad[at.k(b, h, u)], ds[u] * scale, qkv + at.q(b, h, t), D);
+          axpy(&grad[at.q(b, h, t)], ds[u] * scale, qkv + at.k(b, g, u), D);
+          axpy(&grad[at.k(b, g, u)], ds[u] * scale, qkv + at.q(b, h, t), D);
         }
       }
   store_row(dqkv, grad.data(), grad.size());

@@ -52,11 +52,11 @@ struct Key {
   int device;
   Pass pass;
   cuda::Half16 dtype;
-  std::size_t B, T, H, D;
+  std::size_t B, T, H, Hkv, D;  // Hkv resolved (kv_heads()): 0 and H are the same graph
   bool causal;
   bool operator<(const Key& o) const {
-    return std::tie(device, pass, dtype, B, T, H, D, causal) <
-           std::tie(o.device, o.pass, o.dtype, o.B, o.T, o.H, o.D, o.causal);
+    return std::tie(device, pass, dtype, B, T, H, Hkv, D, causal) <
+           std::tie(o.device, o.pass, o.dtype, o.B, o.T, o.H, o.Hkv, o.D, o.causal);
   }
 };
 
@@ -86,20 +86,24 @@ cudnnHandle_t handle_for(State& s, int device) {
   return h;
 }
 
+// Q, K, V (and dQ, dK, dV) inside rows of W = (H + 2 Hkv) D elements.
 std::vector<std::int64_t> qkv_strides(const AttentionShape& s) {
-  const auto T = static_cast<std::int64_t>(s.T), C = static_cast<std::int64_t>(s.C()),
+  const auto T = static_cast<std::int64_t>(s.T), W = static_cast<std::int64_t>(s.qkv_width()),
              D = static_cast<std::int64_t>(s.D);
-  return {T * 3 * C, D, 3 * C, 1};
+  return {T * W, D, W, 1};
 }
 std::vector<std::int64_t> out_strides(const AttentionShape& s) {
   const auto T = static_cast<std::int64_t>(s.T), C = static_cast<std::int64_t>(s.C()),
              D = static_cast<std::int64_t>(s.D);
   return {T * C, D, C, 1};
 }
-std::vector<std::int64_t> bhtd(const AttentionShape& s) {
-  return {static_cast<std::int64_t>(s.B), static_cast<std::int64_t>(s.H), static_cast<std::int64_t>(s.T),
+// {B, heads, T, D}: heads = H for Q, O, dO; Hkv for K, V.
+std::vector<std::int64_t> bhtd(const AttentionShape& s, std::size_t heads) {
+  return {static_cast<std::int64_t>(s.B), static_cast<std::int64_t>(heads), static_cast<std::int64_t>(s.T),
           static_cast<std::int64_t>(s.D)};
 }
+std::vector<std::int64_t> bhtd(const AttentionShape& s) { return bhtd(s, s.H); }
+std::vector<std::int64_t> kv_bhtd(const AttentionShape& s) { return bhtd(s, s.kv_heads()); }
 std::vector<std::int64_t> stats_dims(const AttentionShape& s) {
   return {static_cast<std::int64_t>(s.B), static_cast<std::int64_t>(s.H), static_cast<std::int64_t>(s.T), 1};
 }
@@ -125,8 +129,8 @@ std::shared_ptr<fe::graph::Graph> new_graph(cuda::Half16 dtype) {
 std::shared_ptr<fe::graph::Graph> describe_forward(cuda::Half16 dtype, const AttentionShape& s) {
   auto g = new_graph(dtype);
   auto q = input(*g, "Q", kQ, bhtd(s), qkv_strides(s));
-  auto k = input(*g, "K", kK, bhtd(s), qkv_strides(s));
-  auto v = input(*g, "V", kV, bhtd(s), qkv_strides(s));
+  auto k = input(*g, "K", kK, kv_bhtd(s), qkv_strides(s));
+  auto v = input(*g, "V", kV, kv_bhtd(s), qkv_strides(s));
   auto options = fe::graph::SDPA_attributes()
                      .set_name("trainmem_sdpa_forward")
                      .set_generate_stats(true)
@@ -143,8 +147,8 @@ std::shared_ptr<fe::graph::Graph> describe_forward(cuda::Half16 dtype, const Att
 std::shared_ptr<fe::graph::Graph> describe_backward(cuda::Half16 dtype, const AttentionShape& s) {
   auto g = new_graph(dtype);
   auto q = input(*g, "Q", kQ, bhtd(s), qkv_strides(s));
-  auto k = input(*g, "K", kK, bhtd(s), qkv_strides(s));
-  auto v = input(*g, "V", kV, bhtd(s), qkv_strides(s));
+  auto k = input(*g, "K", kK, kv_bhtd(s), qkv_strides(s));
+  auto v = input(*g, "V", kV, kv_bhtd(s), qkv_strides(s));
   auto o = input(*g, "O", kO, bhtd(s), out_strides(s));
   auto dout = input(*g, "dO", kdO, bhtd(s), out_strides(s));
   auto stats = g->tensor(fe::graph::Tensor_attributes()
@@ -160,8 +164,8 @@ std::shared_ptr<fe::graph::Graph> describe_backward(cuda::Half16 dtype, const At
     options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
   dq->set_output(true).set_uid(kdQ).set_dim(bhtd(s)).set_stride(qkv_strides(s));
-  dk->set_output(true).set_uid(kdK).set_dim(bhtd(s)).set_stride(qkv_strides(s));
-  dv->set_output(true).set_uid(kdV).set_dim(bhtd(s)).set_stride(qkv_strides(s));
+  dk->set_output(true).set_uid(kdK).set_dim(kv_bhtd(s)).set_stride(qkv_strides(s));
+  dv->set_output(true).set_uid(kdV).set_dim(kv_bhtd(s)).set_stride(qkv_strides(s));
   return g;
 }
 
@@ -195,12 +199,13 @@ Entry build(cudnnHandle_t handle, Pass pass, cuda::Half16 dtype, const Attention
 void check_shape(const AttentionShape& s, const char* op) {
   if (s.B == 0 || s.T == 0 || s.H == 0 || s.D == 0)
     throw std::invalid_argument(std::string(op) + ": empty shape");
+  check_kv_heads(s.H, s.Hkv, op);
 }
 
 // The cached graph of (current device, pass, dtype, shape), built on first use; the lock is held
 // by the caller for as long as it uses the handle.
 const Entry& entry(State& s, int device, Pass pass, cuda::Half16 dtype, const AttentionShape& shape) {
-  const Key key{device, pass, dtype, shape.B, shape.T, shape.H, shape.D, shape.causal};
+  const Key key{device, pass, dtype, shape.B, shape.T, shape.H, shape.kv_heads(), shape.D, shape.causal};
   auto it = s.graphs.find(key);
   if (it == s.graphs.end()) it = s.graphs.emplace(key, build(handle_for(s, device), pass, dtype, shape)).first;
   if (!it->second.not_supported.empty()) throw NotSupported(it->second.not_supported);
@@ -236,6 +241,10 @@ void execute(Pass pass, cuda::Half16 dtype, const AttentionShape& shape, void* s
   if (status.is_bad()) throw std::runtime_error(std::string(op) + ": cuDNN execute failed: " + status.get_message());
 }
 
+// Where K and V start in a qkv row: after the H query heads, and after the Hkv key heads.
+std::size_t k_column(const AttentionShape& s) { return s.C(); }
+std::size_t v_column(const AttentionShape& s) { return s.C() + s.kv_heads() * s.D; }
+
 }  // namespace
 
 std::string version() {
@@ -253,10 +262,9 @@ std::size_t attention_forward_workspace_bytes(cuda::Half16 dtype, const Attentio
 
 void attention_forward(void* stream, cuda::Half16 dtype, std::uint16_t* out, float* stats, const std::uint16_t* qkv,
                        void* workspace, const AttentionShape& shape) {
-  const std::size_t C = shape.C();
   auto* base = const_cast<std::uint16_t*>(qkv);  // cuDNN's variant pack takes void*; inputs are only read
   std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*> pack = {
-      {kQ, base}, {kK, base + C}, {kV, base + 2 * C}, {kO, out}, {kStats, stats}};
+      {kQ, base}, {kK, base + k_column(shape)}, {kV, base + v_column(shape)}, {kO, out}, {kStats, stats}};
   execute(Pass::forward, dtype, shape, stream, pack, workspace, "cudnn::attention_forward");
 }
 
@@ -267,18 +275,18 @@ std::size_t attention_backward_workspace_bytes(cuda::Half16 dtype, const Attenti
 void attention_backward(void* stream, cuda::Half16 dtype, std::uint16_t* dqkv, const std::uint16_t* dout,
                         const std::uint16_t* qkv, const std::uint16_t* out, const float* stats, void* workspace,
                         const AttentionShape& shape) {
-  const std::size_t C = shape.C();
+  const std::size_t k_col = k_column(shape), v_col = v_column(shape);
   auto* base = const_cast<std::uint16_t*>(qkv);
   std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*> pack = {
       {kQ, base},
-      {kK, base + C},
-      {kV, base + 2 * C},
+      {kK, base + k_col},
+      {kV, base + v_col},
       {kO, const_cast<std::uint16_t*>(out)},
       {kdO, const_cast<std::uint16_t*>(dout)},
       {kStats, const_cast<float*>(stats)},
       {kdQ, dqkv},
-      {kdK, dqkv + C},
-      {kdV, dqkv + 2 * C}};
+      {kdK, dqkv + k_col},
+      {kdV, dqkv + v_col}};
   execute(Pass::backward, dtype, shape, stream, pack, workspace, "cudnn::attention_backward");
 }
 

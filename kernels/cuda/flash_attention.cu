@@ -3,8 +3,11 @@
 // The versions are kept side by side as teaching steps, in the manner of llm.c's dev/cuda: each
 // computes the same out, lse (forward) and dqkv (backward); each file says what it adds and why
 // it is faster. All take 16-bit qkv (bf16 or fp16), accumulate in fp32, and handle D = 64 and
-// 128 (a template argument), any T (the tail tiles are bounds-checked / zero-filled) and causal
-// or not (key tiles after the query tile are skipped, never loaded).
+// 128 (a template argument), any T (the tail tiles are bounds-checked / zero-filled), causal
+// or not (key tiles after the query tile are skipped, never loaded), and grouped K/V heads
+// (shape.Hkv, kernels/attention_heads.h): a query head's blocks read its K/V head where it is,
+// and each backward's key-side blocks run per K/V head, walking the query heads of its group in
+// turn, so dK and dV are summed over the group in registers or shared memory, in head order.
 //
 //   v1  flash_attention_v1.cu  one thread per query row, scalar fp32 math, K/V tiles of 32 rows
 //                              in shared memory, online softmax. Backward: two kernels (dQ with
@@ -22,7 +25,8 @@
 //
 // Backward workspace (caller-provided, flash_attention_backward_workspace_bytes): v1 needs
 // Dvec = rowsum(dO * O), B*H*T floats; v2 and v3 need Dvec and the fp32 dQ accumulator,
-// B*H*T*(D + 1) floats (plus alignment).
+// B*H*T*(D + 1) floats (plus alignment). H is the query heads: with grouped K/V heads nothing
+// more is needed (dK, dV are summed without scratch).
 //
 // Alignment: v2 and v3 read qkv (and v3 dout) with 16-byte loads, so those pointers must be
 // 16-byte aligned (cudaMalloc's are); they throw std::invalid_argument otherwise.
@@ -93,6 +97,7 @@ void check_shape(const AttentionShape& shape, const char* op) {
   if (shape.D != 64 && shape.D != 128)
     throw std::invalid_argument(std::string(op) + ": head dim D = " + std::to_string(shape.D) +
                                 " (flash attention kernels exist for 64 and 128)");
+  check_kv_heads(shape.H, shape.Hkv, op);
 }
 
 bool empty(const AttentionShape& s) { return s.B == 0 || s.T == 0 || s.H == 0; }

@@ -46,13 +46,18 @@ struct Fp16 {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Layout (flash_attention.h): qkv[B, T, 3C], out/dout[B, T, C], lse/Dvec[B, H, T], C = H*D.
-// Every kernel gets one block row per (b, h) (blockIdx.y = b*H + h) and computes the offsets of
-// its head once; all offsets are 64-bit.
+// Layout (flash_attention.h, attention_heads.h): qkv[B, T, W] with W = (H + 2 Hkv) D, rows
+// [q heads | k heads | v heads]; out/dout[B, T, C], lse/Dvec[B, H, T], C = H*D. Query head h reads
+// K/V head h / group. Every kernel gets one block row per (b, h) (blockIdx.y = b*H + h; the
+// backwards' key-side kernels one per (b, K/V head)) and computes the offsets of its heads once;
+// all offsets are 64-bit.
 struct Dims {
   int T;            // sequence length
-  int H;            // heads
-  std::size_t C;    // channels H*D
+  int H;            // query heads
+  int Hkv;          // K/V heads
+  int group;        // query heads per K/V head, H / Hkv
+  std::size_t C;    // channels H*D (a row of out, dout; q's part of a qkv row)
+  std::size_t W;    // a row of qkv and dqkv, (H + 2 Hkv) D
   float scale;      // 1/sqrt(D)
   bool causal;
 };
@@ -63,23 +68,34 @@ inline Dims make_dims(const AttentionShape& s) {
   if (s.T > 0x7fffffffu) throw std::invalid_argument("flash_attention: T does not fit an int");
   if (s.B * s.H > 65535u)
     throw std::invalid_argument("flash_attention: B*H = " + std::to_string(s.B * s.H) + " exceeds 65535 (gridDim.y)");
+  check_kv_heads(s.H, s.Hkv, "flash_attention");
   Dims d{};
   d.T = static_cast<int>(s.T);
   d.H = static_cast<int>(s.H);
+  d.Hkv = static_cast<int>(s.kv_heads());
+  d.group = static_cast<int>(s.group());
   d.C = s.C();
+  d.W = s.qkv_width();
   d.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   d.causal = s.causal;
   return d;
 }
 
-// Offsets of head (b, h) = bh of the block: q row 0 in qkv, o row 0 in out, row 0 in lse.
+// Offsets of query head (b, h) = bh: its q row 0 in qkv (and dq's in dqkv), its K/V head's k and
+// v row 0 in qkv (dk, dv in dqkv), its o row 0 in out (and dout), its row 0 in lse (and Dvec).
 struct HeadOffsets {
-  std::size_t qkv, o, row;
+  std::size_t q, k, v, o, row;
 };
 __device__ __forceinline__ HeadOffsets head_offsets(const Dims& d, int bh, int D) {
   const std::size_t b = static_cast<std::size_t>(bh / d.H), h = static_cast<std::size_t>(bh % d.H);
-  const std::size_t T = static_cast<std::size_t>(d.T);
-  return {b * T * 3 * d.C + h * D, b * T * d.C + h * D, static_cast<std::size_t>(bh) * T};
+  const std::size_t g = h / static_cast<std::size_t>(d.group);
+  const std::size_t T = static_cast<std::size_t>(d.T), batch = b * T * d.W;
+  return {batch + h * D, batch + d.C + g * D, batch + d.C + (static_cast<std::size_t>(d.Hkv) + g) * D,
+          b * T * d.C + h * D, static_cast<std::size_t>(bh) * T};
+}
+// The query head `member` (0 .. group-1) of K/V head (b, g) = bg, as the b*H + h of head_offsets.
+__device__ __forceinline__ int group_member(const Dims& d, int bg, int member) {
+  return (bg / d.Hkv) * d.H + (bg % d.Hkv) * d.group + member;
 }
 
 // Dynamic shared memory above 48 KiB must be asked for per kernel, up to the device's opt-in limit
@@ -134,8 +150,8 @@ void launch_rowsum_dout_out(cudaStream_t stream, Half16 dtype, float* Dvec, cons
 // cp.async: 16 bytes global -> shared without passing through registers; the copy runs while
 // the warp goes on computing. src_bytes = 0 writes 16 zero bytes instead (tail rows past T).
 // Both addresses must be 16-byte aligned (PTX: cp.async addresses are aligned to cp-size): every
-// global offset used is a multiple of 8 elements (rows of 3C or C, heads of D, C = H*D, D = 64 or
-// 128) from a 16-byte-aligned base, and the shared rows are (D + 8) * 2 bytes.
+// global offset used is a multiple of 8 elements (rows of W or C, heads of D, W and C multiples of
+// D, D = 64 or 128) from a 16-byte-aligned base, and the shared rows are (D + 8) * 2 bytes.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int src_bytes = valid ? 16 : 0;

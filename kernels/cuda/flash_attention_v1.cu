@@ -12,10 +12,12 @@
 // Backward (two kernels after the rowsum pass of flash_attention.cu, no atomics):
 //   dq kernel   one thread per query row, like the forward: rebuilds P and dP tile by tile
 //               from lse and accumulates dQ_i = sum_j dS_ij K_j / sqrt(D) in registers;
-//   dkdv kernel one thread per KEY row: walks over the query tiles (those at or after the key,
-//               when causal) and accumulates dV_j += P_ij^T dO_i and dK_j += dS_ij^T Q_i / sqrt(D)
-//               in shared memory (its own padded row, so no two threads share a bank).
-// Recomputing P twice costs FLOPs, but nothing is added up by two threads at once.
+//   dkdv kernel one thread per KEY row of a K/V head: walks over the query tiles (those at or
+//               after the key, when causal) of each query head of its group in turn, and
+//               accumulates dV_j += P_ij^T dO_i and dK_j += dS_ij^T Q_i / sqrt(D) in shared
+//               memory (its own padded row, so no two threads share a bank).
+// Recomputing P twice costs FLOPs, but nothing is added up by two threads at once: the sums over a
+// group's query heads (grouped K/V, flash_attention.h) are in head order, deterministic.
 //
 // Shared-memory rows a thread walks along on its own are padded to D + 1 floats (row r starts
 // at bank r mod 32: conflict-free); rows every thread reads at the same index are broadcasts.
@@ -49,13 +51,13 @@ __global__ void __launch_bounds__(kBr) forward_kernel(std::uint16_t* __restrict_
   const int q0 = blockIdx.x * kBr;
   const int t = q0 + i;
   const HeadOffsets off = head_offsets(d, blockIdx.y, D);
-  const std::size_t row3 = 3 * d.C;
+  const std::size_t row_w = d.W;
 
   // Query tile, coalesced: consecutive threads read consecutive channels of one row.
   for (int idx = i; idx < kBr * D; idx += kBr) {
     const int r = idx / D, c = idx % D;
     const int tr = q0 + r;
-    q_s[r * (D + 1) + c] = tr < d.T ? E::load(qkv[off.qkv + static_cast<std::size_t>(tr) * row3 + c]) * d.scale : 0.0f;
+    q_s[r * (D + 1) + c] = tr < d.T ? E::load(qkv[off.q + static_cast<std::size_t>(tr) * row_w + c]) * d.scale : 0.0f;
   }
 
   float o[D];
@@ -70,9 +72,9 @@ __global__ void __launch_bounds__(kBr) forward_kernel(std::uint16_t* __restrict_
     for (int idx = i; idx < kBc * D; idx += kBr) {
       const int r = idx / D, c = idx % D;
       const int u = j0 + r;
-      const std::size_t at = off.qkv + static_cast<std::size_t>(u) * row3 + c;
-      k_s[r * D + c] = u < d.T ? E::load(qkv[at + d.C]) : 0.0f;
-      v_s[r * D + c] = u < d.T ? E::load(qkv[at + 2 * d.C]) : 0.0f;
+      const std::size_t at = static_cast<std::size_t>(u) * row_w + c;
+      k_s[r * D + c] = u < d.T ? E::load(qkv[off.k + at]) : 0.0f;
+      v_s[r * D + c] = u < d.T ? E::load(qkv[off.v + at]) : 0.0f;
     }
     __syncthreads();
 
@@ -135,13 +137,13 @@ __global__ void __launch_bounds__(kBr) dq_kernel(std::uint16_t* __restrict__ dqk
   const int q0 = blockIdx.x * kBr;
   const int t = q0 + i;
   const HeadOffsets off = head_offsets(d, blockIdx.y, D);
-  const std::size_t row3 = 3 * d.C;
+  const std::size_t row_w = d.W;
 
   for (int idx = i; idx < kBr * D; idx += kBr) {
     const int r = idx / D, c = idx % D;
     const int tr = q0 + r;
     const bool valid = tr < d.T;
-    q_s[r * (D + 1) + c] = valid ? E::load(qkv[off.qkv + static_cast<std::size_t>(tr) * row3 + c]) * d.scale : 0.0f;
+    q_s[r * (D + 1) + c] = valid ? E::load(qkv[off.q + static_cast<std::size_t>(tr) * row_w + c]) * d.scale : 0.0f;
     do_s[r * (D + 1) + c] = valid ? E::load(dout[off.o + static_cast<std::size_t>(tr) * d.C + c]) : 0.0f;
   }
   const float lse_t = t < d.T ? lse[off.row + t] : 0.0f;
@@ -157,9 +159,9 @@ __global__ void __launch_bounds__(kBr) dq_kernel(std::uint16_t* __restrict__ dqk
     for (int idx = i; idx < kBc * D; idx += kBr) {
       const int r = idx / D, c = idx % D;
       const int u = j0 + r;
-      const std::size_t at = off.qkv + static_cast<std::size_t>(u) * row3 + c;
-      k_s[r * D + c] = u < d.T ? E::load(qkv[at + d.C]) : 0.0f;
-      v_s[r * D + c] = u < d.T ? E::load(qkv[at + 2 * d.C]) : 0.0f;
+      const std::size_t at = static_cast<std::size_t>(u) * row_w + c;
+      k_s[r * D + c] = u < d.T ? E::load(qkv[off.k + at]) : 0.0f;
+      v_s[r * D + c] = u < d.T ? E::load(qkv[off.v + at]) : 0.0f;
     }
     __syncthreads();
     if (t >= d.T) continue;
@@ -179,13 +181,14 @@ __global__ void __launch_bounds__(kBr) dq_kernel(std::uint16_t* __restrict__ dqk
     }
   }
   if (t < d.T) {
-    std::uint16_t* dq_row = dqkv + off.qkv + static_cast<std::size_t>(t) * row3;
+    std::uint16_t* dq_row = dqkv + off.q + static_cast<std::size_t>(t) * row_w;
 #pragma unroll
     for (int k = 0; k < D; ++k) dq_row[k] = E::store(dq[k] * d.scale);
   }
 }
 
-// dV_j = sum_i P_ij^T dO_i, dK_j = sum_i dS_ij^T Q_i / sqrt(D), one thread per key row.
+// dV_j = sum_i P_ij^T dO_i, dK_j = sum_i dS_ij^T Q_i / sqrt(D), one thread per key row of K/V head
+// (b, g) = blockIdx.y, the sums running over the query heads of its group in order.
 template <int D>
 constexpr std::size_t dkdv_smem_bytes() {
   return sizeof(float) * (4 * kBc * (D + 1) + 2 * kBr * D + 2 * kBr);
@@ -208,58 +211,61 @@ __global__ void __launch_bounds__(kBc) dkdv_kernel(std::uint16_t* __restrict__ d
   const int i = threadIdx.x;
   const int k0 = blockIdx.x * kBc;
   const int u = k0 + i;
-  const HeadOffsets off = head_offsets(d, blockIdx.y, D);
-  const std::size_t row3 = 3 * d.C;
+  const HeadOffsets kv = head_offsets(d, group_member(d, blockIdx.y, 0), D);  // its k and v
+  const std::size_t row_w = d.W;
 
   for (int idx = i; idx < kBc * D; idx += kBc) {
     const int r = idx / D, c = idx % D;
     const int ur = k0 + r;
-    const std::size_t at = off.qkv + static_cast<std::size_t>(ur) * row3 + c;
-    k_s[r * (D + 1) + c] = ur < d.T ? E::load(qkv[at + d.C]) : 0.0f;
-    v_s[r * (D + 1) + c] = ur < d.T ? E::load(qkv[at + 2 * d.C]) : 0.0f;
+    const std::size_t at = static_cast<std::size_t>(ur) * row_w + c;
+    k_s[r * (D + 1) + c] = ur < d.T ? E::load(qkv[kv.k + at]) : 0.0f;
+    v_s[r * (D + 1) + c] = ur < d.T ? E::load(qkv[kv.v + at]) : 0.0f;
     dk_s[r * (D + 1) + c] = 0.0f;
     dv_s[r * (D + 1) + c] = 0.0f;
   }
 
   // Causal: query tiles that end before this key tile starts see none of its keys.
   const int q_begin = d.causal ? (k0 / kBr) * kBr : 0;
-  for (int i0 = q_begin; i0 < d.T; i0 += kBr) {
-    __syncthreads();
-    for (int idx = i; idx < kBr * D; idx += kBc) {
-      const int r = idx / D, c = idx % D;
-      const int tr = i0 + r;
-      const bool valid = tr < d.T;
-      q_s[r * D + c] = valid ? E::load(qkv[off.qkv + static_cast<std::size_t>(tr) * row3 + c]) * d.scale : 0.0f;
-      do_s[r * D + c] = valid ? E::load(dout[off.o + static_cast<std::size_t>(tr) * d.C + c]) : 0.0f;
-    }
-    {
-      const int tr = i0 + i;  // kBr == kBc: one statistic per thread
-      lse_s[i] = tr < d.T ? lse[off.row + tr] : 0.0f;
-      D_s[i] = tr < d.T ? Dvec[off.row + tr] : 0.0f;
-    }
-    __syncthreads();
-    if (u >= d.T) continue;
-    for (int r = 0; r < kBr; ++r) {
-      const int t = i0 + r;
-      if (t >= d.T || (d.causal && u > t)) continue;
-      float s = 0.0f, dp = 0.0f;
-#pragma unroll 16
-      for (int k = 0; k < D; ++k) {
-        s += q_s[r * D + k] * k_s[i * (D + 1) + k];
-        dp += do_s[r * D + k] * v_s[i * (D + 1) + k];
+  for (int member = 0; member < d.group; ++member) {  // the group's query heads, in order
+    const HeadOffsets off = head_offsets(d, group_member(d, blockIdx.y, member), D);
+    for (int i0 = q_begin; i0 < d.T; i0 += kBr) {
+      __syncthreads();
+      for (int idx = i; idx < kBr * D; idx += kBc) {
+        const int r = idx / D, c = idx % D;
+        const int tr = i0 + r;
+        const bool valid = tr < d.T;
+        q_s[r * D + c] = valid ? E::load(qkv[off.q + static_cast<std::size_t>(tr) * row_w + c]) * d.scale : 0.0f;
+        do_s[r * D + c] = valid ? E::load(dout[off.o + static_cast<std::size_t>(tr) * d.C + c]) : 0.0f;
       }
-      const float p = expf(s - lse_s[r]);
-      const float ds = p * (dp - D_s[r]);
+      {
+        const int tr = i0 + i;  // kBr == kBc: one statistic per thread
+        lse_s[i] = tr < d.T ? lse[off.row + tr] : 0.0f;
+        D_s[i] = tr < d.T ? Dvec[off.row + tr] : 0.0f;
+      }
+      __syncthreads();
+      if (u >= d.T) continue;
+      for (int r = 0; r < kBr; ++r) {
+        const int t = i0 + r;
+        if (t >= d.T || (d.causal && u > t)) continue;
+        float s = 0.0f, dp = 0.0f;
 #pragma unroll 16
-      for (int k = 0; k < D; ++k) {
-        dv_s[i * (D + 1) + k] += p * do_s[r * D + k];
-        dk_s[i * (D + 1) + k] += ds * q_s[r * D + k];  // q_s holds q / sqrt(D)
+        for (int k = 0; k < D; ++k) {
+          s += q_s[r * D + k] * k_s[i * (D + 1) + k];
+          dp += do_s[r * D + k] * v_s[i * (D + 1) + k];
+        }
+        const float p = expf(s - lse_s[r]);
+        const float ds = p * (dp - D_s[r]);
+#pragma unroll 16
+        for (int k = 0; k < D; ++k) {
+          dv_s[i * (D + 1) + k] += p * do_s[r * D + k];
+          dk_s[i * (D + 1) + k] += ds * q_s[r * D + k];  // q_s holds q / sqrt(D)
+        }
       }
     }
   }
   if (u < d.T) {
-    std::uint16_t* dk_row = dqkv + off.qkv + static_cast<std::size_t>(u) * row3 + d.C;
-    std::uint16_t* dv_row = dk_row + d.C;
+    std::uint16_t* dk_row = dqkv + kv.k + static_cast<std::size_t>(u) * row_w;
+    std::uint16_t* dv_row = dqkv + kv.v + static_cast<std::size_t>(u) * row_w;
     for (int k = 0; k < D; ++k) {
       dk_row[k] = E::store(dk_s[i * (D + 1) + k]);
       dv_row[k] = E::store(dv_s[i * (D + 1) + k]);
@@ -288,7 +294,8 @@ void backward_launch(cudaStream_t stream, std::uint16_t* dqkv, const std::uint16
       dqkv, dout, qkv, lse, Dvec, d);
   CUDA_CHECK_LAUNCH("flash_attention v1 dq_kernel");
   allow_shared_memory(dkdv_kernel<E, D>, dkdv_smem_bytes<D>(), "flash v1 dkdv");
-  dkdv_kernel<E, D><<<dim3(static_cast<unsigned>((shape.T + kBc - 1) / kBc), bh), kBc, dkdv_smem_bytes<D>(),
+  const unsigned bg = static_cast<unsigned>(shape.B * shape.kv_heads());  // one block row per K/V head
+  dkdv_kernel<E, D><<<dim3(static_cast<unsigned>((shape.T + kBc - 1) / kBc), bg), kBc, dkdv_smem_bytes<D>(),
                       stream>>>(dqkv, dout, qkv, lse, Dvec, d);
   CUDA_CHECK_LAUNCH("flash_attention v1 dkdv_kernel");
 }

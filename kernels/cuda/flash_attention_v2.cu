@@ -66,8 +66,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
   const int tid = threadIdx.x;
   const int rg = tid / 8, kg = tid % 8;  // rows 4rg..4rg+3; keys 4kg..4kg+3; channels 4kg + 32q + e
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBr;
-  const HeadOffsets off = head_offsets(d, blockIdx.y, D);
-  const std::size_t row3 = 3 * d.C;
+  const HeadOffsets off = head_offsets(d, blockIdx.y, D);  // q of its head, k and v of its K/V head
+  const std::size_t row_w = d.W;
   const float q_scale = d.scale * kLog2e;
 
   // Q^T: thread takes 8 channels of one row (a 16-byte load); consecutive threads take
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
     const int r = idx % kBr, c8 = idx / kBr;
     const int t = q0 + r;
     float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (t < d.T) load8<E>(x, qkv + off.qkv + static_cast<std::size_t>(t) * row3 + c8 * 8);
+    if (t < d.T) load8<E>(x, qkv + off.q + static_cast<std::size_t>(t) * row_w + c8 * 8);
 #pragma unroll
     for (int e = 0; e < 8; ++e) qT[(c8 * 8 + e) * kBr + r] = x[e] * q_scale;
   }
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
         const int r = idx % kBc, c8 = idx / kBc;
         const int u = j0 + r;
         float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (u < d.T) load8<E>(x, qkv + off.qkv + static_cast<std::size_t>(u) * row3 + d.C + c8 * 8);
+        if (u < d.T) load8<E>(x, qkv + off.k + static_cast<std::size_t>(u) * row_w + c8 * 8);
 #pragma unroll
         for (int e = 0; e < 8; ++e) kT[(c8 * 8 + e) * kBc + r] = x[e];
       }
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
         const int r = idx / (D / 8), c8 = idx % (D / 8);
         const int u = j0 + r;
         float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (u < d.T) load8<E>(x, qkv + off.qkv + static_cast<std::size_t>(u) * row3 + 2 * d.C + c8 * 8);
+        if (u < d.T) load8<E>(x, qkv + off.v + static_cast<std::size_t>(u) * row_w + c8 * 8);
         float4* dst = reinterpret_cast<float4*>(v_s + r * D + c8 * 8);
         dst[0] = make_float4(x[0], x[1], x[2], x[3]);
         dst[1] = make_float4(x[4], x[5], x[6], x[7]);

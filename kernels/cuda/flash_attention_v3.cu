@@ -21,15 +21,18 @@
 //   - Causal: key tiles past the query tile are never loaded, and the blocks with the most key
 //     tiles (the last query tiles) are launched first, so the short ones fill the tail.
 //
-// Backward (its own, also on tensor cores): one block per 64 keys (16 per warp), walking over
-// the query tiles of 32 rows (double-buffered with cp.async); per tile each warp computes
+// Backward (its own, also on tensor cores): one block per 64 keys (16 per warp) of a K/V head,
+// walking over the query tiles of 32 rows (double-buffered with cp.async) of each query head of
+// its group in turn (grouped K/V, flash_attention.h: one walk of group * tiles steps, so the
+// prefetch runs on across the heads); per tile each warp computes
 //   S^T = K Q^T,  P^T = exp(S^T - lse),  dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T (dP^T - Dvec),
 //   dK += dS^T Q
-// with mma.sync, keeping dK and dV in registers for the whole walk. dQ needs a sum over all key
-// blocks: the block writes dS to shared memory, computes its 32 x D share of dS K with mma, and
-// adds it into an fp32 accumulator in the workspace with atomicAdd; a last pass scales it by
-// 1/sqrt(D) and rounds it into dqkv. The workspace holds Dvec = rowsum(dO * O) and that
-// accumulator.
+// with mma.sync, keeping dK and dV in registers for the whole walk (so they are summed over the
+// group's query heads in head order, deterministically, and need no workspace). dQ needs a sum
+// over all key blocks: the block writes dS to shared memory, computes its 32 x D share of dS K
+// with mma, and adds it into an fp32 accumulator in the workspace with atomicAdd; a last pass
+// scales it by 1/sqrt(D) and rounds it into dqkv. The workspace holds Dvec = rowsum(dO * O) and
+// that accumulator.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -86,18 +89,18 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
   const int g = lane / 4, cq = lane % 4;  // accumulator row within 8, column pair
   const int q_tile = gridDim.x - 1 - blockIdx.x;  // longest (causal) first
   const int q0 = q_tile * kFwdBr;
-  const HeadOffsets off = head_offsets(d, blockIdx.y, D);
-  const std::size_t row3 = 3 * d.C;
-  const std::uint16_t* q_head = qkv + off.qkv;
-  const std::uint16_t* k_head = q_head + d.C;
-  const std::uint16_t* v_head = q_head + 2 * d.C;
+  const HeadOffsets off = head_offsets(d, blockIdx.y, D);  // q of its head, k and v of its K/V head
+  const std::size_t row_w = d.W;
+  const std::uint16_t* q_head = qkv + off.q;
+  const std::uint16_t* k_head = qkv + off.k;
+  const std::uint16_t* v_head = qkv + off.v;
 
   const int kv_end = d.causal ? min(d.T, q0 + kFwdBr) : d.T;
   const int n_tiles = (kv_end + kFwdBc - 1) / kFwdBc;
 
-  load_tile_async<kFwdBr, D>(q_s, q_head, row3, q0, d.T);
-  load_tile_async<kFwdBc, D>(k_s, k_head, row3, 0, d.T);
-  load_tile_async<kFwdBc, D>(v_s, v_head, row3, 0, d.T);
+  load_tile_async<kFwdBr, D>(q_s, q_head, row_w, q0, d.T);
+  load_tile_async<kFwdBc, D>(k_s, k_head, row_w, 0, d.T);
+  load_tile_async<kFwdBc, D>(v_s, v_head, row_w, 0, d.T);
   cp_async_commit();
 
   std::uint32_t qf[D / 16][4];  // this warp's 16 query rows as A fragments, one per 16 channels
@@ -115,8 +118,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
   for (int j = 0; j < n_tiles; ++j) {
     const int buf = j & 1;
     if (j + 1 < n_tiles) {  // prefetch tile j+1 into the other buffer, then wait for tile j only
-      load_tile_async<kFwdBc, D>(k_s + (buf ^ 1) * kFwdBc * S, k_head, row3, (j + 1) * kFwdBc, d.T);
-      load_tile_async<kFwdBc, D>(v_s + (buf ^ 1) * kFwdBc * S, v_head, row3, (j + 1) * kFwdBc, d.T);
+      load_tile_async<kFwdBc, D>(k_s + (buf ^ 1) * kFwdBc * S, k_head, row_w, (j + 1) * kFwdBc, d.T);
+      load_tile_async<kFwdBc, D>(v_s + (buf ^ 1) * kFwdBc * S, v_head, row_w, (j + 1) * kFwdBc, d.T);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -267,29 +270,40 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(std::uint16_t* __res
   const int k_tile = blockIdx.x;  // causal: the first keys see the most queries, and start first
   const int k0 = k_tile * kBwdBc;
   const int kw = warp * 16;  // this warp's keys within the block
-  const HeadOffsets off = head_offsets(d, blockIdx.y, D);
-  const std::size_t row3 = 3 * d.C;
-  const std::uint16_t* q_head = qkv + off.qkv;
-  const std::uint16_t* do_head = dout + off.o;
+  // blockIdx.y = b*Hkv + (K/V head): the K/V head whose k and v this block reads (and whose dk, dv
+  // it writes), and the query heads member = 0 .. group-1 of its group (not g: the lane's row).
+  const HeadOffsets kv = head_offsets(d, group_member(d, blockIdx.y, 0), D);
+  const std::size_t row_w = d.W;
   const float scale_log2 = d.scale * kLog2e;
 
   const int q_begin = d.causal ? k0 : 0;  // earlier queries see none of these keys
-  const int n_tiles = (d.T - q_begin + kBwdBr - 1) / kBwdBr;
+  const int n_tiles = (d.T - q_begin + kBwdBr - 1) / kBwdBr;  // query tiles per query head
+  const int n_steps = d.group * n_tiles;  // step = member * n_tiles + tile
+  // The query head of a step (its q, dout, lse, Dvec offsets) and the first row of its tile.
+  auto step_head = [&](int step) { return head_offsets(d, group_member(d, blockIdx.y, step / n_tiles), D); };
+  auto step_row0 = [&](int step) { return q_begin + (step % n_tiles) * kBwdBr; };
 
-  // Statistics of query tile `it` into buffer `buf`: lse * log2 e (+inf past T: P = 0 there), Dvec.
-  auto load_stats = [&](int it, int buf) {
+  // Statistics of the query tile of `step` into buffer `buf`: lse * log2 e (+inf past T: P = 0
+  // there), Dvec.
+  auto load_stats = [&](int step, int buf) {
     if (threadIdx.x < kBwdBr) {
-      const int t = q_begin + it * kBwdBr + threadIdx.x;
-      lse_s[buf * kBwdBr + threadIdx.x] = t < d.T ? lse[off.row + t] * kLog2e : INFINITY;
-      dvec_s[buf * kBwdBr + threadIdx.x] = t < d.T ? Dvec[off.row + t] : 0.0f;
+      const std::size_t row = step_head(step).row;
+      const int t = step_row0(step) + threadIdx.x;
+      lse_s[buf * kBwdBr + threadIdx.x] = t < d.T ? lse[row + t] * kLog2e : INFINITY;
+      dvec_s[buf * kBwdBr + threadIdx.x] = t < d.T ? Dvec[row + t] : 0.0f;
     }
   };
+  // The query tile of `step` (q and dO) into buffer `buf`, asynchronously.
+  auto load_query_tile = [&](int step, int buf) {
+    const HeadOffsets h = step_head(step);
+    load_tile_async<kBwdBr, D>(q_s + buf * kBwdBr * S, qkv + h.q, row_w, step_row0(step), d.T);
+    load_tile_async<kBwdBr, D>(do_s + buf * kBwdBr * S, dout + h.o, d.C, step_row0(step), d.T);
+  };
 
-  load_tile_async<kBwdBc, D>(k_s, q_head + d.C, row3, k0, d.T);
-  load_tile_async<kBwdBc, D>(v_s, q_head + 2 * d.C, row3, k0, d.T);
-  if (n_tiles > 0) {
-    load_tile_async<kBwdBr, D>(q_s, q_head, row3, q_begin, d.T);
-    load_tile_async<kBwdBr, D>(do_s, do_head, d.C, q_begin, d.T);
+  load_tile_async<kBwdBc, D>(k_s, qkv + kv.k, row_w, k0, d.T);
+  load_tile_async<kBwdBc, D>(v_s, qkv + kv.v, row_w, k0, d.T);
+  if (n_steps > 0) {
+    load_query_tile(0, 0);
     load_stats(0, 0);
   }
   cp_async_commit();
@@ -301,14 +315,14 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(std::uint16_t* __res
     for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
   const int keys[2] = {k0 + kw + g, k0 + kw + g + 8};  // the two key rows of this lane
 
-  for (int it = 0; it < n_tiles; ++it) {
-    const int buf = it & 1;
-    const int i0 = q_begin + it * kBwdBr;
-    if (it + 1 < n_tiles) {
-      load_tile_async<kBwdBr, D>(q_s + (buf ^ 1) * kBwdBr * S, q_head, row3, i0 + kBwdBr, d.T);
-      load_tile_async<kBwdBr, D>(do_s + (buf ^ 1) * kBwdBr * S, do_head, d.C, i0 + kBwdBr, d.T);
+  for (int step = 0; step < n_steps; ++step) {
+    const int buf = step & 1;
+    const int i0 = step_row0(step);
+    const std::size_t row = step_head(step).row;  // this query head's rows of lse, Dvec and dq_acc
+    if (step + 1 < n_steps) {  // prefetch the next step's tile (the next head's first, at a head's end)
+      load_query_tile(step + 1, buf ^ 1);
       cp_async_commit();
-      load_stats(it + 1, buf ^ 1);
+      load_stats(step + 1, buf ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -413,24 +427,25 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(std::uint16_t* __res
       for (int h = 0; h < 2; ++h) {
         const int t = i0 + mq + g + 8 * h;
         if (t >= d.T) continue;
-        float* row = dq_acc + (off.row + static_cast<std::size_t>(t)) * D + d0;
+        float* dq_row = dq_acc + (row + static_cast<std::size_t>(t)) * D + d0;
 #pragma unroll
         for (int n = 0; n < D / 16; ++n) {
-          atomicAdd(row + n * 8 + 2 * cq, acc[n][2 * h]);
-          atomicAdd(row + n * 8 + 2 * cq + 1, acc[n][2 * h + 1]);
+          atomicAdd(dq_row + n * 8 + 2 * cq, acc[n][2 * h]);
+          atomicAdd(dq_row + n * 8 + 2 * cq + 1, acc[n][2 * h + 1]);
         }
       }
     }
     __syncthreads();  // buffers `buf` and dS^T are free again
   }
 
-  // dK = scale * dS^T Q, dV = P^T dO for this warp's 16 keys (rows past T are not written).
+  // dK = scale * dS^T Q, dV = P^T dO for this warp's 16 keys, summed over the group (rows past T
+  // are not written).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int u = keys[h];
     if (u >= d.T) continue;
-    std::uint16_t* dk_row = dqkv + off.qkv + static_cast<std::size_t>(u) * row3 + d.C;
-    std::uint16_t* dv_row = dk_row + d.C;
+    std::uint16_t* dk_row = dqkv + kv.k + static_cast<std::size_t>(u) * row_w;
+    std::uint16_t* dv_row = dqkv + kv.v + static_cast<std::size_t>(u) * row_w;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       *reinterpret_cast<std::uint32_t*>(dk_row + n * 8 + 2 * cq) =
@@ -449,7 +464,7 @@ __global__ void dq_convert_kernel(std::uint16_t* __restrict__ dqkv, const float*
     const std::size_t T = static_cast<std::size_t>(d.T);
     const std::size_t t = row % T, bh = row / T;
     const std::size_t b = bh / static_cast<std::size_t>(d.H), h = bh % static_cast<std::size_t>(d.H);
-    dqkv[(b * T + t) * 3 * d.C + h * D + k] = E::store(dq_acc[i] * d.scale);
+    dqkv[(b * T + t) * d.W + h * D + k] = E::store(dq_acc[i] * d.scale);
   }
 }
 
@@ -472,7 +487,9 @@ void backward_launch(cudaStream_t stream, std::uint16_t* dqkv, float* dq_acc, co
   CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, n * sizeof(float), stream));
   const std::size_t smem = backward_smem_bytes<D>();
   allow_shared_memory(backward_kernel<E, D>, smem, "flash v3 backward");
-  const dim3 grid(static_cast<unsigned>((shape.T + kBwdBc - 1) / kBwdBc), static_cast<unsigned>(shape.B * shape.H));
+  // One block row per K/V head (b, g): its dk, dv are summed over the group inside the block.
+  const dim3 grid(static_cast<unsigned>((shape.T + kBwdBc - 1) / kBwdBc),
+                  static_cast<unsigned>(shape.B * shape.kv_heads()));
   backward_kernel<E, D><<<grid, kThreads, smem, stream>>>(dqkv, dq_acc, dout, qkv, lse, Dvec, d);
   CUDA_CHECK_LAUNCH("flash_attention v3 backward_kernel");
   dq_convert_kernel<E, D><<<detail::grid_for(n, 256), 256, 0, stream>>>(dqkv, dq_acc, d, n);

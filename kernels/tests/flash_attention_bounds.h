@@ -39,6 +39,12 @@
 // sum_j |k_jd| to dq and scale a sum_i |q_id| to dk (ds rounded).
 // The fp32 reference is within these bounds' fp32 parts of the exact values, so comparing a kernel
 // with it uses the bound as is (its fp32 parts are counted for both sides above).
+// Grouped K/V heads (shape.Hkv, kernels/attention_heads.h): query head h reads K/V head
+// g = h / group, and dk_g, dv_g sum the terms of all the group's query heads, so their fp32 sums
+// run over group * T terms: 2 gamma_n(group T + 2) in place of 2 gamma_n(T + 2) in dk and dv (the
+// same for group = 1). A kernel that rounds each query head's dk and dv to 16 bits before adding
+// the group (cuDNN's GQA backward may) is off by up to u_head sum_i |term| more, for which
+// `per_head_u` = u is passed (0: summed in fp32, the default).
 // Every sum here is evaluated in double on the inputs (O(T^2 D) per head).
 #pragma once
 #include <algorithm>
@@ -55,39 +61,47 @@
 
 namespace trainmem::kernels::flash_test {
 
-// Per-element bounds on |result - reference|; dq, dk, dv as [B, T, C] (the thirds of dqkv).
+// Per-element bounds on |result - reference|; dq as [B, T, C], dk, dv as [B, T, Hkv*D] (the parts
+// of dqkv).
 struct FlashBounds {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
-// qkv [B, T, 3C], dout and out_ref [B, T, C], lse_ref [B, H, T]: the widened 16-bit inputs and the
-// fp32 reference's outputs; dq_ref, dk_ref, dv_ref its gradients ([B, T, C]). u: the 16-bit type's
-// unit roundoff, a: its absolute rounding error below the normal range (2^-25 fp16, 0 bf16).
+// qkv [B, T, (H + 2 Hkv) D], dout and out_ref [B, T, C], lse_ref [B, H, T]: the widened 16-bit inputs
+// and the fp32 reference's outputs; dq_ref, dk_ref, dv_ref its gradients ([B, T, C], [B, T, Hkv*D]
+// twice). u: the 16-bit type's unit roundoff, a: its absolute rounding error below the normal
+// range (2^-25 fp16, 0 bf16).
 inline FlashBounds flash_attention_bounds(const std::vector<float>& qkv, const std::vector<float>& dout,
                                           const std::vector<float>& out_ref, const std::vector<float>& lse_ref,
                                           const std::vector<float>& dq_ref, const std::vector<float>& dk_ref,
                                           const std::vector<float>& dv_ref, const AttentionShape& s, double u,
-                                          double a) {
+                                          double a, double per_head_u = 0.0) {
   const std::size_t B = s.B, T = s.T, H = s.H, D = s.D, C = s.C();
+  const std::size_t W = s.qkv_width(), Ckv = s.kv_heads() * D, group = s.group();
   const double u32 = 0x1p-24, scale = 1.0 / std::sqrt(static_cast<double>(D));
   auto gamma_n = [&](double n) { return n * u32 / (1 - n * u32); };
   const double exp_chain = gamma_n(3.0 * (static_cast<double>(T) / 32.0 + 3.0));
   const double g_T = gamma_n(static_cast<double>(T) + 2), g_D = gamma_n(static_cast<double>(D));
+  const double g_kv = gamma_n(static_cast<double>(group * T) + 2);  // dk, dv: sums over the group's heads
   const double second_order = 1 + 4 * u;
 
   FlashBounds r;
   r.out.assign(B * T * C, 0.0);
   r.lse.assign(B * H * T, 0.0);
   r.dq.assign(B * T * C, 0.0);
-  r.dk.assign(B * T * C, 0.0);
-  r.dv.assign(B * T * C, 0.0);
+  r.dk.assign(B * T * Ckv, 0.0);
+  r.dv.assign(B * T * Ckv, 0.0);
   std::vector<double> p(T), dp(T), ds_err(T), ds_abs(T), m(D), m32(D);
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t h = 0; h < H; ++h) {
-      auto q = [&](std::size_t t, std::size_t d) { return static_cast<double>(qkv[(b * T + t) * 3 * C + h * D + d]); };
-      auto k = [&](std::size_t t, std::size_t d) { return static_cast<double>(qkv[(b * T + t) * 3 * C + C + h * D + d]); };
-      auto v = [&](std::size_t t, std::size_t d) { return static_cast<double>(qkv[(b * T + t) * 3 * C + 2 * C + h * D + d]); };
+      const std::size_t g = h / group;  // its K/V head
+      auto q = [&](std::size_t t, std::size_t d) { return static_cast<double>(qkv[(b * T + t) * W + h * D + d]); };
+      auto k = [&](std::size_t t, std::size_t d) { return static_cast<double>(qkv[(b * T + t) * W + C + g * D + d]); };
+      auto v = [&](std::size_t t, std::size_t d) {
+        return static_cast<double>(qkv[(b * T + t) * W + C + Ckv + g * D + d]);
+      };
       auto at = [&](std::size_t t, std::size_t d) { return (b * T + t) * C + h * D + d; };
+      auto at_kv = [&](std::size_t t, std::size_t d) { return (b * T + t) * Ckv + g * D + d; };
       for (std::size_t i = 0; i < T; ++i) {
         const std::size_t visible = s.causal ? i + 1 : T;
         // scores, their fp32 error, and the exact probabilities
@@ -146,17 +160,20 @@ inline FlashBounds flash_attention_bounds(const std::vector<float>& qkv, const s
           for (std::size_t j = 0; j < visible; ++j) {
             const double w = ds_err[j] + 2 * g_T * ds_abs[j] + a;
             dq += w * std::fabs(k(j, d));
-            r.dk[at(j, d)] += second_order * scale * w * std::fabs(q(i, d));
-            r.dv[at(j, d)] += (second_order * (rho_b + 2 * g_T) * p[j] + a) * std::fabs(dout[at(i, d)]);
+            const double w_kv = ds_err[j] + (2 * g_kv + per_head_u) * ds_abs[j] + a;
+            r.dk[at_kv(j, d)] += second_order * scale * w_kv * std::fabs(q(i, d));
+            r.dv[at_kv(j, d)] +=
+                (second_order * (rho_b + 2 * g_kv + per_head_u) * p[j] + a) * std::fabs(dout[at(i, d)]);
           }
           r.dq[at(i, d)] = second_order * scale * dq;
         }
       }
     }
-  for (std::size_t e = 0; e < r.dq.size(); ++e) {
-    r.dq[e] += u * std::fabs(dq_ref[e]) + a;
-    r.dk[e] += u * std::fabs(dk_ref[e]) + a;
-    r.dv[e] += u * std::fabs(dv_ref[e]) + a;
+  for (std::size_t e = 0; e < r.dq.size(); ++e) r.dq[e] += u * std::fabs(dq_ref[e]) + a;
+  const double head_roundings = per_head_u > 0 ? static_cast<double>(group) * a : 0.0;  // their a each
+  for (std::size_t e = 0; e < r.dk.size(); ++e) {
+    r.dk[e] += u * std::fabs(dk_ref[e]) + a + head_roundings;
+    r.dv[e] += u * std::fabs(dv_ref[e]) + a + head_roundings;
   }
   return r;
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tests/sanitizers.h"
 #include "common/util/byte_size.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
 #include "suites/trainmem/estimator/trial_run.h"
@@ -75,6 +76,7 @@ std::vector<std::string> combinations() {
 }
 
 TEST(TechniquePairs, EveryTwoTrainTogetherOrARuleSaysWhyNot) {
+  TRAINMEM_SKIP_UNDER_SANITIZERS("test_composition's mixes and each sample's meta and real runs (MetaDevice)");
   int accepted = 0, refused = 0;
   for (const std::string& flags : combinations()) {
     SCOPED_TRACE(flags);

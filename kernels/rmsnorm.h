@@ -24,26 +24,15 @@
 #include <cstddef>
 
 #include "kernels/dtype.h"
+#include "kernels/layernorm.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
 
-// How the CUDA backward splits the N rows for dweight: `count` bands of `rows` rows (the last one
-// may be shorter; none is empty). About 64 rows a band, at most 256 bands: the C/32 x bands blocks
-// fill a GPU, and the finishing sum adds at most 256 partials a column. (Layernorm's split,
-// kernels/layernorm.h, written again here so that each norm stands alone.)
-struct RmsNormBands {
-  std::size_t rows = 0;
-  std::size_t count = 0;
-};
-inline RmsNormBands rmsnorm_backward_bands(std::size_t N) {
-  if (N == 0) return {};
-  constexpr std::size_t kRowsPerBand = 64, kMaxBands = 256;
-  const std::size_t wanted = (N + kRowsPerBand - 1) / kRowsPerBand;
-  const std::size_t target = wanted < kMaxBands ? wanted : kMaxBands;
-  const std::size_t rows = (N + target - 1) / target;
-  return {rows, (N + rows - 1) / rows};
-}
+// How the CUDA backward splits the N rows for dweight: layernorm's bands (kernels/layernorm.h:
+// about 64 rows a band, at most 256 bands), one split for both norms.
+using RmsNormBands = LayerNormBands;
+inline RmsNormBands rmsnorm_backward_bands(std::size_t N) { return layernorm_backward_bands(N); }
 // One fp32 partial (dweight's) per band and column.
 inline std::size_t rmsnorm_backward_workspace_bytes(std::size_t N, std::size_t C) {
   return rmsnorm_backward_bands(N).count * C * sizeof(float);

@@ -1,5 +1,7 @@
 // Token + position embedding: out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]
 // Backward (both accumulated): dwte[tokens[b, t], :] += dout[b, t, :];  dwpe[t, :] += dout[b, t, :]
+// wpe (and dwpe) may be null: a model without a position table (Llama, whose positions are rotary,
+// kernels/rope.h) gets out = wte[tokens] exactly (the row copied) and no dwpe.
 //
 // Storage type T (kernels/dtype.h): float, bf16 or fp16 (and double on the CPU). Each dwte row
 // and dwpe row is widened once, every position's dout is added to it in fp32, in position order

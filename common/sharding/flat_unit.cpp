@@ -13,7 +13,7 @@ std::byte* at(void* flat, std::size_t element, DType dtype) {
 }
 }  // namespace
 
-FlatUnit::FlatUnit(GPT& model, Communicator& comm, UnitLayout layout, Keep parameters, Keep gradients,
+FlatUnit::FlatUnit(Model& model, Communicator& comm, UnitLayout layout, Keep parameters, Keep gradients,
                    bool gradients_on_demand)
     : model_(model), comm_(comm), layout_(std::move(layout)), parameters_(parameters), gradients_(gradients),
       gradients_on_demand_(gradients_on_demand), dtype_(model.dtype()),

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "common/comm/communicator.h"
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "common/sharding/unit_layout.h"
 
 namespace trainmem {
@@ -50,7 +50,7 @@ class FlatUnit {
   // Takes the unit's parameters from the model: their current values (the same on every rank:
   // same seed) fill the flat vector or this rank's shard of it, and the model's own storage for
   // them (values and gradients) is freed.
-  FlatUnit(GPT& model, Communicator& comm, UnitLayout layout, Keep parameters, Keep gradients,
+  FlatUnit(Model& model, Communicator& comm, UnitLayout layout, Keep parameters, Keep gradients,
            bool gradients_on_demand = false);
 
   const UnitLayout& layout() const { return layout_; }
@@ -84,7 +84,7 @@ class FlatUnit {
   void forget_values();
   void forget_grads();
 
-  GPT& model_;
+  Model& model_;
   Communicator& comm_;
   UnitLayout layout_;
   Keep parameters_, gradients_;

@@ -32,7 +32,7 @@ class StepCounter : public Optimizer {
 
 }  // namespace
 
-ShardingEngine::ShardingEngine(GPT& model, Communicator& comm, ShardingPlan plan)
+ShardingEngine::ShardingEngine(Model& model, Communicator& comm, ShardingPlan plan)
     : model_(model), comm_(comm), plan_(plan) {
   const ModelConfig& config = model_.config();
   if (config.layers == 0) throw std::invalid_argument("sharding needs a model with at least one layer");

@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "common/comm/communicator.h"
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "common/sharding/flat_unit.h"
 #include "common/sharding/replicated_optimizer.h"
 #include "common/sharding/sharded_adamw.h"
@@ -76,7 +76,7 @@ class ShardingEngine {
  public:
   // Shards `model` now (every rank must have built it from the same seed); `comm` must outlive
   // the engine. Throws std::invalid_argument for a plan that cannot work.
-  ShardingEngine(GPT& model, Communicator& comm, ShardingPlan plan);
+  ShardingEngine(Model& model, Communicator& comm, ShardingPlan plan);
   ~ShardingEngine();
 
   const ShardingPlan& plan() const { return plan_; }
@@ -102,7 +102,7 @@ class ShardingEngine {
   Optimizer& optimizer();  // give this to the Trainer
   std::size_t host_bytes() const;
 
-  // The whole model as one rank with the whole batch would hold it, in GPT::parameters() order,
+  // The whole model as one rank with the whole batch would hold it, in Model::parameters() order,
   // widened to fp32: the parameters as stored (gathering what is not gathered, then releasing it),
   // and the optimizer's fp32 master weights. Collectives: every rank must call them.
   std::vector<float> parameter_values();
@@ -111,7 +111,7 @@ class ShardingEngine {
  private:
   void note_gathered();
 
-  GPT& model_;
+  Model& model_;
   Communicator& comm_;
   ShardingPlan plan_;
   std::vector<FlatUnit> units_;

@@ -1,4 +1,4 @@
-// How the sharding engine cuts the GPT into units, and each unit into N equal slices.
+// How the sharding engine cuts the model into units, and each unit into N equal slices.
 //
 // A unit is what is gathered, freed and reduced as one piece: its parameters, in the parameter
 // table's order, concatenated into one flat vector (PyTorch FSDP's FlatParameter).
@@ -31,7 +31,7 @@ struct UnitLayout {
   bool root = false;
   std::size_t first_layer = 0;          // layer units: the layers [first_layer, first_layer + layers)
   std::size_t layers = 0;               // 0 for the root
-  std::vector<std::size_t> parameters;  // indices into the parameter table (= GPT::parameters())
+  std::vector<std::size_t> parameters;  // indices into the parameter table (= Model::parameters())
   std::vector<std::size_t> offsets;     // element offset of each of them in the flat vector
   std::size_t numel = 0;                // elements of the unit's parameters
   std::size_t shard_numel = 0;          // S: what one rank keeps

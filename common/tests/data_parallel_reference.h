@@ -37,7 +37,7 @@
 #include "common/comm/rank_order_sum.h"
 #include "common/data/batch_source.h"
 #include "common/device/device_ops.h"
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "common/sharding/unit_layout.h"
 #include "common/train/strategy.h"
 #include "common/train/trainer.h"
@@ -69,7 +69,7 @@ class RankInterleavedBatches : public BatchSource {
 class SimulatedRanks : public Strategy {
  public:
   // shard: `units` is the plan's layout over N ranks (who owns which element).
-  SimulatedRanks(GPT& model, std::size_t world, GradientHome home, const std::vector<UnitLayout>& units = {})
+  SimulatedRanks(Model& model, std::size_t world, GradientHome home, const std::vector<UnitLayout>& units = {})
       : model_(model), world_(world), home_(home), kept_(world) {
     const std::vector<Parameter>& params = model_.parameters();
     owner_.resize(params.size());
@@ -153,7 +153,7 @@ class SimulatedRanks : public Strategy {
     return sum;
   }
 
-  GPT& model_;
+  Model& model_;
   std::size_t world_;
   GradientHome home_;
   std::vector<std::vector<std::size_t>> owner_;  // shard: the rank that owns each element of each parameter
@@ -164,7 +164,7 @@ class SimulatedRanks : public Strategy {
 // `steps` optimizer steps of N ranks of B rows made in this process on `model` (its device's
 // tokens from `corpus`), each rank with `per_rank`'s options (K = its accumulation steps) and the
 // loss scaled by a static `loss_scale`: the fp32 master weights (an fp32 model's parameters).
-inline std::vector<float> data_parallel_masters(GPT& model, const std::vector<std::uint16_t>& corpus, std::size_t world,
+inline std::vector<float> data_parallel_masters(Model& model, const std::vector<std::uint16_t>& corpus, std::size_t world,
                                                 GradientHome home, const std::vector<UnitLayout>& units,
                                                 TrainerOptions per_rank, double loss_scale, long steps) {
   struct StaticLossScale : Strategy {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/data/token_file.h"
+#include "common/model/gpt.h"
 #include "common/tests/cpu_device.h"
 #include "common/train/trainer.h"
 

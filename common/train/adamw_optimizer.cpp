@@ -17,7 +17,7 @@ Tensor make_adam_moment(Device& device, const std::vector<std::int64_t>& shape, 
   return moment;
 }
 
-AdamWOptimizer::AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_grad_norm)
+AdamWOptimizer::AdamWOptimizer(Model& model, kernels::AdamWHyper hyper, float max_grad_norm)
     : model_(model), hyper_(hyper), max_grad_norm_(max_grad_norm) {
   if (!needs_master_weights(model.dtype())) return;
   for (Parameter& p : model.parameters()) master_.push_back(make_master_weights(model.device(), p.value, p.name));

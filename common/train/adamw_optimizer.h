@@ -9,7 +9,7 @@
 #pragma once
 #include <vector>
 
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "common/train/optimizer.h"
 #include "kernels/adamw.h"
 
@@ -21,7 +21,7 @@ Tensor make_adam_moment(Device& device, const std::vector<std::int64_t>& shape, 
 
 class AdamWOptimizer : public Optimizer {
  public:
-  AdamWOptimizer(GPT& model, kernels::AdamWHyper hyper, float max_grad_norm);
+  AdamWOptimizer(Model& model, kernels::AdamWHyper hyper, float max_grad_norm);
 
   // One update from the accumulated gradients, which carry a factor `loss_scale` (1 without loss
   // scaling): g = grad / loss_scale, clipped. If any gradient is inf or NaN nothing changes — no
@@ -34,7 +34,7 @@ class AdamWOptimizer : public Optimizer {
   std::vector<float> master_values() const;  // host copy, parameters() order (empty without master weights)
 
  private:
-  GPT& model_;
+  Model& model_;
   kernels::AdamWHyper hyper_;
   float max_grad_norm_;
   long step_ = 0;

@@ -17,7 +17,7 @@ class DataParallelStrategy : public Strategy {
   // share of the global mean (1/N).
   virtual Optimizer& optimizer() = 0;
   // The whole model as one rank with the whole batch would hold it (fp32 host copies,
-  // GPT::parameters() order): the parameters as stored, and the optimizer's fp32 master weights
+  // Model::parameters() order): the parameters as stored, and the optimizer's fp32 master weights
   // (an fp32 model's parameters). Collectives: every rank must call them.
   virtual std::vector<float> parameter_values() = 0;
   virtual std::vector<float> master_values() = 0;

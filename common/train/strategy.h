@@ -16,11 +16,11 @@
 
 namespace trainmem {
 
-class GPT;
+class Model;
 class Trainer;
 
 struct StepContext {
-  GPT& model;
+  Model& model;
   Trainer& trainer;
   long step;               // 1, 2, ... (the optimizer step being built)
   std::size_t micro_step;  // 0 .. accumulation steps - 1

@@ -51,7 +51,7 @@ namespace trainmem {
 
 class Communicator;
 class Device;
-class GPT;
+class Model;
 class HostTokens;
 class Optimizer;
 class Technique;
@@ -60,7 +60,7 @@ class Technique;
 struct RunParts {
   const TrainingSetup& setup;
   Device& device;
-  GPT& model;
+  Model& model;
   Communicator* world;  // nullptr: a single process
   const Technique* sharding = nullptr;  // the run's data parallelism (Techniques::sharding), or none
 };
@@ -88,7 +88,7 @@ inline TechniqueInRun data_parallel_in_run(std::unique_ptr<DataParallelStrategy>
 // What `trainmem train --json` knows at the end of a run, for a technique's result section.
 struct RunFacts {
   const TrainingSetup& setup;
-  const GPT& model;
+  const Model& model;
   const Communicator* world;
   const MemoryStats& stats;  // the allocator's, at the end
   long steps;

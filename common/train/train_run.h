@@ -15,7 +15,7 @@ struct TrainRun {
   std::unique_ptr<TrainingRun> run;
 
   StepResult step() { return run->step(); }
-  GPT& model() { return run->model(); }
+  Model& model() { return run->model(); }
   const MemoryStats stats() const { return device->allocator().stats(); }
 };
 

@@ -5,7 +5,7 @@
 
 namespace trainmem {
 
-Trainer::Trainer(GPT& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies,
+Trainer::Trainer(Model& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies,
                  Optimizer* optimizer)
     : model_(model), data_(data), options_(options), strategies_(std::move(strategies)), optimizer_(optimizer) {
   if (optimizer_ == nullptr) {

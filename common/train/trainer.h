@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/data/batch_source.h"
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "common/train/adamw_optimizer.h"
 #include "common/train/strategy.h"
 
@@ -49,11 +49,11 @@ class Trainer {
  public:
   // `optimizer`: nullptr for the trainer's own AdamWOptimizer over the whole model (made here,
   // from options.adam and options.max_grad_norm); else one the caller owns, e.g. a sharded one.
-  Trainer(GPT& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies = {},
+  Trainer(Model& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies = {},
           Optimizer* optimizer = nullptr);
 
   StepResult step();
-  GPT& model() { return model_; }
+  Model& model() { return model_; }
   // The trainer's own AdamW (throws std::logic_error when the caller gave another optimizer).
   AdamWOptimizer& optimizer();
   const TrainerOptions& options() const { return options_; }
@@ -65,7 +65,7 @@ class Trainer {
   template <typename Hook>
   void each(Hook&& hook);
 
-  GPT& model_;
+  Model& model_;
   BatchSource& data_;
   TrainerOptions options_;
   std::vector<Strategy*> strategies_;

@@ -23,7 +23,7 @@ TrainingRun::TrainingRun(const TrainingSetup& setup, const Techniques& technique
   ModelOptions model_options;
   model_options.precision = setup_.precision;
   model_options.attention = setup_.attention;
-  model_ = std::make_unique<GPT>(device, setup_.model, setup_.seed, model_options);
+  model_ = make_model(device, setup_.model, setup_.seed, model_options);
   for (const Technique* t : techniques_)
     if ((data_ = t->make_loader(setup_, device, tokens, rank, ranks))) break;
   if (!data_)  // the dataset on the host, read in order

@@ -39,7 +39,7 @@ class TrainingRun {
   // scale the one the user set (the data-parallel 1/N share of the mean taken out).
   StepResult step();
 
-  GPT& model() { return *model_; }
+  Model& model() { return *model_; }
   Trainer& trainer() { return *trainer_; }
   const TrainingSetup& setup() const { return setup_; }
   // The techniques in the progress line: "bf16 accum=4 recompute=selective attention=flash ...".
@@ -56,7 +56,7 @@ class TrainingRun {
   TrainingSetup setup_;
   const Techniques& techniques_;
   Communicator* world_;
-  std::unique_ptr<GPT> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<BatchSource> data_;
   std::vector<std::pair<const Technique*, TechniqueInRun>> joined_;  // in hook order
   double loss_share_ = 1.0;  // the product of the techniques' loss shares

@@ -16,6 +16,10 @@ void embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T
     for (std::size_t t = 0; t < Tn; ++t) {
       T* o = out + (b * Tn + t) * C;
       const T* tok = wte + static_cast<std::size_t>(tokens[b * Tn + t]) * C;
+      if (wpe == nullptr) {  // no position table (Llama: RoPE): the token row, copied
+        for (std::size_t c = 0; c < C; ++c) o[c] = tok[c];
+        continue;
+      }
       const T* pos = wpe + t * C;
       for (std::size_t c = 0; c < C; ++c) o[c] = store<T>(load(tok[c]) + load(pos[c]));
     }
@@ -49,6 +53,7 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* tok
   }
 
   // dwpe[t, :] += sum over b of dout[b, t, :]
+  if (dwpe == nullptr) return;  // no position table
   for (std::size_t t = 0; t < Tn; ++t) {
     T* row = dwpe + t * C;
     for (std::size_t c = 0; c < C; ++c) acc[c] = load(row[c]);

@@ -40,7 +40,8 @@ __global__ void embedding_forward_kernel(D* out, const std::int32_t* tokens, con
   for (std::size_t i = detail::global_thread_index(); i < total; i += detail::grid_stride()) {
     const std::size_t bt = i / C, c = i % C, t = bt % T;
     const auto token = static_cast<std::size_t>(tokens[bt]);
-    out[i] = detail::from_float<D>(detail::to_float(wte[token * C + c]) + detail::to_float(wpe[t * C + c]));
+    out[i] = wpe == nullptr ? wte[token * C + c]  // no position table (Llama: RoPE): the token row, copied
+                            : detail::from_float<D>(detail::to_float(wte[token * C + c]) + detail::to_float(wpe[t * C + c]));
   }
 }
 
@@ -215,6 +216,7 @@ void embedding_backward(void* stream, Out<T> dwte, Out<T> dwpe, In<T> dout, cons
   embedding_backward_wte_kernel<<<grid, kBlock, 0, s>>>(detail::device_cast(dwte), detail::device_cast(dout), keys[0],
                                                         positions[0], n, C);
   CUDA_CHECK_LAUNCH("embedding_backward_wte_kernel");
+  if (dwpe == nullptr) return;  // no position table
   embedding_backward_wpe_kernel<<<detail::grid_for(Tn * C, kBlock), kBlock, 0, s>>>(detail::device_cast(dwpe),
                                                                                    detail::device_cast(dout), B, Tn, C);
   CUDA_CHECK_LAUNCH("embedding_backward_wpe_kernel");

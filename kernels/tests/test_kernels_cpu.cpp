@@ -175,6 +175,24 @@ TEST(KernelsCpu, EmbeddingBackwardScattersIntoTheRowsUsed) {
   expect_gradient(wpe, dwpe, loss, "embedding dwpe");
 }
 
+// Without a position table (Llama): out is exactly the token's row, and dwte its derivative.
+TEST(KernelsCpu, EmbeddingWithoutPositionTableCopiesTheTokenRow) {
+  const std::size_t B = 2, T = 5, C = 8, V = 11;
+  const std::vector<std::int32_t> tokens = {3, 1, 3, 10, 0, 7, 7, 2, 3, 9};
+  Vec wte = random_vec(V * C, 18), r = random_vec(B * T * C, 19), out(B * T * C);
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), static_cast<const double*>(nullptr), B, T, C);
+  for (std::size_t i = 0; i < B * T; ++i)
+    for (std::size_t c = 0; c < C; ++c)
+      ASSERT_EQ(out[i * C + c], wte[static_cast<std::size_t>(tokens[i]) * C + c]) << "position " << i;
+  auto loss = [&] {
+    cpu::embedding_forward(out.data(), tokens.data(), wte.data(), static_cast<const double*>(nullptr), B, T, C);
+    return dot(out, r);
+  };
+  Vec dwte(V * C, 0.0);
+  cpu::embedding_backward(dwte.data(), static_cast<double*>(nullptr), r.data(), tokens.data(), B, T, C);
+  expect_gradient(wte, dwte, loss, "embedding dwte (no position table)");
+}
+
 TEST(KernelsCpu, AttentionBackwardIsItsDerivativeAndTheMaskHolds) {
   const std::size_t B = 2, T = 6, C = 8, NH = 2;
   Vec qkv = random_vec(B * T * 3 * C, 16), r = random_vec(B * T * C, 17);

@@ -273,6 +273,33 @@ TEST(KernelsCuda, EmbeddingForward) {
   EXPECT_TRUE(all_close("embedding out", d_out.download(), out, kExact));
 }
 
+// Without a position table (Llama): the token rows copied, and only dwte accumulated.
+TEST(KernelsCuda, EmbeddingWithoutPositionTable) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(403);
+  const std::size_t B = 3, T = 13, C = 72;
+  const std::int32_t V = 7;
+  const std::vector<std::int32_t> tokens = random_tokens(rng, B * T, V);
+  const std::vector<float> wte = uniform(rng, static_cast<std::size_t>(V) * C, -1.0f, 1.0f);
+  const std::vector<float> dout = uniform(rng, B * T * C, -1.0f, 1.0f);
+  std::vector<float> out(B * T * C), dwte = uniform(rng, static_cast<std::size_t>(V) * C, -1.0f, 1.0f);
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), static_cast<const float*>(nullptr), B, T, C);
+
+  TestStream stream;
+  DeviceBuffer<std::int32_t> d_tokens(tokens);
+  DeviceBuffer<float> d_wte(wte), d_out(B * T * C), d_dout(dout), d_dwte(dwte);
+  DeviceBuffer<std::uint32_t> d_workspace(embedding_backward_workspace_bytes(B * T) / sizeof(std::uint32_t));
+  d_out.poison();
+  cuda::embedding_forward(stream.get(), d_out.get(), d_tokens.get(), d_wte.get(), static_cast<const float*>(nullptr), B,
+                          T, C);
+  cpu::embedding_backward(dwte.data(), static_cast<float*>(nullptr), dout.data(), tokens.data(), B, T, C);
+  cuda::embedding_backward(stream.get(), d_dwte.get(), static_cast<float*>(nullptr), d_dout.get(), d_tokens.get(),
+                           d_workspace.get(), B, T, C);
+  finish();
+  EXPECT_TRUE(all_close("embedding out (no position table)", d_out.download(), out, kExact));
+  EXPECT_TRUE(all_close("embedding dwte (no position table)", d_dwte.download(), dwte, kExact));
+}
+
 TEST(KernelsCuda, EmbeddingBackward) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(402);

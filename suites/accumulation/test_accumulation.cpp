@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/data/token_file.h"
+#include "common/model/gpt.h"
 #include "common/train/trainer.h"
 #include "common/tests/cpu_device.h"
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/results/benchmark_context.h"
+#include "common/model/gpt.h"
 #include "common/train/adamw_optimizer.h"
 #include "common/train/train_run.h"
 #include "generated/result_schema.h"

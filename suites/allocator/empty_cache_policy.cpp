@@ -4,7 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 
 namespace trainmem::allocator {
 

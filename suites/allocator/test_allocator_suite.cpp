@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/data/token_file.h"
+#include "common/model/gpt.h"
 #include "common/tests/enum_table_checks.h"
 #include "common/train/trainer.h"
 #include "suites/allocator/empty_cache_policy.h"

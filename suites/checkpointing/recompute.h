@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/cli/enum_table.h"
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "common/train/strategy.h"
 
 namespace trainmem {

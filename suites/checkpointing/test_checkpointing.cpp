@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/data/token_file.h"
+#include "common/model/gpt.h"
 #include "common/train/trainer.h"
 #include "suites/checkpointing/recompute.h"
 #include "common/tests/cpu_device.h"

@@ -9,6 +9,7 @@
 
 #include "common/allocator/allocator_config.h"
 #include "common/data/token_file.h"
+#include "common/model/gpt.h"
 #include "common/train/trainer.h"
 #include "common/tests/cpu_device.h"
 
@@ -38,7 +39,7 @@ Outcome train(AttentionKind attention, Precision precision, int steps, std::size
     std::string name() const override { return "inspect"; }
     void after_layer_forward(StepContext& ctx, std::size_t l) override {
       if (l != 0) return;
-      const LayerActivations& a = ctx.model.layer_activations(0);
+      const LayerActivations& a = dynamic_cast<GPT&>(ctx.model).layer_activations(0);
       o->probs_bytes = a.att.nbytes();
       o->lse_bytes = a.lse.nbytes();
       o->out_bytes = a.atty.nbytes();

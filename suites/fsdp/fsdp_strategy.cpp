@@ -24,7 +24,7 @@ ShardingPlan plan_of(const FsdpOptions& o, kernels::AdamWHyper hyper, float max_
 
 }  // namespace
 
-FsdpStrategy::FsdpStrategy(GPT& model, Communicator& comm, FsdpOptions options, kernels::AdamWHyper hyper,
+FsdpStrategy::FsdpStrategy(Model& model, Communicator& comm, FsdpOptions options, kernels::AdamWHyper hyper,
                            float max_grad_norm, GradientMode grads, OptimizerInBackwardChoice in_backward)
     : comm_(comm), options_(options), engine_(model, comm, plan_of(options, hyper, max_grad_norm, grads, in_backward)) {}
 

@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "common/comm/communicator.h"
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "common/sharding/sharding_engine.h"
 #include "common/train/gradient_mode.h"
 #include "common/train/data_parallel_strategy.h"
@@ -60,7 +60,7 @@ class FsdpStrategy : public DataParallelStrategy {
   // this strategy. hyper and max_grad_norm configure the AdamW it runs on its shards; grads says
   // whether the units' gradients are kept between steps (--grads, common/train/gradient_mode.h),
   // in_backward whether each unit's shard is updated as soon as its gradients are reduced.
-  FsdpStrategy(GPT& model, Communicator& comm, FsdpOptions options, kernels::AdamWHyper hyper, float max_grad_norm,
+  FsdpStrategy(Model& model, Communicator& comm, FsdpOptions options, kernels::AdamWHyper hyper, float max_grad_norm,
                GradientMode grads = GradientMode::persistent, OptimizerInBackwardChoice in_backward = {});
 
   std::string name() const override;

@@ -8,7 +8,7 @@
 #include "common/cli/enum_flag.h"
 #include "common/cli/flag_ranges.h"
 #include "common/comm/communicator.h"
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "suites/fsdp/fsdp_memory.h"
 #include "suites/fsdp/fsdp_strategy.h"
 

@@ -18,6 +18,7 @@
 
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
+#include "common/model/gpt.h"
 #include "common/tests/cpu_device.h"
 #include "common/tests/data_parallel_reference.h"
 #include "common/tests/enum_table_checks.h"

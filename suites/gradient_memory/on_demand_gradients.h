@@ -1,7 +1,7 @@
 // Gradients on demand, as a trainer strategy: the model holds no gradient between optimizer
 // steps. The strategy frees them all when it joins the run and again after every optimizer step
-// (GPT::release_gradients); the model makes each one at its first write in the backward
-// (GPT::grad_for_write), so a gradient exists from the backward that first writes it until the
+// (Model::release_gradients); the model makes each one at its first write in the backward
+// (Model::grad_for_write), so a gradient exists from the backward that first writes it until the
 // optimizer has read it.
 //
 // Memory, against persistent gradients (G = the gradients' bytes, 2 or 4 per parameter):
@@ -23,14 +23,14 @@
 // gradient is zeroed before the backward adds into it), so parameters after any number of steps
 // are bitwise the persistent run's on the CPU, with accumulation, clipping and loss scaling.
 #pragma once
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "common/train/strategy.h"
 
 namespace trainmem::gradient_memory {
 
 class OnDemandGradients : public Strategy {
  public:
-  explicit OnDemandGradients(GPT& model) { model.release_gradients(); }
+  explicit OnDemandGradients(Model& model) { model.release_gradients(); }
   std::string name() const override { return "grads:on-demand"; }
   // After the update, and after a skipped one too (PyTorch's zero_grad runs either way).
   void after_optimizer_step(StepContext& ctx) override { ctx.model.release_gradients(); }

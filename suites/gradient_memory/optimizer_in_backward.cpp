@@ -7,7 +7,7 @@
 
 namespace trainmem::gradient_memory {
 
-OptimizerInBackward::OptimizerInBackward(GPT& model, kernels::AdamWHyper hyper)
+OptimizerInBackward::OptimizerInBackward(Model& model, kernels::AdamWHyper hyper)
     : model_(model), table_(model.config()), hyper_(hyper), master_(model.parameters().size()), m_(model.parameters().size()),
       v_(model.parameters().size()) {
   model.release_gradients();

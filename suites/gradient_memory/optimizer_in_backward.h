@@ -19,7 +19,7 @@
 #pragma once
 #include <vector>
 
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "common/model/parameter_table.h"
 #include "common/tensor/tensor.h"
 #include "common/train/optimizer.h"
@@ -30,9 +30,9 @@ namespace trainmem::gradient_memory {
 
 class OptimizerInBackward : public Strategy, public Optimizer {
  public:
-  // Frees the model's gradients (they are made at their first write, GPT::grad_for_write) and
+  // Frees the model's gradients (they are made at their first write, Model::grad_for_write) and
   // makes the fp32 master weights of a 16-bit model, as the trainer's AdamW would.
-  OptimizerInBackward(GPT& model, kernels::AdamWHyper hyper);
+  OptimizerInBackward(Model& model, kernels::AdamWHyper hyper);
 
   std::string name() const override { return "optimizer-in-backward"; }
   void after_layer_backward(StepContext& ctx, std::size_t layer) override;
@@ -46,7 +46,7 @@ class OptimizerInBackward : public Strategy, public Optimizer {
  private:
   void update(std::size_t index, long step);  // one parameter's AdamW, then its gradient freed
 
-  GPT& model_;
+  Model& model_;
   ParameterTable table_;  // which parameters are a layer's, which the root's
   kernels::AdamWHyper hyper_;
   std::vector<Tensor> master_, m_, v_;  // per parameter; m and v made at its first update

@@ -25,6 +25,7 @@
 
 #include "common/allocator/allocator_config.h"
 #include "common/data/token_file.h"
+#include "common/model/gpt.h"
 #include "common/tests/cpu_device.h"
 #include "common/tests/enum_table_checks.h"
 #include "common/train/trainer.h"

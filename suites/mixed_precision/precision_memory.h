@@ -18,7 +18,7 @@
 #include <cstddef>
 
 #include "common/allocator/allocator_config.h"
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 
 namespace trainmem {
 
@@ -29,7 +29,7 @@ namespace trainmem {
 struct WeightSideBytes {
   std::size_t parameters = 0, gradients = 0, optimizer_state = 0;
 };
-inline WeightSideBytes category_bytes(GPT& model) {
+inline WeightSideBytes category_bytes(Model& model) {
   const BytesPerParameter b = bytes_per_parameter(model.options().precision);
   WeightSideBytes out;
   for (const Parameter& p : model.parameters()) {

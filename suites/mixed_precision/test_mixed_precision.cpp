@@ -8,6 +8,7 @@
 
 #include "common/data/token_file.h"
 #include "common/device/device_ops.h"
+#include "common/model/gpt.h"
 #include "common/train/trainer.h"
 #include "kernels/convert.h"
 #include "suites/mixed_precision/loss_scaler.h"
@@ -223,7 +224,7 @@ TEST(MixedPrecision, ActivationsAreStoredInSixteenBitsAndTheStatisticsInFp32) {
   struct Inspect : Strategy {
     std::string name() const override { return "inspect"; }
     void after_layer_forward(StepContext& ctx, std::size_t l) override {
-      const LayerActivations& a = ctx.model.layer_activations(l);
+      const LayerActivations& a = dynamic_cast<GPT&>(ctx.model).layer_activations(l);
       EXPECT_EQ(a.qkv.dtype(), DType::bf16);
       EXPECT_EQ(a.att.dtype(), DType::bf16);
       EXPECT_EQ(a.fch_gelu.dtype(), DType::bf16);

@@ -37,7 +37,7 @@ ShardingPlan plan_of(const ZeroOptions& o) {
 
 }  // namespace
 
-ZeroStrategy::ZeroStrategy(GPT& model, Communicator& comm, ZeroOptions options)
+ZeroStrategy::ZeroStrategy(Model& model, Communicator& comm, ZeroOptions options)
     : model_(model), comm_(comm), options_(options), table_(model.config()) {
   validate(options_);
   if (options_.stage == 0) {

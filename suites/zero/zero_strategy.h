@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "common/comm/communicator.h"
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "common/model/parameter_table.h"
 #include "common/sharding/sharding_engine.h"
 #include "common/train/adamw_optimizer.h"
@@ -64,7 +64,7 @@ void validate(const ZeroOptions& options);
 
 class ZeroStrategy : public DataParallelStrategy {
  public:
-  ZeroStrategy(GPT& model, Communicator& comm, ZeroOptions options);
+  ZeroStrategy(Model& model, Communicator& comm, ZeroOptions options);
 
   std::string name() const override;  // "zero-0" .. "zero-3"
   double loss_scale() const override { return 1.0 / comm_.world_size(); }  // this rank's share of the mean
@@ -81,7 +81,7 @@ class ZeroStrategy : public DataParallelStrategy {
   void after_optimizer_step(StepContext& ctx) override;
 
   // The whole model as one rank with the whole batch would hold it (fp32 host copies,
-  // GPT::parameters() order): the parameters as stored, and the optimizer's fp32 master weights.
+  // Model::parameters() order): the parameters as stored, and the optimizer's fp32 master weights.
   // Collectives with stages 1-3: every rank must call them.
   std::vector<float> parameter_values() override;
   std::vector<float> master_values() override;
@@ -92,7 +92,7 @@ class ZeroStrategy : public DataParallelStrategy {
   void all_reduce_gradients(const std::vector<std::size_t>& parameters);  // stage 0, tensor by tensor
   void reduce_unit_in_backward(std::size_t u, long step);                  // stages 1-3
 
-  GPT& model_;
+  Model& model_;
   Communicator& comm_;
   ZeroOptions options_;
   ParameterTable table_;  // stage 0: which tensors a layer has

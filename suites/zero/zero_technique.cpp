@@ -8,7 +8,7 @@
 #include "common/cli/enum_flag.h"
 #include "common/cli/flag_ranges.h"
 #include "common/comm/communicator.h"
-#include "common/model/gpt.h"
+#include "common/model/model.h"
 #include "suites/zero/zero_memory.h"
 #include "suites/zero/zero_strategy.h"
 

@@ -14,6 +14,7 @@
 
 #include "common/comm/local_communicator.h"
 #include "common/device/device_ops.h"
+#include "common/model/gpt.h"
 #include "suites/zero/tests/zero_test_support.h"
 #include "suites/zero/zero_memory.h"
 

@@ -10,6 +10,7 @@
 
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
+#include "common/model/gpt.h"
 #include "common/sharding/unit_layout.h"
 #include "common/tests/cpu_device.h"
 #include "common/tests/data_parallel_reference.h"

@@ -1,0 +1,410 @@
+#include "common/model/model.h"
+
+#include <cmath>
+#include <random>
+
+#include "common/device/device_ops.h"
+#include "common/model/storage_type.h"
+#include "kernels/attention.h"
+#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
+#include "kernels/cudnn_attention.h"
+#endif
+#include "kernels/cross_entropy.h"
+#include "kernels/dtype.h"
+#include "kernels/flash_attention.h"
+#include "kernels/flash_attention_workspace.h"
+#include "kernels/matmul.h"
+
+namespace trainmem {
+
+namespace {
+// Each op runs in the model's storage type T -- float, kernels::bf16 or kernels::fp16
+// (with_storage_type, common/model/storage_type.h) -- and names it to the kernels, which read and
+// write that type and compute in fp32 inside: no fp32 copy of a 16-bit tensor is ever made.
+
+// The CPU flash reference (no dispatcher: on a GPU the CUDA kernels below run), skipped on meta.
+template <typename T>
+void cpu_flash_forward(const kernels::Stream& s, T* out, float* lse, const T* qkv,
+                       const kernels::AttentionShape& shape) {
+  if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_forward<T>(out, lse, qkv, shape);
+}
+template <typename T>
+void cpu_flash_backward(const kernels::Stream& s, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                        const kernels::AttentionShape& shape) {
+  if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_backward<T>(dqkv, dout, qkv, out, lse, shape);
+}
+}  // namespace
+
+// Built with +=: GCC 12 warns falsely about "h" + std::to_string(l) + ".".
+std::string indexed_name(const char* prefix, std::size_t index, const char* suffix) {
+  std::string s = prefix;
+  s += std::to_string(index);
+  s += suffix;
+  return s;
+}
+
+Tensor Model::make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name) {
+  return Tensor(device_.allocator(), std::move(shape), dtype_, category, name);
+}
+
+Tensor Model::make_f32(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name) {
+  return Tensor(device_.allocator(), std::move(shape), DType::f32, category, name);
+}
+
+Tensor Model::make_bytes(std::size_t bytes, const std::string& name) {
+  // Scratch of a byte size, as 4-byte elements (the allocator sees the bytes, rounded up to 512 anyway).
+  return Tensor(device_.allocator(), {static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32,
+                MemoryCategory::workspace, name);
+}
+
+Tensor Model::make_cuda_workspace(std::size_t bytes, const std::string& name) {
+  return device_.cuda_pattern() ? make_bytes(bytes, name) : Tensor{};
+}
+
+Model::Model(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options)
+    : device_(device), config_(std::move(config)), options_(options), dtype_(storage_dtype(options.precision)) {
+  config_.validate();
+  if (options_.attention != AttentionKind::naive && device_.cuda_pattern() && dtype_ == DType::f32)
+    throw std::invalid_argument("--attention " + to_string(options_.attention) +
+                                " runs on a GPU in 16 bits: add --precision bf16 (or fp16)");
+  if (options_.attention == AttentionKind::cudnn && !device_.cuda_pattern())
+    throw std::invalid_argument("--attention cudnn needs a CUDA device; on the CPU use --attention flash");
+  const auto L = static_cast<float>(config_.layers);
+  const ParameterTable table(config_);
+  std::mt19937_64 rng(seed);
+  std::vector<float> all_values;
+  const float residual_std = 0.02f / std::sqrt(2.0f * L);
+  for (const ParameterInfo& s : table.all()) {
+    Parameter p{s.name, make(s.shape, MemoryCategory::parameters, s.name), Tensor()};
+    if (device_.computes()) {  // meta: no values to draw (a 1.5B model's would be 6 GB of host memory)
+      std::vector<float> host(static_cast<std::size_t>(p.value.numel()));  // zeros
+      std::normal_distribution<float> normal(0.0f, s.init == ParameterInit::residual ? residual_std : 0.02f);
+      // The vocabulary's padding rows stay zero (and draw nothing: the real rows get the same values
+      // as in an unpadded model).
+      const std::size_t drawn = host.size() - static_cast<std::size_t>(s.padding_rows) * (host.size() / static_cast<std::size_t>(s.shape[0]));
+      for (std::size_t i = 0; i < drawn; ++i)
+        host[i] = s.init == ParameterInit::ones ? 1.0f : s.init == ParameterInit::zeros ? 0.0f : normal(rng);
+      all_values.insert(all_values.end(), host.begin(), host.end());
+    }
+    params_.push_back(std::move(p));
+    grad_for_write(params_.size() - 1);  // zeroed, right after its value (persistent gradients)
+  }
+  store_parameter_values(device_.computes() ? all_values.data() : nullptr);  // rounds to the storage type
+}
+
+void Model::zero_grad() {
+  // A sharding strategy (ZeRO-2/3, FSDP) may have released a gradient: nothing to zero then.
+  for (Parameter& p : params_)
+    if (p.grad.data() != nullptr) zero_device_memory(device_, p.grad.data(), p.grad.nbytes());
+}
+
+void Model::release_gradients() {
+  for (Parameter& p : params_) p.grad.reset();
+}
+
+Tensor& Model::grad_for_write(std::size_t index) {
+  Parameter& p = params_[index];
+  if (p.grad.data() == nullptr) {  // none since the last release: made now, at its first write
+    p.grad = make(p.value.shape(), MemoryCategory::gradients, p.name + ".grad");
+    zero_device_memory(device_, p.grad.data(), p.grad.nbytes());  // the backward accumulates into it
+  }
+  return p.grad;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the micro-step
+// ---------------------------------------------------------------------------------------------
+
+void Model::begin(const Tensor& tokens, const Tensor& targets) {
+  if (tokens.shape().size() != 2 || tokens.shape() != targets.shape())
+    throw std::invalid_argument("Model::begin: tokens and targets must both be [B, T]");
+  B_ = static_cast<std::size_t>(tokens.dim(0));
+  T_ = static_cast<std::size_t>(tokens.dim(1));
+  if (T_ > config_.seq)
+    throw std::invalid_argument("sequence of " + std::to_string(T_) + " tokens is longer than the model's context " +
+                                std::to_string(config_.seq));
+  tokens_ = &tokens;
+  targets_ = &targets;
+  residual_.clear();
+  residual_.resize(config_.layers + 1);
+}
+
+void Model::end() {
+  for (std::size_t l = 0; l < config_.layers; ++l) release_layer_activations(l);
+  residual_.clear();
+  head_ = HeadActivations{};
+  dresidual_.reset();
+  tokens_ = targets_ = nullptr;
+}
+
+double Model::loss(const Tensor& tokens, const Tensor& targets) {
+  begin(tokens, targets);
+  embed_forward();
+  for (std::size_t l = 0; l < config_.layers; ++l) {
+    layer_forward(l);
+    release_layer_activations(l);
+    residual_[l].reset();
+  }
+  const double value = head_forward();
+  end();
+  return value;
+}
+
+// logits = final_norm(x_L) @ head^T, then the per-position cross-entropy, averaged on the host.
+double Model::head_forward() {
+  double loss = 0;
+  final_norm_forward();
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab, Vp = padded_vocab(V);
+    // Vp logits a row (the padded head: model_config.h); the cross-entropy reads the first V.
+    head_.logits = make({static_cast<std::int64_t>(B_), static_cast<std::int64_t>(T_), static_cast<std::int64_t>(Vp)},
+                        MemoryCategory::activations, "logits");
+    linear_forward(head_.logits, head_.norm, param(head_weight_index()), nullptr, N, C, Vp);
+    Tensor losses = make_f32({static_cast<std::int64_t>(B_), static_cast<std::int64_t>(T_)}, MemoryCategory::workspace,
+                             "losses");
+    kernels::cross_entropy_forward<T>(s, f32(losses), head_.logits.data_as<T>(), targets_->data_as<std::int32_t>(), N,
+                                      V, Vp);
+    if (!device_.computes()) return;  // meta: no loss to read (and no host copy of B x T losses)
+    std::vector<float> host(N);
+    copy_device_to_host(device_, host.data(), losses.data(), losses.nbytes());
+    double sum = 0;
+    for (float v : host) sum += v;
+    loss = sum / static_cast<double>(N);
+  });
+  return loss;
+}
+
+void Model::head_backward(float dloss) {
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab, Vp = padded_vocab(V);
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
+    // dlogits overwrites the logits (they are not needed any more): no second [B,T,Vp] tensor.
+    // The padded columns' dlogits are 0, so the head's padding rows get a gradient of exactly 0.
+    kernels::cross_entropy_backward<T>(s, head_.logits.data_as<T>(), head_.logits.data_as<T>(),
+                                       targets_->data_as<std::int32_t>(), dloss, N, V, Vp);
+    Tensor dnorm = make({B, Tn, Ci}, MemoryCategory::workspace, "norm.grad");
+    const std::size_t head = head_weight_index();
+    linear_backward(&dnorm, grad_for_write(head), nullptr, head_.logits, head_.norm, param(head), N, C, Vp);
+    head_.logits.reset();
+    // The residual stream's gradient starts here and flows down through every layer.
+    dresidual_ = make({B, Tn, Ci}, MemoryCategory::workspace, "residual.grad");
+    zero_device_memory(device_, dresidual_.data(), dresidual_.nbytes());
+    final_norm_backward(dnorm);
+    head_ = HeadActivations{};
+    residual_[config_.layers].reset();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// shared ops
+// ---------------------------------------------------------------------------------------------
+
+// The linear layer (kernels/matmul.h) in the storage type: fp32 accumulation inside; on a GPU, 16
+// bits go to the tensor cores (cuBLASLt).
+void Model::linear_forward(Tensor& y, const Tensor& x, const Tensor& weight, const Tensor* bias, std::size_t N,
+                           std::size_t C, std::size_t OC) {
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::matmul_forward<T>(kernel_stream(device_), y.data_as<T>(), x.data_as<T>(), weight.data_as<T>(),
+                               bias ? bias->data_as<T>() : nullptr, N, C, OC);
+  });
+}
+
+void Model::linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
+                            const Tensor& weight, std::size_t N, std::size_t C, std::size_t OC) {
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::matmul_backward<T>(kernel_stream(device_), dinp ? dinp->data_as<T>() : nullptr, dweight.data_as<T>(),
+                                dbias ? dbias->data_as<T>() : nullptr, dout.data_as<T>(), inp.data_as<T>(),
+                                weight.data_as<T>(), N, C, OC);
+  });
+}
+
+kernels::Half16 Model::half16() const {
+  return dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16;
+}
+
+kernels::AttentionShape Model::attention_shape() const {
+  kernels::AttentionShape shape;
+  shape.B = B_;
+  shape.T = T_;
+  shape.H = config_.heads;
+  shape.Hkv = config_.num_kv_heads();  // = H for a GPT: multi-head attention (kernels/attention_heads.h)
+  shape.D = config_.head_dim();
+  shape.causal = true;
+  return shape;
+}
+
+// naive: out, scores (workspace) and probabilities (saved) -- kernels/attention.h.
+// flash / cudnn: out and the log-sum-exp per row (saved, fp32) -- kernels/flash_attention.h.
+void Model::attention_forward(AttentionActivations& a, const std::string& h) {
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
+               C = static_cast<std::int64_t>(config_.dim), H = static_cast<std::int64_t>(config_.heads);
+    if (options_.attention == AttentionKind::naive) {
+      a.att = make({B, H, Tn, Tn}, MemoryCategory::activations, h + "attn.probs");
+      a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
+      // The scores are needed only to compute the probabilities: workspace, freed at once.
+      Tensor preatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores");
+      kernels::attention_forward<T>(s, a.atty.data_as<T>(), preatt.data_as<T>(), a.att.data_as<T>(), a.qkv.data_as<T>(),
+                                    B_, T_, config_.dim, config_.heads, config_.num_kv_heads());
+      return;
+    }
+    a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
+    a.lse = make_f32({B, H, Tn}, MemoryCategory::activations, h + "attn.lse");
+    const kernels::AttentionShape shape = attention_shape();
+    if (!device_.cuda_pattern()) {  // the CPU reference, in the storage type
+      cpu_flash_forward(s, a.atty.data_as<T>(), f32(a.lse), a.qkv.data_as<T>(), shape);
+      return;
+    }
+    const kernels::Half16 half = half16();
+    // A meta run of the CUDA pattern: out and lse are all that flash's forward allocates. cuDNN sizes
+    // its workspaces at run time, on the GPU (the plan cudnn-frontend picks for the shape), so a meta
+    // run counts none, forward or backward: the one rule by which the meta run of the CUDA pattern
+    // differs from a GPU's allocation sequence (they are freed at once; common/device/README.md, "The meta device").
+    if (!device_.computes()) return;
+    if (options_.attention == AttentionKind::flash) {
+      TRAINMEM_CUDA_KERNEL("flash_attention_forward",
+                           kernels::cuda::flash_attention_forward(
+                               s.cuda_stream, kernels::cuda::flash_attention_versions(), half,
+                               a.atty.data_as<std::uint16_t>(), f32(a.lse), a.qkv.data_as<std::uint16_t>(), shape));
+      return;
+    }
+#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
+    Tensor workspace =
+        make_bytes(kernels::cudnn::attention_forward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
+    kernels::cudnn::attention_forward(s.cuda_stream, half, a.atty.data_as<std::uint16_t>(), f32(a.lse),
+                                      a.qkv.data_as<std::uint16_t>(), workspace.data(), shape);
+#else
+    (void)half;
+    throw std::invalid_argument(
+        "--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
+#endif
+  });
+}
+
+void Model::attention_recompute_probabilities(AttentionActivations& a, const std::string& h) {
+  if (options_.attention != AttentionKind::naive) return;  // flash/cudnn keep no probabilities
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
+               C = static_cast<std::int64_t>(config_.dim), H = static_cast<std::int64_t>(config_.heads);
+    a.att = make({B, H, Tn, Tn}, MemoryCategory::activations, h + "attn.probs");
+    // attention_forward also writes the scores and the output; both are already known: workspace.
+    Tensor preatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores");
+    Tensor atty = make({B, Tn, C}, MemoryCategory::workspace, h + "attn.out.recomputed");
+    kernels::attention_forward<T>(kernel_stream(device_), atty.data_as<T>(), preatt.data_as<T>(), a.att.data_as<T>(),
+                                  a.qkv.data_as<T>(), B_, T_, config_.dim, config_.heads, config_.num_kv_heads());
+  });
+}
+
+void Model::attention_backward(Tensor& dqkv, const Tensor& datty, AttentionActivations& a, const std::string& h) {
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
+               H = static_cast<std::int64_t>(config_.heads);
+    if (options_.attention == AttentionKind::naive) {
+      // One B*H*T^2 buffer: the probabilities' gradient, then in place the scores' (kernels/attention.h)
+      Tensor dscores = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores.grad");
+      kernels::attention_backward<T>(s, dqkv.data_as<T>(), dscores.data_as<T>(), datty.data_as<T>(), a.qkv.data_as<T>(),
+                                     a.att.data_as<T>(), B_, T_, config_.dim, config_.heads, config_.num_kv_heads());
+      return;
+    }
+    const kernels::AttentionShape shape = attention_shape();
+    if (!device_.cuda_pattern()) {  // the CPU reference, in the storage type
+      cpu_flash_backward(s, dqkv.data_as<T>(), datty.data_as<T>(), a.qkv.data_as<T>(), a.atty.data_as<T>(), f32(a.lse),
+                         shape);
+      return;
+    }
+    const kernels::Half16 half = half16();
+    if (options_.attention == AttentionKind::flash) {
+      // The workspace the CUDA backward asks for (kernels/flash_attention_workspace.h), on meta too.
+      const int version = kernels::kFlashAttentionNewestVersion;
+      Tensor workspace =
+          make_bytes(kernels::flash_attention_backward_workspace_bytes(version, shape), h + "attn.flash.workspace");
+      if (!device_.computes()) return;
+#if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
+      kernels::cuda::flash_attention_backward(s.cuda_stream, version, half, dqkv.data_as<std::uint16_t>(),
+                                              datty.data_as<std::uint16_t>(), a.qkv.data_as<std::uint16_t>(),
+                                              a.atty.data_as<std::uint16_t>(), f32(a.lse), workspace.data(), shape);
+      return;
+#else
+      kernels::no_cuda_kernels("flash_attention_backward");
+#endif
+    }
+    if (!device_.computes()) return;  // meta: cuDNN's workspace is not known (attention_forward says why)
+#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
+    Tensor workspace =
+        make_bytes(kernels::cudnn::attention_backward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
+    kernels::cudnn::attention_backward(s.cuda_stream, half, dqkv.data_as<std::uint16_t>(),
+                                       datty.data_as<std::uint16_t>(), a.qkv.data_as<std::uint16_t>(),
+                                       a.atty.data_as<std::uint16_t>(), f32(a.lse), workspace.data(), shape);
+#else
+    (void)half;
+    throw std::invalid_argument(
+        "--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
+#endif
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// host copies
+// ---------------------------------------------------------------------------------------------
+
+// Concatenates one member (value or grad) of every parameter into a host vector, widened to fp32.
+static std::vector<float> gather(Device& device, DType dtype, const std::vector<Parameter>& params,
+                                 Tensor Parameter::*member, std::size_t total) {
+  std::vector<float> out(total);
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> stored;
+    std::size_t offset = 0;
+    for (const Parameter& p : params) {
+      const Tensor& t = p.*member;
+      const auto n = static_cast<std::size_t>(t.numel());
+      stored.resize(n);
+      copy_device_to_host(device, stored.data(), t.data(), n * sizeof(T));
+      for (std::size_t i = 0; i < n; ++i) out[offset + i] = kernels::load(stored[i]);  // exact
+      offset += n;
+    }
+  });
+  return out;
+}
+
+std::vector<float> Model::parameter_values() const {
+  return gather(device_, dtype_, params_, &Parameter::value, num_parameters());
+}
+
+std::vector<float> Model::gradient_values() const {
+  return gather(device_, dtype_, params_, &Parameter::grad, num_parameters());
+}
+
+void Model::set_parameter_values(const std::vector<float>& values) {
+  if (values.size() != num_parameters()) throw std::invalid_argument("set_parameter_values: wrong number of values");
+  store_parameter_values(values.data());
+}
+
+void Model::store_parameter_values(const float* values) {
+  if (values == nullptr) return;  // meta: no values
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> stored;
+    std::size_t offset = 0;
+    for (Parameter& p : params_) {
+      const auto n = static_cast<std::size_t>(p.value.numel());
+      stored.resize(n);
+      for (std::size_t i = 0; i < n; ++i) stored[i] = kernels::store<T>(values[offset + i]);  // rounded once (RNE)
+      copy_host_to_device(device_, p.value.data(), stored.data(), n * sizeof(T));
+      offset += n;
+    }
+  });
+}
+
+}  // namespace trainmem

@@ -146,4 +146,13 @@ ModelConfig model_preset(const std::string& name) {
                        "; or give --layers --heads --dim --seq --vocab)");
 }
 
+std::string ModelConfig::shape_summary() const {
+  std::string s = "L=" + std::to_string(layers) + " H=" + std::to_string(heads);
+  if (arch == Arch::llama) s += " Hkv=" + std::to_string(num_kv_heads());
+  s += " C=" + std::to_string(dim);
+  if (arch == Arch::llama) s += " F=" + std::to_string(mlp_dim());
+  return s + " T=" + std::to_string(seq) + " V=" + std::to_string(vocab) + ", padded to Vp=" +
+         std::to_string(padded_vocab(vocab));
+}
+
 }  // namespace trainmem

@@ -62,6 +62,10 @@ struct ModelConfig {
   // Checked (common/util/checked_math.h): SizeLimitError if the count passes 2^62.
   std::size_t num_parameters() const;
 
+  // The shape in one line, as every command prints it: "L=2 H=4 C=64 T=64 V=256, padded to Vp=256";
+  // a Llama's adds its family's own sizes, "L=2 H=4 Hkv=2 C=64 F=176 T=64 V=256, padded to Vp=256".
+  std::string shape_summary() const;
+
   // Throws ModelConfigError saying what to change (e.g. dim not divisible by heads).
   void validate() const;
   nlohmann::json to_json() const;

@@ -17,6 +17,7 @@
 #include "common/model/parameter_table.h"
 #include "common/train/adamw_optimizer.h"
 #include "common/tests/cpu_device.h"
+#include "common/tests/model_step.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
@@ -28,7 +29,10 @@
 namespace trainmem {
 namespace {
 
+using testing_support::Batch;
 using testing_support::cpu_device;
+using testing_support::forward_backward;
+using testing_support::random_batch;
 
 // The model's forward in double precision on the host, with the parameters laid out as
 // GPT::parameters() lays them out. Returns the mean loss.
@@ -71,41 +75,6 @@ double reference_loss(const ModelConfig& cfg, const std::vector<double>& params,
   double sum = 0;
   for (double v : losses) sum += v;
   return sum / static_cast<double>(N);
-}
-
-struct Batch {
-  Tensor tokens, targets;
-  std::vector<std::int32_t> host_tokens, host_targets;
-};
-
-Batch random_batch(Device& device, std::size_t B, std::size_t T, std::size_t V, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::int32_t> tok(0, static_cast<std::int32_t>(V) - 1);
-  Batch b;
-  b.host_tokens.resize(B * T);
-  b.host_targets.resize(B * T);
-  for (auto& t : b.host_tokens) t = tok(rng);
-  for (auto& t : b.host_targets) t = tok(rng);
-  const auto Bi = static_cast<std::int64_t>(B), Ti = static_cast<std::int64_t>(T);
-  b.tokens = Tensor(device.allocator(), {Bi, Ti}, DType::i32, MemoryCategory::data, "tokens");
-  b.targets = Tensor(device.allocator(), {Bi, Ti}, DType::i32, MemoryCategory::data, "targets");
-  copy_host_to_device(device, b.tokens.data(), b.host_tokens.data(), b.tokens.nbytes());
-  copy_host_to_device(device, b.targets.data(), b.host_targets.data(), b.targets.nbytes());
-  return b;
-}
-
-// One forward + backward through the model's pieces, as the trainer runs them.
-double forward_backward(GPT& model, const Batch& batch) {
-  model.begin(batch.tokens, batch.targets);
-  model.embed_forward();
-  for (std::size_t l = 0; l < model.config().layers; ++l) model.layer_forward(l);
-  const double loss = model.head_forward();
-  const auto N = static_cast<float>(batch.tokens.numel());
-  model.head_backward(1.0f / N);
-  for (std::size_t l = model.config().layers; l-- > 0;) model.layer_backward(l);
-  model.embed_backward();
-  model.end();
-  return loss;
 }
 
 TEST(Gpt, VocabularyIsPaddedToAMultipleOf64) {

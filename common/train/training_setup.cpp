@@ -13,10 +13,6 @@ std::size_t TrainingSetup::synthetic_tokens() const {
 
 void TrainingSetup::validate() const {
   model.validate();
-  if (model.arch == Arch::llama)
-    throw std::invalid_argument("--arch llama: the Llama family's blocks (RMSNorm, rotary embeddings, SwiGLU, grouped-"
-                                "query attention) are not in trainmem's model yet; 'trainmem info --model " +
-                                model.name + "' shows its shape and parameters");
   if (batch < 1) throw std::invalid_argument("--batch must be at least 1");
   if (accum < 1) throw std::invalid_argument("--accum must be at least 1");
   if (world_size < 1) throw std::invalid_argument("--world-size must be at least 1");

@@ -4,7 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "common/allocator/allocator_config.h"
+#include "common/model/saved_activations.h"
 
 namespace trainmem {
 
@@ -85,18 +85,11 @@ void RecomputeStrategy::before_layer_backward(StepContext& ctx, std::size_t laye
 
 std::size_t predicted_activation_peak(const ModelConfig& c, std::size_t B, std::size_t T, const RecomputePolicy& policy,
                                       DType dtype, AttentionKind attention) {
-  const std::size_t C = c.dim, H = c.heads, L = c.layers, Vp = padded_vocab(c.vocab), e = dtype_size(dtype), f32 = 4;
-  auto block = [](std::size_t bytes) { return round_size(bytes); };
-  const std::size_t btc = block(B * T * C * e), bt = block(B * T * f32);  // mean and rstd stay fp32
-  const std::size_t x = btc;  // one entry of the residual stream
-  // naive attention saves the probabilities; flash/cudnn the log-sum-exp per row (fp32)
-  const std::size_t probs = attention == AttentionKind::naive ? block(B * H * T * T * e) : 0;
-  const std::size_t lse = attention == AttentionKind::naive ? 0 : block(B * H * T * f32);
-  const std::size_t layer = btc /*ln1*/ + 2 * bt + block(3 * B * T * C * e) /*qkv*/ + probs + lse + btc /*atty*/ +
-                            btc /*residual2*/ + btc /*ln2*/ + 2 * bt + 2 * block(4 * B * T * C * e);
-  const std::size_t head = btc + 2 * bt + block(B * T * Vp * e);  // the logits: Vp columns (model_config.h)
+  // Each saved tensor is a block of round_size(bytes): the model's formula (saved_activations.h).
+  const SavedActivations saved = saved_activations(c, B, T, dtype, attention);
+  const std::size_t L = c.layers, x = saved.residual_block(), layer = saved.layer_blocks(), head = saved.head_blocks();
   // What a recomputed layer gives up between its forward and its backward.
-  const std::size_t dropped = policy.selective() ? probs + block(4 * B * T * C * e) /*gelu*/ : layer;
+  const std::size_t dropped = policy.selective() ? saved.selective_blocks() : layer;
   const std::vector<bool> recomputed = policy.recomputed_layers(L);
   const bool sqrt = policy.kind == RecomputePolicy::Kind::sqrt;
   const std::size_t k = RecomputePolicy::sqrt_segment(L);

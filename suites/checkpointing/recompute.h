@@ -58,23 +58,14 @@ class RecomputeStrategy : public Strategy {
 };
 
 // The peak of the `activations` category during one training step, predicted exactly from the
-// model's tensor sizes: each saved tensor is a block of round_size(bytes) (exact while every
-// activation tensor is <= 1 MiB, i.e. in the small pool, which always splits to the rounded size;
-// larger blocks can be handed out whole, which the estimator models).
-//
-//   per layer, saved (fp32):   ln1 BTC, ln1 mean+rstd 2BT, qkv 3BTC, att (probs) B*H*T^2,
-//                              atty BTC, residual2 BTC, ln2 BTC, ln2 mean+rstd 2BT,
-//                              fc 4BTC, gelu 4BTC            = 15 BTC + 4 BT + B H T^2 elements
-//   residual stream x_l:       BTC per layer input (+ the final one)
-//   head:                      lnf BTC, mean+rstd 2BT, logits B T Vp (Vp = padded_vocab(V))
-//
-// Elements are `dtype` (4 bytes in fp32, 2 in bf16/fp16) except the layernorm mean and rstd,
-// which stay fp32 in every precision.
+// model's saved tensors (common/model/saved_activations.h, either family): each saved tensor is a
+// block of round_size(bytes) (exact while every activation tensor is <= 1 MiB, i.e. in the small
+// pool, which always splits to the rounded size; larger blocks can be handed out whole, which the
+// estimator models). Besides the layers' tensors: the residual stream x_l (one per layer input,
+// and the final one) and the head's.
 //
 // The step is simulated tensor group by tensor group (forward, head, then each layer's backward
 // with its recompute) and the largest live total returned.
-// With flash or cudnn attention, a layer saves the log-sum-exp (B*H*T fp32) instead of the
-// probabilities (B*H*T^2).
 std::size_t predicted_activation_peak(const ModelConfig& config, std::size_t B, std::size_t T,
                                       const RecomputePolicy& policy, DType dtype = DType::f32,
                                       AttentionKind attention = AttentionKind::naive);

@@ -38,10 +38,7 @@ struct InfoFlags {
 void print_model(const ModelConfig& c) {
   std::cout << "model " << c.name << " (" << to_string(c.arch) << ")\n"
             << "  " << std::left << std::setw(20) << "parameters" << c.num_parameters() << '\n'
-            << "  " << std::setw(20) << "shape" << "L=" << c.layers << " H=" << c.heads;
-  if (c.arch == Arch::llama) std::cout << " Hkv=" << c.num_kv_heads();
-  std::cout << " C=" << c.dim << " F=" << c.mlp_dim() << " T=" << c.seq << " V=" << c.vocab << " (padded to "
-            << padded_vocab(c.vocab) << ")\n";
+            << "  " << std::setw(20) << "shape" << c.shape_summary() << '\n';
   if (c.arch == Arch::llama)
     std::cout << "  " << std::setw(20) << "constants" << "rope theta " << c.rope_theta << ", RMSNorm eps " << c.norm_eps
               << '\n';

@@ -204,9 +204,8 @@ void print_run_header(const TrainingSetup& setup, const Communicator* world, lon
               << (sharded ? sharded->scheme : std::string("no sharding")) << ", global batch " << ranks * setup.batch
               << " = " << ranks << " x " << setup.batch << " rows\n";
   }
-  std::cerr << "model: " << config.name << ", " << config.num_parameters() << " parameters (L=" << config.layers
-            << " H=" << config.heads << " C=" << config.dim << " T=" << config.seq << " V=" << config.vocab
-            << ", padded to Vp=" << padded_vocab(config.vocab) << "), batch " << setup.batch << " x " << setup.accum
+  std::cerr << "model: " << config.name << " (" << to_string(config.arch) << "), " << config.num_parameters()
+            << " parameters (" << config.shape_summary() << "), batch " << setup.batch << " x " << setup.accum
             << " accumulation steps, " << steps << " steps\n";
 }
 

@@ -78,10 +78,8 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
   const TrainingSetup& s = e.setup;
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "model %s: %zu parameters (L=%zu H=%zu C=%zu T=%zu V=%zu, padded to Vp=%zu)\n",
-                s.model.name.c_str(), e.num_parameters, s.model.layers, s.model.heads, s.model.dim, s.model.seq,
-                s.model.vocab, padded_vocab(s.model.vocab));
-  out += line;
+  out += "model " + s.model.name + " (" + to_string(s.model.arch) + "): " + std::to_string(e.num_parameters) +
+         " parameters (" + s.model.shape_summary() + ")\n";
   std::snprintf(line, sizeof line, "setup: %s, allocator %s\n", describe_setup(s).c_str(), s.allocator.to_string().c_str());
   out += line;
   out += "meta run: the figures below are the run itself on the meta device (every allocation, no kernel), with the ";

@@ -21,10 +21,11 @@ struct Sample {
   std::string flags;      // as after `trainmem train`
 };
 
-// The core's setups (the default run, the small model, a vocabulary padded to a multiple of 64),
-// then each registered technique's samples, in the registrations' order.
+// The core's setups (the default run, the small model, a vocabulary padded to a multiple of 64,
+// the Llama family's two small models: grouped-query attention, SwiGLU, an untied head), then each registered technique's samples, in the registrations' order.
 inline std::vector<Sample> every_sample() {
-  std::vector<Sample> samples = {{"core", ""}, {"core", "--model small"}, {"core", "--model small --batch 2"}, {"core", "--vocab 251"}};
+  std::vector<Sample> samples = {{"core", ""}, {"core", "--model small"}, {"core", "--model small --batch 2"}, {"core", "--vocab 251"},
+                                 {"core", "--model llama-tiny"}, {"core", "--model llama-small --batch 2"}};
   for (const Technique* technique : registered_techniques())
     for (const SampleSetup& sample : technique->sample_setups()) samples.push_back({technique->name(), sample.flags});
   return samples;

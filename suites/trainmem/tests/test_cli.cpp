@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/data/token_file.h"
+#include "common/model/model_config.h"
 #include "common/tests/sanitizers.h"
 #include "common/tests/command_runner.h"
 #include "suites/trainmem/tests/trainmem_program.h"
@@ -703,9 +704,24 @@ TEST(CliModels, LlamaFlagsOnAGptAndAMismatchedArchAreRefused) {
   expect_input_error("info --arch llama --kv-heads 3", "--kv-heads 3");
 }
 
-TEST(CliModels, ALlamaRunIsRefusedUntilItsBlocksAreInTheModel) {
-  expect_input_error("train --arch llama --steps 1", "--arch llama: the Llama family's blocks");
-  expect_input_error("estimate --model llama3-8b --gpu h100-80gb", "not in trainmem's model yet");
+// A Llama trains, and its result names the family: the config's arch, the parameters the
+// presets publish (common/tests/test_parameter_table.cpp checks them against the papers).
+TEST(CliModels, ALlamaTrainsAndItsResultNamesTheFamily) {
+  const std::string json_path = temp_path("llama.json");
+  const CliRun r = trainmem("train --model llama-tiny --steps 3 --json " + json_path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("model: llama-tiny (llama), 125248 parameters (L=2 H=4 Hkv=2 C=64 F=176 T=64 V=256"),
+            std::string::npos)
+      << r.err;
+  const nlohmann::json j = parse_json(read_text_file(json_path));
+  EXPECT_EQ(j["config"]["model"]["arch"], "llama");
+  EXPECT_EQ(j["config"]["model"]["kv_heads"], 2);
+  EXPECT_EQ(j["config"]["model"]["parameters"], model_preset("llama-tiny").num_parameters());
+  ASSERT_EQ(j["steps"].size(), 3u);
+  EXPECT_LT(j["steps"][2]["loss"].get<double>(), j["steps"][0]["loss"].get<double>()) << "it learns";
+  const CliRun e = trainmem("estimate --model llama3-8b --gpu h100-80gb --precision bf16 --json");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_EQ(parse_json(e.out)["num_parameters"], 8030261248LL);  // Meta's published count
 }
 
 }  // namespace

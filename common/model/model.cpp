@@ -75,9 +75,10 @@ Model::Model(Device& device, ModelConfig config, std::uint64_t seed, ModelOption
   std::vector<float> all_values;
   const float residual_std = 0.02f / std::sqrt(2.0f * L);
   for (const ParameterInfo& s : table.all()) {
-    Parameter p{s.name, make(s.shape, MemoryCategory::parameters, s.name), Tensor()};
+    Parameter p{s.name, s.shape, Tensor(), Tensor(), {}};
+    if (!options_.values_on_host) p.value = make(s.shape, MemoryCategory::parameters, s.name);
     if (device_.computes()) {  // meta: no values to draw (a 1.5B model's would be 6 GB of host memory)
-      std::vector<float> host(static_cast<std::size_t>(p.value.numel()));  // zeros
+      std::vector<float> host(s.numel());  // zeros
       std::normal_distribution<float> normal(0.0f, s.init == ParameterInit::residual ? residual_std : 0.02f);
       // The vocabulary's padding rows stay zero (and draw nothing: the real rows get the same values
       // as in an unpadded model).
@@ -87,7 +88,8 @@ Model::Model(Device& device, ModelConfig config, std::uint64_t seed, ModelOption
       all_values.insert(all_values.end(), host.begin(), host.end());
     }
     params_.push_back(std::move(p));
-    grad_for_write(params_.size() - 1);  // zeroed, right after its value (persistent gradients)
+    // zeroed, right after its value (persistent gradients); a sharding engine makes its own
+    if (!options_.values_on_host) grad_for_write(params_.size() - 1);
   }
   store_parameter_values(device_.computes() ? all_values.data() : nullptr);  // rounds to the storage type
 }
@@ -398,10 +400,15 @@ void Model::store_parameter_values(const float* values) {
     std::vector<T> stored;
     std::size_t offset = 0;
     for (Parameter& p : params_) {
-      const auto n = static_cast<std::size_t>(p.value.numel());
+      const std::size_t n = p.numel();
       stored.resize(n);
       for (std::size_t i = 0; i < n; ++i) stored[i] = kernels::store<T>(values[offset + i]);  // rounded once (RNE)
-      copy_host_to_device(device_, p.value.data(), stored.data(), n * sizeof(T));
+      if (p.value.data() != nullptr) {
+        copy_host_to_device(device_, p.value.data(), stored.data(), n * sizeof(T));
+      } else {  // values_on_host, until a sharding engine takes it
+        const auto* bytes = reinterpret_cast<const std::byte*>(stored.data());
+        p.host_value.assign(bytes, bytes + n * sizeof(T));
+      }
       offset += n;
     }
   });

@@ -24,6 +24,7 @@
 // forward and freed by its backward, so a strategy can drop them after forward and recompute them
 // before backward (activation checkpointing) without the model knowing.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,14 +43,28 @@ namespace trainmem {
 // One parameter tensor and its gradient, e.g. "h3.attn.qkv.weight" [3C, C].
 struct Parameter {
   std::string name;
+  std::vector<std::int64_t> shape;  // the value's, also while it is on the host
   Tensor value;
   Tensor grad;
+  // ModelOptions::values_on_host: the value, in the storage type, until a sharding engine takes it
+  // (common/sharding/flat_unit.h); empty otherwise, and always on the meta device.
+  std::vector<std::byte> host_value;
+  std::size_t numel() const {
+    std::size_t n = 1;
+    for (std::int64_t d : shape) n *= static_cast<std::size_t>(d);
+    return n;
+  }
 };
 
 // How the model is stored and computed (the techniques that change the model itself).
 struct ModelOptions {
   Precision precision = Precision::fp32;
   AttentionKind attention = AttentionKind::naive;
+  // For a sharded run: the parameters' values are made in host memory and no gradients at all,
+  // for a sharding engine to take into its units (Parameter::host_value), as deepspeed.zero.Init
+  // and FSDP's meta-device init build the model: the whole model is never on the device (a 70B
+  // model could not be). Until an engine has taken them, the model cannot run.
+  bool values_on_host = false;
 };
 
 // What attention saves for its backward, in either family (B*T rows unless noted).

@@ -1,6 +1,7 @@
 #include "common/sharding/flat_unit.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "common/device/device_ops.h"
@@ -20,44 +21,49 @@ FlatUnit::FlatUnit(Model& model, Communicator& comm, UnitLayout layout, Keep par
       first_owned_(layout_.shard_numel == layout_.padded_numel ? 0 : static_cast<std::size_t>(comm.rank()) * layout_.shard_numel) {
   if (gradients_ == Keep::host_shard) throw std::invalid_argument("FlatUnit: gradients are never kept on the host");
   std::vector<Parameter>& params = model_.parameters();
-  for (std::size_t i : layout_.parameters) shapes_.push_back(params.at(i).value.shape());
+  for (std::size_t i : layout_.parameters) shapes_.push_back(params.at(i).shape);
   Device& device = model_.device();
   CachingAllocator& allocator = device.allocator();
   const std::size_t e = dtype_size(dtype_);
   const auto P = static_cast<std::int64_t>(layout_.padded_numel), S = static_cast<std::int64_t>(layout_.shard_numel);
 
-  // Every parameter's elements that fall in [begin, end) of the flat vector, copied by `copy`
-  // to where they go (destination element offset, source, bytes).
-  auto each_piece = [&](std::size_t begin, std::size_t end, auto copy) {
+  // Every parameter's elements that fall in [begin, end) of the flat vector, copied to `dst` (on
+  // the device, or on the host when dst_on_host) at their offset from `begin`. The model's values
+  // are on the device, or on the host when it was built for a sharded run (Parameter::host_value).
+  auto copy_pieces = [&](std::size_t begin, std::size_t end, void* dst, bool dst_on_host) {
     for (std::size_t k = 0; k < layout_.parameters.size(); ++k) {
-      const Tensor& value = params[layout_.parameters[k]].value;
-      const std::size_t first = layout_.offsets[k], last = first + static_cast<std::size_t>(value.numel());
+      const Parameter& p = params[layout_.parameters[k]];
+      const std::size_t first = layout_.offsets[k], last = first + p.numel();
       const std::size_t from = std::max(begin, first), to = std::min(end, last);
-      if (from < to) copy(from - begin, static_cast<const std::byte*>(value.data()) + (from - first) * e, (to - from) * e);
+      if (from >= to || !device.computes()) continue;  // meta: no values anywhere
+      void* out = at(dst, from - begin, dtype_);
+      const std::size_t bytes = (to - from) * e;
+      const bool src_on_host = p.value.data() == nullptr;
+      const std::byte* in = (src_on_host ? p.host_value.data() : static_cast<const std::byte*>(p.value.data())) +
+                            (from - first) * e;
+      if (src_on_host && dst_on_host) std::memcpy(out, in, bytes);
+      else if (src_on_host) copy_host_to_device(device, out, in, bytes);
+      else if (dst_on_host) copy_device_to_host(device, out, in, bytes);
+      else copy_device_to_device(device, out, in, bytes);
     }
   };
   if (parameters_ == Keep::whole) {
     full_values_ = Tensor(allocator, {P}, dtype_, MemoryCategory::parameters, layout_.name + ".params");
     zero_device_memory(device, full_values_.data(), full_values_.nbytes());  // the padding
-    each_piece(0, layout_.padded_numel, [&](std::size_t to, const void* from, std::size_t bytes) {
-      copy_device_to_device(device, at(full_values_.data(), to, dtype_), from, bytes);
-    });
+    copy_pieces(0, layout_.padded_numel, full_values_.data(), false);
   } else if (parameters_ == Keep::shard) {
     value_shard_ = Tensor(allocator, {S}, dtype_, MemoryCategory::parameters, layout_.name + ".params_shard");
     zero_device_memory(device, value_shard_.data(), value_shard_.nbytes());
-    each_piece(first_owned_, first_owned_ + layout_.shard_numel, [&](std::size_t to, const void* from, std::size_t bytes) {
-      copy_device_to_device(device, at(value_shard_.data(), to, dtype_), from, bytes);
-    });
+    copy_pieces(first_owned_, first_owned_ + layout_.shard_numel, value_shard_.data(), false);
   } else {
     host_shard_bytes_ = layout_.shard_numel * e;
     // On the meta device the host shard is counted (host_bytes), never allocated: it grows with the model.
     if (device.computes()) {
       host_value_shard_.assign(host_shard_bytes_, std::byte{0});
-      each_piece(first_owned_, first_owned_ + layout_.shard_numel, [&](std::size_t to, const void* from, std::size_t bytes) {
-        copy_device_to_host(device, at(host_value_shard_.data(), to, dtype_), from, bytes);
-      });
+      copy_pieces(first_owned_, first_owned_ + layout_.shard_numel, host_value_shard_.data(), true);
     }
   }
+  for (std::size_t i : layout_.parameters) std::vector<std::byte>().swap(params[i].host_value);  // taken
   forget_values();
   forget_grads();
   if (parameters_ == Keep::whole) point_values_at(full_values_);

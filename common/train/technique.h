@@ -157,6 +157,10 @@ class Technique {
   // Whether it spreads the model over the ranks (then the run needs a communicator, and the
   // first one that does is the run's data parallelism).
   virtual bool shards(const TrainingSetup&) const { return false; }
+  // Whether its join moves the model's parameters into a sharding engine's units
+  // (common/sharding/sharding_engine.h): the run then builds the model with its values on the host
+  // and no gradients (ModelOptions::values_on_host), so the whole model is never on the device.
+  virtual bool takes_the_parameters(const TrainingSetup&) const { return false; }
   // Whether a layer's parameters exist only while it computes (then a recompute that rebuilds
   // other layers than the one in backward cannot compose with it).
   virtual bool gathers_one_layer_at_a_time(const TrainingSetup&) const { return false; }

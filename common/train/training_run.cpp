@@ -23,6 +23,8 @@ TrainingRun::TrainingRun(const TrainingSetup& setup, const Techniques& technique
   ModelOptions model_options;
   model_options.precision = setup_.precision;
   model_options.attention = setup_.attention;
+  const Technique* sharding = techniques_.sharding(setup_);
+  model_options.values_on_host = sharding != nullptr && sharding->takes_the_parameters(setup_);
   model_ = make_model(device, setup_.model, setup_.seed, model_options);
   for (const Technique* t : techniques_)
     if ((data_ = t->make_loader(setup_, device, tokens, rank, ranks))) break;

@@ -84,6 +84,7 @@ class FsdpTechnique : public Technique {
                                   " both shard the model states over the ranks: give one of them");
   }
   bool shards(const TrainingSetup& setup) const override { return setup.option<FsdpChoice>().enabled; }
+  bool takes_the_parameters(const TrainingSetup& setup) const override { return shards(setup); }  // every mode
   bool gathers_one_layer_at_a_time(const TrainingSetup& setup) const override {
     const FsdpChoice& choice = setup.option<FsdpChoice>();
     return choice.enabled && choice.options.mode == ShardingMode::full;

@@ -98,6 +98,10 @@ class ZeroTechnique : public Technique {
     if (choice.stage >= 0) zero::validate(options(setup));  // the stage range, offload params with stage 3
   }
   bool shards(const TrainingSetup& setup) const override { return setup.option<ZeroChoice>().stage >= 0; }
+  // Stages 1-3 run on the sharding engine; stage 0 keeps the model's own tensors.
+  bool takes_the_parameters(const TrainingSetup& setup) const override {
+    return setup.option<ZeroChoice>().stage >= 1;
+  }
   bool gathers_one_layer_at_a_time(const TrainingSetup& setup) const override {
     return setup.option<ZeroChoice>().stage == 3;
   }

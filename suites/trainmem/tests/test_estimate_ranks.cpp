@@ -91,6 +91,33 @@ TEST_P(EstimateRanks, LargePool) {
   expect_estimate_equals_training(GetParam(), "--fsdp full --fsdp-prefetch on", 20);
 }
 
+// A sharded run never holds the whole model on the device: it is built with its values on the
+// host (ModelOptions::values_on_host) and each rank's units take their shards from there, as
+// deepspeed.zero.Init and FSDP's meta-device init build it. So a device smaller than the whole
+// model's parameters and gradients (8 bytes a parameter in fp32) trains it over 4 ranks when the
+// shards fit -- the estimate says it fits, and the real run does, with the predicted peaks.
+TEST(EstimateRanksOfAModelLargerThanTheDevice, TrainsWhenItsShardsFit) {
+  TRAINMEM_SKIP_UNDER_SANITIZERS("four ranks (EstimateRanks runs two)");
+  const std::string model = "--device cpu --model llama-small --dim 512 --heads 8 --kv-heads 4 --ffn-dim 1408 "
+                            "--layers 4 --seq 32 --batch 1 --device-memory 92MiB";
+  for (const char* sharding : {"--zero 3", "--fsdp full"}) {
+    SCOPED_TRACE(sharding);
+    const nlohmann::json predicted = run_json(std::string("'") + TRAINMEM_BINARY + "' estimate " + model + " " +
+                                              sharding + " --world-size 4 --json");
+    ASSERT_TRUE(predicted.is_object());
+    const auto whole_model_states = 8 * predicted["num_parameters"].get<std::size_t>();
+    ASSERT_GT(whole_model_states, std::size_t{92} << 20) << "the whole model's parameters and gradients exceed the device";
+    EXPECT_EQ(predicted["device"]["fits"], true) << predicted["device"].dump();
+    const std::string json = testing_support::scratch_path("larger_than_device.json");
+    const testing_support::CommandResult trained =
+        testing_support::run_command(mpirun(4, "train --steps 2 " + model + " " + sharding + " --json '" + json + "'"));
+    ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+    const nlohmann::json measured = nlohmann::json::parse(testing_support::read_text_file(json))["memory"];
+    std::remove(json.c_str());
+    EXPECT_EQ(predicted["peak_reserved_bytes"], measured["peak_reserved_bytes"]);
+  }
+}
+
 // `mpirun -np N trainmem estimate` printed N estimates, each "over 1 rank" (issue 25). It now
 // estimates the run mpirun started, N ranks, and rank 0 alone prints it: one JSON document, equal
 // to `estimate --world-size N`.

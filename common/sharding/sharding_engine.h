@@ -36,9 +36,11 @@
 // the global batch's mean; ShardedAdamW divides by the trainer's factor times N (replicated: the
 // ReplicatedOptimizer multiplies it by N), net the user's loss scale alone.
 //
-// The set-up copies the model's tensors into the units and frees them, then resets the
-// allocator's peak statistics: a real run builds the model sharded from the start
-// (deepspeed.zero.Init, FSDP on the meta device), so building it whole is not part of training.
+// The set-up copies the model's values into the units and frees them, then resets the
+// allocator's peak statistics. A training run builds the model with its values on the host
+// (ModelOptions::values_on_host: the run's sharding technique takes_the_parameters), so the whole
+// model is never on the device, as deepspeed.zero.Init and FSDP on the meta device build it; a
+// model built on the device (the suites' own tests) is taken from there.
 // After the engine is destroyed the model has no parameters.
 #pragma once
 #include <cstddef>

@@ -45,7 +45,8 @@ class AccumulationTechnique : public Technique {
   std::vector<SampleSetup> sample_setups() const override {
     return {{"--accum 4"},
             {"--accum 3 --precision fp16 --recompute selective"},
-            {"--batch 16 --accum 2 --precision bf16 --recompute selective"}};
+            {"--batch 16 --accum 2 --precision bf16 --recompute selective"},
+            {"--model llama-tiny --accum 4 --precision bf16"}};
   }
 };
 

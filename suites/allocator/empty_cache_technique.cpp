@@ -47,7 +47,8 @@ class EmptyCacheTechnique : public Technique {
             {"--empty-cache every:2"},
             {"--allocator-config expandable_segments:True --empty-cache every-step"},
             {"--allocator-config max_split_size_mb:20 --device-memory 64MiB --model small"},
-            {"--allocator-config backend:raw"}};
+            {"--allocator-config backend:raw"},
+            {"--model llama-tiny --empty-cache every-step --precision bf16"}};
   }
 };
 

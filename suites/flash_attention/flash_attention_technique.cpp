@@ -51,7 +51,8 @@ class FlashAttentionTechnique : public Technique {
     return {{"--attention flash"},
             {"--attention flash --precision bf16"},
             {"--attention flash --recompute full"},
-            {"--model small --batch 8 --attention flash --recompute full --loader lazy"}};
+            {"--model small --batch 8 --attention flash --recompute full --loader lazy"},
+            {"--model llama-tiny --attention flash --precision bf16"}};
   }
 };
 

@@ -150,7 +150,8 @@ class FsdpTechnique : public Technique {
             {"--fsdp full --fsdp-prefetch on"},
             {"--fsdp full --fsdp-unit 2-layers"},
             {"--fsdp grad_op --precision fp16"},
-            {"--fsdp none"}};
+            {"--fsdp none"},
+            {"--model llama-tiny --fsdp full --precision bf16"}};
   }
 };
 

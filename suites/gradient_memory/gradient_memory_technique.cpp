@@ -101,7 +101,8 @@ class GradientMemoryTechnique : public Technique {
             {"--grads on-demand --zero 2"},
             {"--optimizer-in-backward --grad-clip 0"},
             {"--optimizer-in-backward --grad-clip 0 --precision bf16"},
-            {"--optimizer-in-backward --grad-clip 0 --zero 1"}};
+            {"--optimizer-in-backward --grad-clip 0 --zero 1"},
+            {"--model llama-tiny --grads on-demand --zero 2"}};
   }
 };
 

@@ -104,7 +104,8 @@ class LazyLoadingTechnique : public Technique {
             {"--loader lazy --prefetch 0"},
             {"--loader eager --precision bf16"},
             {"--batch 16 --precision bf16 --attention flash --recompute full --loader lazy"},
-            {"--batch 20 --precision fp16 --recompute sqrt --loader eager"}};
+            {"--batch 20 --precision fp16 --recompute sqrt --loader eager"},
+            {"--model llama-tiny --loader lazy --precision bf16"}};
   }
 };
 

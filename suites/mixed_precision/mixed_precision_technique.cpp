@@ -99,7 +99,8 @@ class MixedPrecisionTechnique : public Technique {
   std::vector<SampleSetup> sample_setups() const override {
     return {{"--precision bf16"},
             {"--precision fp16"},
-            {"--precision fp16 --loss-scale 1024 --loss-scale-interval 2 --loss-scale-growth 4 --loss-scale-backoff 0.25"}};
+            {"--precision fp16 --loss-scale 1024 --loss-scale-interval 2 --loss-scale-growth 4 --loss-scale-backoff 0.25"},
+            {"--model llama-tiny --precision fp16 --recompute selective"}};
   }
 };
 

@@ -191,7 +191,8 @@ class ZeroTechnique : public Technique {
             {"--zero 3 --precision bf16"},
             {"--zero 2 --offload optimizer"},
             {"--zero 3 --offload params"},
-            {"--vocab 130 --zero 3 --precision bf16"}};
+            {"--vocab 130 --zero 3 --precision bf16"},
+            {"--model llama-tiny --zero 3 --precision bf16"}};
   }
 
  private:

@@ -188,7 +188,7 @@ void Model::head_backward(float dloss) {
     // The padded columns' dlogits are 0, so the head's padding rows get a gradient of exactly 0.
     kernels::cross_entropy_backward<T>(s, head_.logits.data_as<T>(), head_.logits.data_as<T>(),
                                        targets_->data_as<std::int32_t>(), dloss, N, V, Vp);
-    Tensor dnorm = make({B, Tn, Ci}, MemoryCategory::workspace, "norm.grad");
+    Tensor dnorm = make({B, Tn, Ci}, MemoryCategory::workspace, head_.norm.name() + ".grad");  // lnf.grad, norm.grad
     const std::size_t head = head_weight_index();
     linear_backward(&dnorm, grad_for_write(head), nullptr, head_.logits, head_.norm, param(head), N, C, Vp);
     head_.logits.reset();

@@ -1,7 +1,10 @@
-"""trainmem beside PyTorch: the same GPT, the same tokens, the same optimizer, one file with both.
+"""trainmem beside PyTorch: the same model (GPT-2 or Llama, torch_gpt.py or torch_llama.py by the
+model's arch), the same weights, the same tokens, the same optimizer, one file with both.
 
   .venv-torch/bin/python -m reports.peers.compare_torch --model small --batch 4 --out reports/out/DIR
   .venv-torch/bin/python -m reports.peers.compare_torch --model gpt2-124m --layers 2 --seq 256 --batch 4
+  .venv-torch/bin/python -m reports.peers.compare_torch --model llama-tiny --batch 4
+  .venv-torch/bin/python -m reports.peers.compare_torch --model llama-small --kv-heads 1 --batch 4
 
 Two pairings of how long a gradient lives, each side's way (--grads both, the default, runs both):
   persistent  trainmem --grads persistent  beside  PyTorch zero_grad(set_to_none=False) (torch_train --keep-grads)
@@ -14,7 +17,10 @@ Two pairings of how long a gradient lives, each side's way (--grads both, the de
    (interleaved, so that a change of the machine's load falls on both), after noting the load
    average (os.getloadavg). Each run reports the median of its steps after --warmup; the file keeps
    every round and their median. Memory figures do not change between rounds (trainmem's are
-   exact; both sides' per-round peaks are kept to show it).
+   exact; both sides' per-round peaks are kept to show it). PyTorch starts from trainmem's weights
+   (torch_train --init trainmem; --init torch: torch's own draw, for models too large to draw them
+   in Python quickly), so the two sides' losses are the same run's: each pairing keeps both
+   sides' losses of the first round and their largest difference.
 4. peer-torch-<label>.json: per pairing, both sides' peak allocated, bytes by category, what is
    held between steps, step time and the ratios; the saved activations by part of the model (with
    PyTorch's extras named); and issue 18's goals (GOALS below), each with its ratio and whether it
@@ -41,7 +47,8 @@ from ..trainmem_report.output_file import write_file
 from ..trainmem_report.peers import CATEGORIES
 from ..trainmem_report.result_schema import PEAK_ALLOCATED, PEAK_RESERVED
 from . import trainmem_saved
-from .trainmem_program import REPO, SHAPE_FLAGS, TrainmemError, find_trainmem, write_tokens
+from .model_config import ARCHS
+from .trainmem_program import REPO, SHAPE_FLAGS, TrainmemError, find_trainmem, flag, shape_args, write_tokens
 
 
 # trainmem's --grads and the PyTorch zero_grad(set_to_none=...) that does the same: the pairings.
@@ -53,9 +60,12 @@ LIMIT = 1.0
 
 
 def pytorch_extra(t: dict) -> str | None:
-    """Why a tensor PyTorch saves has no counterpart in trainmem, or None if it has one: the causal
-    mask (trainmem's attention kernel tests j > i instead), the positions 0..T-1 (trainmem's
-    embedding kernel counts them), and nll_loss's total weight (trainmem sums the loss on the host)."""
+    """Why a tensor PyTorch saves has no counterpart in trainmem, or None if it has one: what the
+    model named (torch_llama.py's RoPE tables, RMSNorm's x * rstd, silu(gate)), the causal mask
+    (trainmem's attention kernel tests j > i instead), the positions 0..T-1 (trainmem's embedding
+    kernel counts them), and nll_loss's total weight (trainmem sums the loss on the host)."""
+    if t.get("extra"):
+        return t["extra"]
     if t["dtype"] == "bool":
         return "causal mask (masked_fill)"
     if t["dtype"] == "int64":
@@ -102,8 +112,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m reports.peers.compare_torch", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="small")
-    for flag in SHAPE_FLAGS:
-        p.add_argument(f"--{flag}", type=int)
+    for name, kind in SHAPE_FLAGS.items():
+        p.add_argument(flag(name), type=kind, **({"choices": ARCHS} if name == "arch" else {}))
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--grads", choices=("both",) + tuple(PAIRINGS), default="both",
@@ -111,6 +121,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(set_to_none=True) or both [both]")
     p.add_argument("--data", default="synthetic", help="synthetic or any file, through `trainmem tokens`")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--init", choices=("trainmem", "torch"), default="trainmem",
+                   help="PyTorch's initial weights: trainmem's (the same run) or torch's own draw [trainmem]")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
@@ -143,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
               ".venv-torch/bin/python -m reports.peers.compare_torch ... (or give --python)", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
-    shape = [f for flag in SHAPE_FLAGS if getattr(a, flag) is not None for f in (f"--{flag}", str(getattr(a, flag)))]
+    shape = shape_args(vars(a))
     label = a.label or f"{a.model}{''.join(shape).replace('--', '-')}-B{a.batch}-{a.precision}" + \
         ("" if a.grads == "both" else f"-{a.grads}")
     names = list(PAIRINGS) if a.grads == "both" else [a.grads]
@@ -157,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                    "--device", "cpu"]
         pt_base = [a.python, "-m", "reports.peers.torch_train", *common, "--precision", a.precision,
                    "--warmup", str(a.warmup), "--steps", str(a.steps), "--threads", str(a.threads),
-                   "--seed", str(a.seed), "--trainmem", str(trainmem)]
+                   "--seed", str(a.seed), "--init", a.init, "--trainmem", str(trainmem)]
         commands = {name: {"trainmem": tm_base + ["--steps", str(a.warmup + a.steps), "--grads", name],
                            "pytorch": pt_base + ([] if PAIRINGS[name] else ["--keep-grads"])} for name in names}
         runs = {name: {"trainmem": [], "pytorch": []} for name in names}
@@ -247,6 +259,14 @@ def pytorch_side(runs: list[dict]) -> dict:
     }
 
 
+def losses(tm_run: dict, pt_run: dict) -> dict:
+    """Both sides' loss at every step of one round, and their largest difference: the same run's
+    with --init trainmem (the same weights, tokens and AdamW), two alike runs' with --init torch."""
+    tm, pt = [s["loss"] for s in tm_run["steps"]], [s["loss"] for s in pt_run["steps"]]
+    return {"init": pt_run["config"]["init"], "trainmem": tm, "pytorch": pt,
+            "max_abs_difference": max(abs(x - y) for x, y in zip(tm, pt))}
+
+
 def combine(a, label, commands, runs, tm_saved) -> dict:
     pairings = {}
     for name, sides in runs.items():
@@ -255,6 +275,7 @@ def combine(a, label, commands, runs, tm_saved) -> dict:
             "commands": {"trainmem": " ".join(["trainmem"] + commands[name]["trainmem"][1:]),
                          "pytorch": " ".join(["python"] + [shown(arg) for arg in commands[name]["pytorch"][1:]])},
             "trainmem": tm, "pytorch": pt,  # each side's settings as its own result states them
+            "losses": losses(sides["trainmem"][0], sides["pytorch"][0]),
         }
     first = next(iter(runs.values()))
     tm_run, pt_run = first["trainmem"][0], first["pytorch"][0]
@@ -265,7 +286,7 @@ def combine(a, label, commands, runs, tm_saved) -> dict:
         "kind": "trainmem beside PyTorch",
         "label": label,
         "config": {"model": tm_run["config"]["model"], "batch": a.batch, "precision": a.precision,
-                   "data": a.data, "seed": a.seed, "rounds": a.rounds, "warmup": a.warmup, "steps": a.steps,
+                   "data": a.data, "seed": a.seed, "init": a.init, "rounds": a.rounds, "warmup": a.warmup, "steps": a.steps,
                    "threads": a.threads, "omp_wait_policy": pt_run["framework"]["omp_wait_policy"]},
         "device": {**pt_run["device"], "trainmem": tm_run.get("device", {})},
         "pairings": pairings,

@@ -16,8 +16,8 @@ The parameter count and the logits' bytes are trainmem's ([B, T, Vp]).
 The parameters are built from the config as common/model/parameter_table.cpp lists them (the
 module names give "h.3.attn.qkv.weight" for trainmem's "h3.attn.qkv.weight"), with GPT-2's
 initialization: N(0, 0.02), the two residual projections N(0, 0.02 / sqrt(2L)), biases 0,
-layernorm weights 1 (parameter_table.h's ParameterInit). The values differ from trainmem's (another
-random generator); the shapes, dtypes and the tensors saved for backward are what is compared.
+layernorm weights 1 (parameter_table.h's ParameterInit), drawn by torch's generator; trainmem_init.py
+gives trainmem's own values instead (torch_train --init trainmem).
 
 A forward may be given `regions` (saved_activations.py): it is told where each part of the model
 starts and which tensor each part hands on, so each saved tensor is counted in the part that made
@@ -26,44 +26,13 @@ it, as trainmem names its tensors ("x4" is made by layer 3).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-VOCAB_ALIGNMENT = 64  # model_config.h's kVocabAlignment
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """common/model/model_config.h; the presets are trainmem's (trainmem_program.py asks trainmem)."""
-    name: str
-    vocab: int   # V
-    seq: int     # T, the context length
-    layers: int  # L
-    heads: int   # H
-    dim: int     # C
-
-    @property
-    def padded_vocab(self) -> int:
-        """Vp: model_config.h's padded_vocab(V), V rounded up to a multiple of 64 (wte's rows)."""
-        return -(-self.vocab // VOCAB_ALIGNMENT) * VOCAB_ALIGNMENT
-
-    def validate(self) -> None:
-        """ModelConfig::validate's rules, with its words."""
-        if self.vocab < 2 or min(self.seq, self.layers, self.heads, self.dim) < 1:
-            raise ValueError(f"model '{self.name}': vocab >= 2 and seq, layers, heads, dim >= 1 are needed")
-        if self.dim % self.heads:
-            raise ValueError(f"model '{self.name}': --dim {self.dim} is not divisible by --heads {self.heads}")
-        if self.vocab > 65536:
-            raise ValueError(f"model '{self.name}': --vocab above 65536 does not fit the uint16 token format")
-
-
-class NoRegions:
-    """What a forward is given when nobody counts saved tensors."""
-    def enter(self, name: str) -> None: ...
-    def made(self, tensor: torch.Tensor) -> None: ...
+from .model_config import ModelConfig
+from .saved_activations import NoRegions
 
 
 class CausalSelfAttention(nn.Module):
@@ -116,6 +85,8 @@ class GPT(nn.Module):
     def __init__(self, c: ModelConfig):
         super().__init__()
         c.validate()
+        if c.arch != "gpt":
+            raise ValueError(f"model '{c.name}' is a {c.arch} model, not a GPT")
         self.config = c
         self.wte = nn.Embedding(c.padded_vocab, c.dim)  # [Vp, C], also the LM head (tied)
         self.wpe = nn.Embedding(c.seq, c.dim)    # [T, C]
@@ -123,16 +94,24 @@ class GPT(nn.Module):
         self.lnf = nn.LayerNorm(c.dim)
         self._init_gpt2()
 
+    def init_kind(self, name: str) -> str:
+        """parameter_table.h's ParameterInit of a parameter (by its module name): normal, residual,
+        ones or zeros; wte's padding rows are zero whatever it says."""
+        if isinstance(self.get_submodule(name.rsplit(".", 1)[0]), nn.LayerNorm):
+            return "ones" if name.endswith("weight") else "zeros"
+        if name.endswith("bias"):
+            return "zeros"
+        return "residual" if name.endswith(("attn.proj.weight", "mlp.proj.weight")) else "normal"
+
     @torch.no_grad()
     def _init_gpt2(self) -> None:
         residual_std = 0.02 / math.sqrt(2 * self.config.layers)
         for name, p in self.named_parameters():
-            if isinstance(self.get_submodule(name.rsplit(".", 1)[0]), nn.LayerNorm):
-                p.fill_(1.0 if name.endswith("weight") else 0.0)
-            elif name.endswith("bias"):
-                p.zero_()
+            kind = self.init_kind(name)
+            if kind in ("ones", "zeros"):
+                p.fill_(1.0 if kind == "ones" else 0.0)
             else:
-                p.normal_(0.0, residual_std if name.endswith(("attn.proj.weight", "mlp.proj.weight")) else 0.02)
+                p.normal_(0.0, residual_std if kind == "residual" else 0.02)
         self.wte.weight[self.config.vocab:].zero_()  # the vocabulary padding rows (no token reads them)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor, regions=NoRegions()) -> torch.Tensor:

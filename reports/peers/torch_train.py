@@ -1,9 +1,14 @@
-"""Trains trainmem's GPT in PyTorch (torch_gpt.py) and measures it the way trainmem measures
-itself: bytes by category and the peak (torch_memory.py), the tensors saved for backward
+"""Trains trainmem's model in PyTorch (torch_gpt.py or torch_llama.py, by the config's arch) and
+measures it the way trainmem measures itself: bytes by category and the peak (torch_memory.py), the tensors saved for backward
 (saved_activations.py), and the step time (the median of the steps after the warm-up).
 
   .venv-torch/bin/python -m reports.peers.torch_train --model small --batch 4 --data corpus.tok \
       --json torch-small.json
+  .venv-torch/bin/python -m reports.peers.torch_train --model llama-tiny --kv-heads 1 --data corpus.tok
+
+--init trainmem starts from the weights `trainmem train --seed SEED` starts from (trainmem_init.py
+draws them as trainmem does, about 0.4 s per million parameters), so the losses of the two can be
+compared step by step; --init torch (the default) draws them with torch's generator.
 
 The run is trainmem's `train` with its defaults (suites/trainmem/train_flags.h,
 common/train/trainer.h, kernels/adamw.h): AdamW lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0,
@@ -43,9 +48,14 @@ except ModuleNotFoundError:
 from ..trainmem_report.output_file import write_file
 from .saved_activations import SavedTensorLog
 from .token_file import TokenFileError, read_token_file
-from .torch_gpt import GPT, ModelConfig
+from .model_config import ARCHS, ModelConfig, shape_of
+from .torch_gpt import GPT
+from .torch_llama import Llama
 from .torch_memory import measure_step
-from .trainmem_program import SHAPE_FLAGS, TrainmemError, find_trainmem, model_shape
+from .trainmem_init import set_trainmem_values
+from .trainmem_program import SHAPE_FLAGS, TrainmemError, find_trainmem, flag, model_shape
+
+FAMILIES = {"gpt": GPT, "llama": Llama}  # ModelConfig.arch -> the PyTorch model
 
 ADAMW = {"betas": (0.9, 0.95), "eps": 1e-8}  # kernels/adamw.h's AdamWHyper
 
@@ -74,7 +84,7 @@ class Batches:
 class Trainer:
     """One training step: forward, backward, clip, AdamW, free (or zero) the gradients."""
 
-    def __init__(self, model: GPT, a: argparse.Namespace):
+    def __init__(self, model: GPT | Llama, a: argparse.Namespace):
         self.model, self.clip, self.set_to_none = model, a.grad_clip, not a.keep_grads
         self.params = list(model.parameters())
         # bf16: the optimizer updates fp32 master weights and rounds them into the model.
@@ -107,11 +117,15 @@ class Trainer:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m reports.peers.torch_train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="tiny", help="a trainmem preset (asked of trainmem) [tiny]")
-    for flag in SHAPE_FLAGS:
-        p.add_argument(f"--{flag}", type=int, help=f"override the preset's {flag}")
+    p.add_argument("--model", help="a trainmem preset (asked of trainmem) [trainmem's default: tiny, or "
+                                   "llama-tiny with --arch llama]")
+    for name, kind in SHAPE_FLAGS.items():
+        p.add_argument(flag(name), type=kind, **({"choices": ARCHS} if name == "arch" else {}),
+                       help=f"override the preset's {name}")
     p.add_argument("--trainmem", help="the trainmem program, to learn a preset's shape (default: the build folder's); "
-                                      "not needed when --layers --heads --dim --seq --vocab are all given")
+                                      "not needed without --model when every shape flag of the family is given "
+                                      "(gpt: --layers --heads --dim --seq --vocab; llama, with --arch llama: also "
+                                      "--kv-heads --ffn-dim --rope-theta --norm-eps)")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--data", required=True, help="a .tok file (`trainmem tokens --out FILE.tok` writes one)")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
@@ -122,7 +136,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--grad-clip", type=float, default=1.0, help="global norm; 0: off")
-    p.add_argument("--seed", type=int, default=1, help="torch.manual_seed, for the initialization")
+    p.add_argument("--seed", type=int, default=1, help="torch.manual_seed, or trainmem's --seed with --init trainmem")
+    p.add_argument("--init", choices=("torch", "trainmem"), default="torch",
+                   help="the initial weights: torch's generator, or trainmem's own values [torch]")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads [2]")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--json", type=pathlib.Path, help="write the result here (whole or not at all)")
@@ -130,9 +146,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("batch", "steps", "threads"):
         if getattr(a, name) < 1:
             p.error(f"--{name}: must be at least 1, not {getattr(a, name)}")
-    for name in ("warmup",) + SHAPE_FLAGS:
+    for name in ["warmup"] + [n for n, kind in SHAPE_FLAGS.items() if kind is int]:
         if getattr(a, name) is not None and getattr(a, name) < (2 if name == "vocab" else 0 if name == "warmup" else 1):
-            p.error(f"--{name}: too small ({getattr(a, name)})")
+            p.error(f"{flag(name)}: too small ({getattr(a, name)})")
     if not (a.lr > 0 and a.weight_decay >= 0 and a.grad_clip >= 0):
         p.error("--lr must be > 0, --weight-decay and --grad-clip >= 0")
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -144,10 +160,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def resolve_config(a: argparse.Namespace) -> ModelConfig:
     given = {f: getattr(a, f) for f in SHAPE_FLAGS}
-    if all(v is not None for v in given.values()):
-        return ModelConfig(name="custom", **given)
-    shape = model_shape(find_trainmem(a.trainmem), a.model, given)
-    return ModelConfig(**{k: shape[k] for k in ("name",) + SHAPE_FLAGS})
+    arch = a.arch or "gpt"
+    if a.model is None and all(given[f] is not None for f in shape_of(arch)):
+        return ModelConfig(name="custom", arch=arch, **{f: given[f] for f in shape_of(arch)})
+    return ModelConfig.from_trainmem(model_shape(find_trainmem(a.trainmem), a.model, given))
+
+
+def make_model(config: ModelConfig, init: str, seed: int) -> GPT | Llama:
+    """The config's family in fp32 on the CPU, with torch's initialization or trainmem's values."""
+    model = FAMILIES[config.arch](config)
+    if init == "trainmem":
+        set_trainmem_values(model, seed)
+    return model
 
 
 def device_json(device: torch.device) -> dict:
@@ -165,7 +189,7 @@ def run(a: argparse.Namespace) -> dict:
     config = resolve_config(a)
     device = torch.device(a.device)
     dtype = torch.bfloat16 if a.precision == "bf16" else torch.float32
-    model = GPT(config).to(device=device, dtype=dtype)
+    model = make_model(config, a.init, a.seed).to(device=device, dtype=dtype)
     batches = Batches(read_token_file(a.data), a.batch, config.seq, device)
     trainer = Trainer(model, a)
 
@@ -186,12 +210,12 @@ def run(a: argparse.Namespace) -> dict:
         "framework": {"name": "pytorch", "version": torch.__version__, "threads": torch.get_num_threads(),
                       "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "python": platform.python_version()},
         "device": device_json(device),
-        "config": {"command": "torch_train", "model": {**config.__dict__, "parameters": sum(p.numel() for p in
-                                                                                       model.parameters())},
+        "config": {"command": "torch_train", "model": {**config.to_json(), "parameters": sum(p.numel() for p in
+                                                                                        model.parameters())},
                    "batch": a.batch, "seq": config.seq, "precision": a.precision, "warmup": a.warmup,
                    "steps": a.steps, "lr": a.lr, "weight_decay": a.weight_decay, "grad_clip": a.grad_clip,
                    "betas": list(ADAMW["betas"]), "eps": ADAMW["eps"], "set_to_none": not a.keep_grads,
-                   "seed": a.seed, "data": str(a.data)},
+                   "seed": a.seed, "init": a.init, "data": str(a.data)},
         "steps": steps,
         "step_ms_median": statistics.median(s["ms"] for s in steps if s["timed"]),
         "memory": memory,

@@ -107,9 +107,17 @@ def normals(rng: MT19937_64, count: int, std: np.float32, logf=None) -> np.ndarr
     return out * np.float32(std)
 
 
+def parameter_table(model) -> list[tuple[str, tuple[int, ...], str, int]]:
+    """A PyTorch model's parameters as parameter_table.h lists them: (module name, shape, init,
+    padding rows), in the model's order, which is the table's (torch_gpt.py, torch_llama.py)."""
+    padding = model.config.padded_vocab - model.config.vocab
+    return [(name, tuple(p.shape), model.init_kind(name), padding if name in ("wte.weight", "head.weight") else 0)
+            for name, p in model.named_parameters()]
+
+
 def initial_values(table: list[tuple[str, tuple[int, ...], str, int]], layers: int, seed: int) -> dict[str, np.ndarray]:
-    """The values model.cpp gives the parameters of `table`: (name, shape, init, padding_rows) in the
-    table's order, init one of "normal", "residual", "ones", "zeros" (parameter_table.h)."""
+    """The values model.cpp gives the parameters of `table` (parameter_table's rows, in order),
+    init one of "normal", "residual", "ones", "zeros" (parameter_table.h's ParameterInit)."""
     rng, logf = MT19937_64(seed), _logf()
     residual_std = np.float32(np.float32(0.02) / np.sqrt(np.float32(2 * layers)))
     out = {}
@@ -123,6 +131,13 @@ def initial_values(table: list[tuple[str, tuple[int, ...], str, int]], layers: i
             values[:drawn] = normals(rng, drawn, residual_std if init == "residual" else np.float32(0.02), logf)
         out[name] = values.reshape(shape)
     return out
+
+
+def set_trainmem_values(model, seed: int) -> None:
+    """Gives a PyTorch model (fp32, on the CPU) the values trainmem --seed SEED starts from."""
+    values = initial_values(parameter_table(model), model.config.layers, seed)
+    for name, p in model.named_parameters():
+        p.detach().numpy()[...] = values[name]
 
 
 def libstdcxx_linked(trainmem: pathlib.Path) -> bool:

@@ -10,7 +10,18 @@ import pathlib
 import subprocess
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SHAPE_FLAGS = ("layers", "heads", "dim", "seq", "vocab")
+# trainmem's shape flags (suites/trainmem/cli_flags.cpp), by argparse name: --kv-heads is kv_heads.
+SHAPE_FLAGS = {"arch": str, "layers": int, "heads": int, "kv_heads": int, "dim": int, "ffn_dim": int, "seq": int,
+               "vocab": int, "rope_theta": float, "norm_eps": float}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def shape_args(values: dict) -> list[str]:
+    """The shape flags given (not None) in `values`, as trainmem's arguments."""
+    return [arg for name in SHAPE_FLAGS if values.get(name) is not None for arg in (flag(name), str(values[name]))]
 
 
 class TrainmemError(RuntimeError):
@@ -41,14 +52,12 @@ def run_trainmem(trainmem: pathlib.Path, args: list[str]) -> subprocess.Complete
     return run
 
 
-def model_shape(trainmem: pathlib.Path, model: str, overrides: dict[str, int | None]) -> dict:
-    """The model trainmem builds for `--model MODEL` and the given --layers/--heads/... overrides:
-    {"name", "vocab", "seq", "layers", "heads", "dim", "parameters"} (`trainmem estimate --json`)."""
-    args = ["estimate", "--model", model, "--batch", "1", "--json"]
-    for flag in SHAPE_FLAGS:
-        if overrides.get(flag) is not None:
-            args += [f"--{flag}", str(overrides[flag])]
-    return json.loads(run_trainmem(trainmem, args).stdout)["config"]["model"]
+def model_shape(trainmem: pathlib.Path, model: str | None, overrides: dict) -> dict:
+    """The model trainmem builds for `--model MODEL` (None: its default) and the given shape flags:
+    {"name", "arch", "vocab", "padded_vocab", "seq", "layers", "heads", "kv_heads", "dim", "ffn_dim",
+    "parameters"} and a Llama's "rope_theta", "norm_eps" (`trainmem info --json`)."""
+    args = ["info", "--device", "cpu", *(["--model", model] if model else []), *shape_args(overrides), "--json"]
+    return json.loads(run_trainmem(trainmem, args).stdout)["model"]
 
 
 def write_tokens(trainmem: pathlib.Path, data: str, out: pathlib.Path, seed: int) -> pathlib.Path:

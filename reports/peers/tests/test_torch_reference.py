@@ -1,4 +1,4 @@
-"""The PyTorch reference against trainmem. Needs torch (ci/setup-torch; run with
+"""The PyTorch reference against trainmem, both families (torch_gpt.py, torch_llama.py). Needs torch (ci/setup-torch; run with
 .venv-torch/bin/python -m pytest -rs reports/peers/tests) and the trainmem program (a build folder,
 or TRAINMEM_BUILD_DIR); skipped, saying which is missing, otherwise: ci/test has no torch.
 """
@@ -17,52 +17,69 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (optional:
                                             "tests with .venv-torch/bin/python -m pytest reports/peers/tests)")
 
 from reports.peers import trainmem_saved  # noqa: E402
-from reports.peers.compare_torch import pytorch_extra, saved_comparison  # noqa: E402
+from reports.peers.compare_torch import saved_comparison  # noqa: E402
+from reports.peers.model_config import ModelConfig, trainmem_parameter_name  # noqa: E402
 from reports.peers.saved_activations import SavedTensorLog  # noqa: E402
 from reports.peers.token_file import read_token_file  # noqa: E402
-from reports.peers.torch_gpt import GPT, ModelConfig  # noqa: E402
-from reports.peers.torch_train import Batches  # noqa: E402
-from reports.peers.trainmem_program import model_shape, write_tokens  # noqa: E402
-from peer_fixtures import trainmem  # noqa: E402,F401  (the fixture)
-
-
-@pytest.fixture(scope="module")
-def tokens(trainmem, tmp_path_factory) -> pathlib.Path:
-    return write_tokens(trainmem, "synthetic", tmp_path_factory.mktemp("data") / "corpus.tok", seed=1)
+from reports.peers.torch_train import FAMILIES, Batches  # noqa: E402
+from reports.peers.trainmem_init import libstdcxx_linked  # noqa: E402
+from reports.peers.trainmem_program import model_shape  # noqa: E402
+from peer_fixtures import LOSS_TOLERANCE, tokens, trainmem  # noqa: E402,F401  (the fixtures)
 
 
 def config_of(trainmem, model: str, **overrides) -> ModelConfig:
-    shape = model_shape(trainmem, model, overrides)
-    return ModelConfig(**{k: shape[k] for k in ("name", "vocab", "seq", "layers", "heads", "dim")})
+    return ModelConfig.from_trainmem(model_shape(trainmem, model, overrides))
 
 
 @pytest.mark.parametrize("model, overrides", [("tiny", {}), ("small", {}), ("gpt2-124m", {}),
-                                              ("gpt2-124m", {"layers": 2, "seq": 256})])
+                                              ("gpt2-124m", {"layers": 2, "seq": 256}),
+                                              ("llama-tiny", {}), ("llama-small", {}), ("llama-tiny", {"kv_heads": 1}),
+                                              ("llama2-7b", {"layers": 2}), ("mistral-7b", {"layers": 1})])
 def test_parameter_count_is_trainmems(trainmem, model, overrides):
     shape = model_shape(trainmem, model, overrides)
-    config = ModelConfig(**{k: shape[k] for k in ("name", "vocab", "seq", "layers", "heads", "dim")})
+    config = ModelConfig.from_trainmem(shape)
     assert config.padded_vocab == shape["padded_vocab"]  # model_config.h's padded_vocab, ported
+    assert (config.num_kv_heads, config.mlp_dim) == (shape["kv_heads"], shape["ffn_dim"])
     with torch.device("meta"):  # shapes only, no memory
-        assert sum(p.numel() for p in GPT(config).parameters()) == shape["parameters"]
+        assert sum(p.numel() for p in FAMILIES[config.arch](config).parameters()) == shape["parameters"]
 
 
-def test_padded_vocabulary_is_trainmems_and_changes_nothing():
-    """V = 23 in rows of Vp = 64 (model_config.h): wte is [Vp, C] with zero padding rows; the padded
-    logits take no probability (whatever the padding rows hold, the loss is the same: without the
-    mask their logits would add to the log-sum-exp) and the padding rows get a gradient of 0."""
-    config = ModelConfig(name="custom", vocab=23, seq=8, layers=1, heads=2, dim=8)
+@pytest.mark.parametrize("model", ["tiny", "llama-tiny"])
+def test_parameters_are_trainmems_by_name_and_bytes(trainmem, tokens, tmp_path, model):
+    """The model's parameters, in order, are the ones trainmem allocates (its trace names each):
+    the same names (parameter_table.h's), the same bytes."""
+    trace = tmp_path / "trace.json"
+    subprocess.run([str(trainmem), "train", "--model", model, "--batch", "1", "--steps", "1", "--data", str(tokens),
+                    "--device", "cpu", "--record-memory", str(trace)], check=True, capture_output=True)
+    tm = [(e["name"], e["size"]) for e in json.loads(trace.read_text())["events"]
+          if e.get("action") == "alloc" and e.get("category") == "parameters"]
+    config = config_of(trainmem, model)
+    with torch.device("meta"):
+        pt = [(trainmem_parameter_name(n), 4 * p.numel()) for n, p in FAMILIES[config.arch](config).named_parameters()]
+    assert pt == tm
+
+
+@pytest.mark.parametrize("arch", ["gpt", "llama"])
+def test_padded_vocabulary_is_trainmems_and_changes_nothing(arch):
+    """V = 23 in rows of Vp = 64 (model_config.h): wte (and Llama's untied head) is [Vp, C] with zero
+    padding rows; the padded logits take no probability (whatever the padding rows hold, the loss is
+    the same: without the mask their logits would add to the log-sum-exp) and the padding rows get a
+    gradient of 0."""
+    config = ModelConfig(name="custom", vocab=23, seq=8, layers=1, heads=2, dim=8, arch=arch, kv_heads=1, ffn_dim=12)
     assert config.padded_vocab == 64 and ModelConfig("gpt2", 50257, 1024, 12, 12, 768).padded_vocab == 50304
     assert ModelConfig("tiny", 256, 64, 2, 4, 64).padded_vocab == 256
     torch.manual_seed(0)
-    gpt = GPT(config)
-    assert tuple(gpt.wte.weight.shape) == (64, 8) and not gpt.wte.weight[23:].any()
+    model = FAMILIES[arch](config)
+    padded = [model.wte.weight] + ([model.head.weight] if arch == "llama" else [])
+    assert all(tuple(w.shape) == (64, 8) and not w[23:].any() for w in padded)
     x, y = torch.randint(0, 23, (2, 8)), torch.randint(0, 23, (2, 8))
-    loss = gpt(x, y)
+    loss = model(x, y)
     loss.backward()
-    assert torch.isfinite(loss) and not gpt.wte.weight.grad[23:].any()
+    assert torch.isfinite(loss) and not any(w.grad[23:].any() for w in padded)
     with torch.no_grad():
-        gpt.wte.weight[23:].normal_(0.0, 10.0)
-        assert gpt(x, y).item() == loss.item()
+        for w in padded:
+            w[23:].normal_(0.0, 10.0)
+        assert model(x, y).item() == loss.item()
 
 
 def saved_both(trainmem, tokens, tmp_path, model: str, batch: int, precision: str) -> tuple[ModelConfig, dict]:
@@ -74,32 +91,41 @@ def saved_both(trainmem, tokens, tmp_path, model: str, batch: int, precision: st
                     "--record-memory", str(trace)], check=True, capture_output=True)
     tm = trainmem_saved.saved_activations(json.loads(trace.read_text()))
     torch.manual_seed(0)
-    gpt = GPT(config).to(torch.bfloat16 if precision == "bf16" else torch.float32)
+    model = FAMILIES[config.arch](config).to(torch.bfloat16 if precision == "bf16" else torch.float32)
     x, y = Batches(read_token_file(tokens), batch, config.seq, torch.device("cpu")).next()
     log = SavedTensorLog()
-    with log.recording(list(gpt.parameters()), (x, y)):
-        gpt(x, y, regions=log).backward()
+    with log.recording(list(model.parameters()), (x, y)):
+        model(x, y, regions=log).backward()
     return config, saved_comparison(tm, {"by_region": log.bytes_by_region(),
                                          "tensors": [t.to_json() for t in log.activations()]})
 
 
-def extras_expected(config: ModelConfig, scalar_dtype: str) -> list[tuple]:
-    T = config.seq
-    return sorted([("embedding", "int64", (T,)), ("head", scalar_dtype, ())] +
-                  [(f"h{l}", "bool", (T, T)) for l in range(config.layers)])
+def extras_expected(config: ModelConfig, batch: int, dtype: str) -> list[tuple]:
+    """GPT: a causal mask per layer, the positions, one scalar of the loss. Llama: one causal mask
+    (made once, beside the embedding), the RoPE cos and sin tables [T, D]; per RMSNorm (two a layer,
+    one in the head) its x * rstd [B, T, C]; per layer silu(gate) [B, T, F]; the loss's scalar."""
+    T, B, C = config.seq, batch, config.dim
+    if config.arch == "gpt":
+        return sorted([("embedding", "int64", (T,)), ("head", dtype, ())] +
+                      [(f"h{l}", "bool", (T, T)) for l in range(config.layers)])
+    layers = [(f"h{l}", dtype, shape) for l in range(config.layers)
+              for shape in ((B, T, C), (B, T, C), (B, T, config.mlp_dim))]
+    return sorted([("embedding", "bool", (T, T)), ("embedding", dtype, (T, config.head_dim)),
+                   ("embedding", dtype, (T, config.head_dim)), ("head", dtype, (B, T, C)), ("head", dtype, ())] +
+                  layers)
 
 
 def extras_found(comparison: dict) -> list[tuple]:
     return sorted((t["region"], t["dtype"], tuple(t["shape"])) for t in comparison["pytorch_extras"])
 
 
-@pytest.mark.parametrize("model, batch", [("tiny", 2), ("small", 4)])
+@pytest.mark.parametrize("model, batch", [("tiny", 2), ("small", 4), ("llama-tiny", 2), ("llama-small", 4)])
 def test_saved_activations_are_trainmems_to_the_byte(trainmem, tokens, tmp_path, model, batch):
     """fp32: per part of the model, PyTorch saves trainmem's bytes plus its known extras, and only
-    those: a causal mask per layer, the positions, one scalar of the loss."""
+    those (extras_expected)."""
     config, comparison = saved_both(trainmem, tokens, tmp_path, model, batch, "fp32")
     assert comparison["equal"], json.dumps(comparison["by_region"], indent=1)
-    assert extras_found(comparison) == extras_expected(config, "float32")
+    assert extras_found(comparison) == extras_expected(config, batch, "float32")
 
 
 def test_bf16_differs_by_the_layernorm_statistics_only(trainmem, tokens, tmp_path):
@@ -111,7 +137,21 @@ def test_bf16_differs_by_the_layernorm_statistics_only(trainmem, tokens, tmp_pat
     for r in comparison["by_region"]:
         layernorms = {"embedding": 0, "head": 1}.get(r["region"], 2)
         assert r["trainmem_bytes"] - (r["pytorch_bytes"] - r["pytorch_extra_bytes"]) == layernorms * per_layernorm, r
-    assert extras_found(comparison) == extras_expected(config, "bfloat16")
+    assert extras_found(comparison) == extras_expected(config, B, "bfloat16")
+
+
+def test_llama_bf16_differs_by_the_rmsnorms_fp32_copies_only(trainmem, tokens, tmp_path):
+    """bf16: Hugging Face's RMSNorm upcasts its input, and autograd saves that fp32 copy (4 BTC bytes,
+    in the part that reads it) where trainmem saves the bf16 input itself (2 BTC bytes, x_l or
+    residual2, in the part that makes it): trainmem saves 2 BTC bytes more beside the embedding (x0),
+    4 BTC fewer per layer (two copies against residual2 and x_{l+1}) and in the head (x_L's copy)."""
+    B = 2
+    config, comparison = saved_both(trainmem, tokens, tmp_path, "llama-tiny", B, "bf16")
+    BTC = B * config.seq * config.dim
+    for r in comparison["by_region"]:
+        expected = 2 * BTC if r["region"] == "embedding" else -4 * BTC
+        assert r["trainmem_bytes"] - (r["pytorch_bytes"] - r["pytorch_extra_bytes"]) == expected, r
+    assert extras_found(comparison) == extras_expected(config, B, "bfloat16")
 
 
 def test_torch_train_writes_its_result_and_set_to_none_lowers_the_peak(trainmem, tokens, tmp_path):
@@ -147,17 +187,25 @@ def test_torch_train_bad_input_is_one_line(tmp_path):
                           "--dim", "4", "--seq", "8", "--vocab", "16", "--data", str(bad)],
                          cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 2 and "not divisible by --heads 3" in run.stderr
+    llama = ["--arch", "llama", "--layers", "1", "--heads", "4", "--dim", "8", "--seq", "8", "--vocab", "16",
+             "--ffn-dim", "8", "--rope-theta", "10000", "--norm-eps", "1e-5"]
+    run = subprocess.run([sys.executable, "-m", "reports.peers.torch_train", *llama, "--kv-heads", "3",
+                          "--data", str(bad)], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr.strip().endswith(
+        "--heads 4 is not a multiple of --kv-heads 3 (each K/V head serves heads / kv-heads query heads)"), run.stderr
 
 
-def test_compare_torch_pairs_each_gradient_lifetime_with_pytorchs(trainmem, tmp_path):
+@pytest.mark.parametrize("model", ["tiny", "llama-tiny"])
+def test_compare_torch_pairs_each_gradient_lifetime_with_pytorchs(trainmem, tmp_path, model):
     """One command, both pairings: trainmem --grads persistent beside PyTorch set_to_none=False keeps
     every gradient between steps on both sides; --grads on-demand beside set_to_none=True keeps none
-    on either (PyTorch's gradients category is 0 when a step starts). A swapped pairing fails here."""
-    run = subprocess.run([sys.executable, "-m", "reports.peers.compare_torch", "--model", "tiny", "--batch", "2",
+    on either (PyTorch's gradients category is 0 when a step starts). A swapped pairing fails here.
+    PyTorch starts from trainmem's weights: the losses agree (test_same_weights.py's tolerance)."""
+    run = subprocess.run([sys.executable, "-m", "reports.peers.compare_torch", "--model", model, "--batch", "2",
                           "--rounds", "1", "--warmup", "1", "--steps", "1", "--out", str(tmp_path),
                           "--trainmem", str(trainmem)], cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    c = json.loads((tmp_path / "peer-torch-tiny-B2-fp32.json").read_text())
+    c = json.loads((tmp_path / f"peer-torch-{model}-B2-fp32.json").read_text())
     parameters = c["config"]["model"]["parameters"]
     persistent, on_demand = c["pairings"]["persistent"], c["pairings"]["on-demand"]
     assert (persistent["trainmem"]["grads"], persistent["pytorch"]["set_to_none"]) == ("persistent", False)
@@ -170,3 +218,8 @@ def test_compare_torch_pairs_each_gradient_lifetime_with_pytorchs(trainmem, tmp_
         assert on_demand[side]["peak_allocated_bytes"] < persistent[side]["peak_allocated_bytes"]
     assert len(c["goals"]) == 4 and len(c["machine"]["load_avg_per_round"]) == 1
     assert c["saved_activations"]["equal"]
+    assert c["config"]["model"]["arch"] == {"tiny": "gpt", "llama-tiny": "llama"}[model]
+    for pairing in (persistent, on_demand):
+        assert pairing["losses"]["init"] == "trainmem" and len(pairing["losses"]["pytorch"]) == 2
+        if libstdcxx_linked(trainmem):
+            assert pairing["losses"]["max_abs_difference"] <= LOSS_TOLERANCE, pairing["losses"]

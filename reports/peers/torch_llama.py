@@ -1,0 +1,178 @@
+"""trainmem's Llama in PyTorch: the model of common/model/llama.cpp, layer for layer, written the way
+a PyTorch user writes it (Hugging Face's modeling_llama style: nn.Linear without bias, RMSNorm by
+hand, rotate-half RoPE, a SwiGLU MLP, grouped-query attention by hand, an untied LM head).
+
+  x0      = wte[tokens]                                           (no position table)
+  layer l: q, k, v = split(attn.qkv(rmsnorm(x_l)))                (H q heads, Hkv k and v heads of D)
+           a = x_l + attn.proj(attention(rope(q), rope(k), v))    (causal, softmax(q k^T / sqrt(D)))
+           x_{l+1} = a + mlp.down(silu(mlp.gate(n)) * mlp.up(n)),  n = rmsnorm(a)
+  logits  = rmsnorm(x_L) @ head^T;   loss = mean cross-entropy over the B*T positions
+  rmsnorm(x) = weight * x / sqrt(mean(x^2) + eps)
+  rope: element i of a head at position t is paired with element i + D/2 and turned by
+        t * theta^(-2i/D) (kernels/rope.h); query head h reads K/V head h // (H / Hkv).
+
+Grouped-query attention without copies: the H / Hkv query heads that share a K/V head are
+consecutive, so their queries are one [G T, D] matrix per K/V head (G = H / Hkv) and K and V are
+never repeated per query head (repeat_interleave would copy them, and autograd would save the copies).
+The RoPE tables are computed in double and rounded once, as kernels/rope.h computes them (Hugging Face
+computes the angles in fp32). The vocabulary is padded as torch_gpt.py says (wte and head have Vp
+rows, the padded logits are -inf). Parameters as common/model/parameter_table.h lists them ("h.3.mlp.up.weight"
+is trainmem's "h3.mlp.up.weight"), with its initialization: N(0, 0.02), the residual projections
+(attn.proj, mlp.down) N(0, 0.02 / sqrt(2L)), norm weights 1, padding rows 0.
+
+What PyTorch saves for backward that trainmem does not (each named through `regions.extra`, see
+saved_activations.py): the RoPE cos and sin tables [T, D] (trainmem's kernel computes them on the
+fly), each RMSNorm's normalized input x * rstd [B, T, C] (trainmem's backward rebuilds it from x and
+rstd) and silu(gate) [B, T, F] (trainmem's SwiGLU backward recomputes it from gate); beside them,
+as for the GPT, the causal mask and cross_entropy's scalar (compare_torch.py names those).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .model_config import ModelConfig
+from .saved_activations import NoRegions
+
+
+class RMSNorm(nn.Module):
+    """Hugging Face's LlamaRMSNorm: statistics in fp32 (or wider), the weight applied in the model's dtype."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, regions=NoRegions()) -> torch.Tensor:
+        x32 = x.to(torch.promote_types(x.dtype, torch.float32))
+        normalized = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        regions.extra(normalized, "RMSNorm's x * rstd (the weight's product saves it; trainmem rebuilds it "
+                                  "from x and rstd)")
+        return self.weight * normalized
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (-x2, x1) over the last dimension's halves."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    """llama.cpp's attention: fused qkv (q rows, then k, then v), RoPE on q and k, naive grouped-query
+    attention (scores, mask, softmax, weighted sum), output projection."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = c.heads, c.num_kv_heads, c.head_dim
+        self.qkv = nn.Linear(c.dim, (c.heads + 2 * c.num_kv_heads) * c.head_dim, bias=False)  # [(H+2Hkv)D, C]
+        self.proj = nn.Linear(c.dim, c.dim, bias=False)                                       # [C, C]
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        H, Hkv, D = self.heads, self.kv_heads, self.head_dim
+        G = H // Hkv
+        q, k, v = self.qkv(x).split([H * D, Hkv * D, Hkv * D], dim=-1)
+        q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in (q, k, v))   # [B, heads, T, D]
+        q, k = (t * cos + rotate_half(t) * sin for t in (q, k))              # RoPE
+        scores = (q.reshape(B, Hkv, G * T, D) @ k.transpose(-2, -1)).view(B, H, T, T) * (1.0 / math.sqrt(D))
+        probs = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+        y = (probs.view(B, Hkv, G * T, T) @ v).view(B, H, T, D).transpose(1, 2).reshape(B, T, C)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.gate = nn.Linear(c.dim, c.mlp_dim, bias=False)  # [F, C]
+        self.up = nn.Linear(c.dim, c.mlp_dim, bias=False)    # [F, C]
+        self.down = nn.Linear(c.mlp_dim, c.dim, bias=False)  # [C, F]
+
+    def forward(self, x: torch.Tensor, regions=NoRegions()) -> torch.Tensor:
+        activated = F.silu(self.gate(x))
+        regions.extra(activated, "silu(gate) (the product saves it; trainmem's SwiGLU backward recomputes it "
+                                 "from gate)")
+        return self.down(activated * self.up(x))
+
+
+class Block(nn.Module):
+    """One layer, in parameter_table.h's order: attn_norm, attn.qkv, attn.proj, mlp_norm, mlp.gate,
+    mlp.up, mlp.down."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(c.dim, c.norm_eps)
+        self.attn = Attention(c)
+        self.mlp_norm = RMSNorm(c.dim, c.norm_eps)
+        self.mlp = MLP(c)
+
+    def forward(self, x, cos, sin, future, regions=NoRegions()) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x, regions), cos, sin, future)   # llama.cpp's residual2
+        return x + self.mlp(self.mlp_norm(x, regions), regions)
+
+
+class Llama(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        c.validate()
+        if c.arch != "llama":
+            raise ValueError(f"model '{c.name}' is a {c.arch} model, not a Llama")
+        self.config = c
+        self.wte = nn.Embedding(c.padded_vocab, c.dim)           # [Vp, C]
+        self.h = nn.ModuleList(Block(c) for _ in range(c.layers))
+        self.norm = RMSNorm(c.dim, c.norm_eps)
+        self.head = nn.Linear(c.dim, c.padded_vocab, bias=False)  # [Vp, C], untied
+        self._init_llama()
+
+    def init_kind(self, name: str) -> str:
+        """parameter_table.h's ParameterInit of a parameter (by its module name): normal, residual or
+        ones; wte's and the head's padding rows are zero whatever it says."""
+        if name.endswith("norm.weight"):
+            return "ones"
+        return "residual" if name.endswith(("attn.proj.weight", "mlp.down.weight")) else "normal"
+
+    @torch.no_grad()
+    def _init_llama(self) -> None:
+        residual_std = 0.02 / math.sqrt(2 * self.config.layers)
+        for name, p in self.named_parameters():
+            kind = self.init_kind(name)
+            if kind == "ones":
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, residual_std if kind == "residual" else 0.02)
+        self.wte.weight[self.config.vocab:].zero_()   # the vocabulary padding rows
+        self.head.weight[self.config.vocab:].zero_()
+
+    def rope_tables(self, T: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of t * theta^(-2i/D) for t < T, i < D/2, each half repeated: [T, D], computed
+        in double and rounded once to the model's dtype."""
+        D = self.config.head_dim
+        freq = self.config.rope_theta ** (-torch.arange(0, D, 2, dtype=torch.float64, device=device) / D)
+        angles = torch.arange(T, dtype=torch.float64, device=device)[:, None] * freq
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor, regions=NoRegions()) -> torch.Tensor:
+        """The mean cross-entropy loss; tokens and targets are int64 [B, T], T <= config.seq."""
+        B, T = tokens.shape
+        if T > self.config.seq:
+            raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.config.seq}")
+        regions.enter("embedding")
+        x = self.wte(tokens)
+        regions.made(x)
+        cos, sin = self.rope_tables(T, x.dtype, x.device)
+        regions.extra(cos, "RoPE's cos table (trainmem's kernel computes it on the fly)")
+        regions.extra(sin, "RoPE's sin table (trainmem's kernel computes it on the fly)")
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # position j > i, for every layer
+        regions.made(future)
+        for l, block in enumerate(self.h):
+            regions.enter(f"h{l}")
+            x = block(x, cos, sin, future, regions)
+            regions.made(x)
+        regions.enter("head")
+        logits = self.head(self.norm(x, regions))   # [B, T, Vp]
+        if self.config.padded_vocab > self.config.vocab:
+            logits[..., self.config.vocab:] = float("-inf")   # as torch_gpt.py: no class, no gradient
+        return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))

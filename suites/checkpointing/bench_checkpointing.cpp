@@ -3,8 +3,9 @@
 //
 //   build/ci/suites/checkpointing/bench_checkpointing [--device=auto|cpu|cuda] --benchmark_out=ckpt.json --benchmark_out_format=json
 //
-// Model: the `small` preset's width (C=128, H=4, T=128, V=256) at L = 4 and 8 layers, B = 4 on
-// the CPU; gpt2-124m at B = 8 on a GPU. Counters: activations_peak_bytes (measured),
+// Model: the `small` preset's width (C=128, H=4, T=128, V=256) at L = 4 and 8 layers, and the
+// Llama family's llama-small (L = 4, Hkv = 2, F = 352), B = 4 on the CPU; gpt2-124m at B = 8 on
+// a GPU besides. Counters: activations_peak_bytes (measured),
 // predicted_activations_peak_bytes (the suite's exact formula), peak_allocated_bytes, tokens_per_s.
 #include <benchmark/benchmark.h>
 
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
       c.layers = layers;
       models.emplace_back(c, 4);
     }
+    models.emplace_back(trainmem::model_preset("llama-small"), 4);  // L = 4: SwiGLU, grouped-query attention
     if (gpu) models.emplace_back(trainmem::model_preset("gpt2-124m"), 8);
     for (const auto& [config, batch] : models)
       for (const char* policy : {"none", "selective", "every:2", "full", "sqrt"})

@@ -12,8 +12,8 @@
 // Every benchmark runs a fixed number of iterations (the ranks must make the same collectives),
 // after one warm-up step that allocates the optimizer state.
 //
-// Model: the `small` preset (C=128, H=4, L=4, T=128, V=256), B = 4 rows per rank, fp32, on the
-// CPU; gpt2-124m with B = 8 in bf16 on a GPU. Counters: <category>_peak_bytes (measured),
+// Models: the `small` preset (C=128, H=4, L=4, T=128, V=256), B = 4 rows per rank, fp32, on the
+// CPU (gpt2-124m with B = 8 in bf16 on a GPU), and llama-small (the Llama family) beside it. Counters: <category>_peak_bytes (measured),
 // predicted_parameters_peak_bytes / predicted_gradients_peak_bytes (fsdp_memory.h),
 // gathered_units_at_peak, comm_volume_bytes_per_step, world_size, tokens_per_s (all ranks).
 #include <benchmark/benchmark.h>
@@ -98,26 +98,28 @@ int main(int argc, char** argv) {
   const bool gpu = device->kind() == DeviceKind::cuda;
   device.reset();
 
-  const ModelConfig config = model_preset(gpu ? "gpt2-124m" : "small");
   const std::size_t batch = gpu ? 8 : 4;
   const Precision precision = gpu ? Precision::bf16 : Precision::fp32;
-  std::vector<FsdpOptions> cases;
-  for (std::size_t k : {std::size_t{1}, std::size_t{2}, config.layers})
-    for (bool prefetch : {false, true}) cases.push_back({ShardingMode::full, k, prefetch});
-  cases.push_back({ShardingMode::grad_op, 1, false});
-  cases.push_back({ShardingMode::none, 1, false});
-  for (const FsdpOptions& o : cases) {
-    std::string name = "BM_Fsdp/";
-    name += config.name;
-    name += "/";
-    name += to_string(o.mode);
-    name += "/";
-    name += unit_to_string(o.layers_per_unit);
-    name += o.prefetch ? "/prefetch" : "/no_prefetch";
-    benchmark::RegisterBenchmark(name.c_str(), BM_Fsdp, device_choice, config, batch, precision, o)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime()
-        ->Iterations(kIterations);
+  // Each family: GPT-2's and the Llama family's (SwiGLU, grouped-query attention, untied head).
+  for (const ModelConfig& config : {model_preset(gpu ? "gpt2-124m" : "small"), model_preset("llama-small")}) {
+    std::vector<FsdpOptions> cases;
+    for (std::size_t k : {std::size_t{1}, std::size_t{2}, config.layers})
+      for (bool prefetch : {false, true}) cases.push_back({ShardingMode::full, k, prefetch});
+    cases.push_back({ShardingMode::grad_op, 1, false});
+    cases.push_back({ShardingMode::none, 1, false});
+    for (const FsdpOptions& o : cases) {
+      std::string name = "BM_Fsdp/";
+      name += config.name;
+      name += "/";
+      name += to_string(o.mode);
+      name += "/";
+      name += unit_to_string(o.layers_per_unit);
+      name += o.prefetch ? "/prefetch" : "/no_prefetch";
+      benchmark::RegisterBenchmark(name.c_str(), BM_Fsdp, device_choice, config, batch, precision, o)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->Iterations(kIterations);
+    }
   }
   run_benchmarks_reporting_on_rank0(rank);
   benchmark::Shutdown();

@@ -2,12 +2,15 @@
 //
 //   build/ci/suites/mixed_precision/bench_mixed_precision [--device=auto|cpu|cuda] --benchmark_out=mp.json --benchmark_out_format=json
 //
-// Model: `small` at B = 4 on the CPU; gpt2-124m at B = 8, T = 1024 on a GPU. Counters: the
+// Models: `small` at B = 4 on the CPU, gpt2-124m at B = 8, T = 1024 on a GPU; and llama-small
+// (the Llama family) beside it. Counters: the
 // allocator's peaks per category, the weight-side formula (predicted_<category>_bytes), and
 // tokens_per_s. On the CPU, 16-bit runs are slower than fp32: each op widens its 16-bit operands
 // to fp32 and rounds its outputs (the workspace counter shows those copies); on a GPU the
 // matmuls run on tensor cores.
 #include <benchmark/benchmark.h>
+
+#include <vector>
 
 #include "common/results/benchmark_context.h"
 #include "common/train/train_run.h"
@@ -46,12 +49,15 @@ void BM_Precision(benchmark::State& state, const std::string& device, const Mode
 
 int main(int argc, char** argv) {
   return trainmem::benchmark_main(argc, argv, "bench_mixed_precision", [](const std::string& device, bool gpu) {
-    static const trainmem::ModelConfig config = trainmem::model_preset(gpu ? "gpt2-124m" : "small");
+    // Each family: GPT-2's and the Llama family's (SwiGLU, grouped-query attention, untied head).
+    static const std::vector<trainmem::ModelConfig> configs = {trainmem::model_preset(gpu ? "gpt2-124m" : "small"),
+                                                               trainmem::model_preset("llama-small")};
     const std::size_t batch = gpu ? 8 : 4;
-    for (trainmem::Precision p : {trainmem::Precision::fp32, trainmem::Precision::bf16, trainmem::Precision::fp16})
-      benchmark::RegisterBenchmark(("BM_Precision/" + config.name + "/" + trainmem::to_string(p)).c_str(),
-                                   trainmem::BM_Precision, device, config, batch, p)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
+    for (const trainmem::ModelConfig& config : configs)
+      for (trainmem::Precision p : {trainmem::Precision::fp32, trainmem::Precision::bf16, trainmem::Precision::fp16})
+        benchmark::RegisterBenchmark(("BM_Precision/" + config.name + "/" + trainmem::to_string(p)).c_str(),
+                                     trainmem::BM_Precision, device, config, batch, p)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
   });
 }

@@ -8,8 +8,8 @@
 //
 // Every rank runs every benchmark in lockstep (a fixed number of iterations: the collectives need
 // every rank); only rank 0 prints and writes the JSON (its figures: every rank holds the same
-// bytes). Model: `small` in bf16 at B = 4 per rank on the CPU; gpt2-124m at B = 4, T = 1024 on
-// a GPU. Counters:
+// bytes). Models: `small` in bf16 at B = 4 per rank on the CPU (gpt2-124m at B = 4, T = 1024 on
+// a GPU), and llama-small (the Llama family) beside it. Counters:
 //   <category>_bytes            measured, allocator, after the timed steps (at rest, between steps)
 //   <category>_peak_bytes       every category's peak in the timed steps (set_memory_counters):
 //                               parameters and gradients include the units gathered and the
@@ -134,24 +134,27 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("trainmem.comm_backend", comm->backend());
 
   const bool gpu = device->kind() == DeviceKind::cuda;
-  static const ModelConfig config = model_preset(gpu ? "gpt2-124m" : "small");
+  // Each family: GPT-2's and the Llama family's (SwiGLU, grouped-query attention, untied head).
+  static const std::vector<ModelConfig> configs = {model_preset(gpu ? "gpt2-124m" : "small"), model_preset("llama-small")};
   const std::size_t batch = 4;
   const std::vector<zero::BenchCase> cases = {{0, Offload::none},      {1, Offload::none},      {2, Offload::none},
                                               {3, Offload::none},      {1, Offload::optimizer}, {2, Offload::optimizer},
                                               {3, Offload::optimizer}, {3, Offload::params}};
-  for (const zero::BenchCase& c : cases) {
-    std::string name = "BM_Zero/";
-    name += config.name;
-    name += "/N";
-    name += std::to_string(comm->world_size());
-    name += "/zero";
-    name += std::to_string(c.stage);
-    name += "/offload_";
-    name += to_string(c.offload);
-    benchmark::RegisterBenchmark(name.c_str(), zero::BM_Zero, device_choice, config, batch, c)
-        ->Iterations(zero::kIterations)
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+  for (const ModelConfig& config : configs) {
+    for (const zero::BenchCase& c : cases) {
+      std::string name = "BM_Zero/";
+      name += config.name;
+      name += "/N";
+      name += std::to_string(comm->world_size());
+      name += "/zero";
+      name += std::to_string(c.stage);
+      name += "/offload_";
+      name += to_string(c.offload);
+      benchmark::RegisterBenchmark(name.c_str(), zero::BM_Zero, device_choice, config, batch, c)
+          ->Iterations(zero::kIterations)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   run_benchmarks_reporting_on_rank0(comm->rank());
   benchmark::Shutdown();

@@ -117,3 +117,11 @@ def test_a_damaged_or_earlier_comparison_file_is_listed_and_the_rest_is_drawn(fo
     assert "peer-torch-broken.json: could not be drawn (KeyError" in missing
     assert "peer-torch-earlier.json: written by an earlier compare_torch.py" in missing
     assert "## Baseline training step (bench_baseline)" in (folder / "summary.md").read_text()
+
+
+def test_the_peer_page_names_the_model_family_and_a_llamas_own_sizes():
+    from reports.trainmem_report.peers import model_shape
+    gpt = {"name": "tiny", "arch": "gpt", "layers": 2, "heads": 4, "dim": 64, "seq": 64, "vocab": 256}
+    assert model_shape(gpt) == "gpt: L=2 H=4 C=64 T=64 V=256"
+    llama = dict(gpt, arch="llama", kv_heads=2, ffn_dim=176)
+    assert model_shape(llama) == "llama: L=2 H=4 Hkv=2 C=64 F=176 T=64 V=256"

@@ -65,13 +65,21 @@ def machine_line(machine: dict) -> str:
             "after (other work slows both sides' times; memory figures do not depend on it).")
 
 
+def model_shape(m: dict) -> str:
+    """The family and shape as trainmem prints them (ModelConfig::shape_summary): "gpt: L=2 H=4 C=64 T=64
+    V=256"; a Llama adds its K/V heads and SwiGLU width, "llama: L=2 H=4 Hkv=2 C=64 F=176 T=64 V=256"."""
+    arch = m.get("arch", "gpt")
+    llama = arch == "llama"
+    return (f"{arch}: L={m['layers']} H={m['heads']}" + (f" Hkv={m['kv_heads']}" if llama else "") + f" C={m['dim']}"
+            + (f" F={m['ffn_dim']}" if llama else "") + f" T={m['seq']} V={m['vocab']}")
+
+
 def peer_section(label: str, c: dict) -> Section:
     cfg, pairings = c["config"], c["pairings"]
     m = cfg["model"]
     first = next(iter(pairings.values()))
     s = Section(f"trainmem beside PyTorch: {label}", [
-        f"{m['name']} (L={m['layers']} H={m['heads']} C={m['dim']} T={m['seq']} V={m['vocab']}, "
-        f"{m['parameters']:,} parameters), batch {cfg['batch']}, {cfg['precision']}, the same tokens "
+        f"{m['name']} ({model_shape(m)}, {m['parameters']:,} parameters), batch {cfg['batch']}, {cfg['precision']}, the same tokens "
         f"(--data {cfg['data']}, seed {cfg['seed']}) and the same AdamW; PyTorch {first['pytorch']['version']}, "
         f"{first['pytorch']['threads']} threads for both (OMP_WAIT_POLICY={cfg.get('omp_wait_policy') or 'unset'}). "
         f"Step time: the median of {cfg['steps']} steps after {cfg['warmup']} of warm-up, then the median of "

@@ -1,4 +1,4 @@
-// bench_estimator: how long an estimate takes, against model size (tiny to 7B) and world size.
+// bench_estimator: how long an estimate takes, against model size (tiny to 70B) and world size.
 //
 //   build/cpu/suites/trainmem/estimator/bench_estimator --benchmark_out=estimator.json --benchmark_out_format=json
 //
@@ -8,7 +8,8 @@
 //    the largest micro-batch that does (batch_search.h: a meta run per batch up to it, within a bound).
 // 3. BM_MetaRunSharded/<scheme>/<ranks>: the 7.5B model of the ZeRO paper's Figure 1, rank 0's
 //    ZeRO-3 or FSDP full strategy over a meta communicator of N ranks (the setup as `trainmem
-//    train` flags, read by train's parser through the registrations: tests/sample_setups.h).
+//    train` flags, read by train's parser through the registrations: tests/sample_setups.h);
+//    BM_MetaRunSharded/llama3-70b_128k/<scheme>/<ranks>: Llama-3 70B at a 128k context the same way.
 // Counters: the model's parameters, the run's peak allocated and reserved (bytes), and the
 // allocations the run made (its work: nothing else runs on meta).
 #include <benchmark/benchmark.h>
@@ -43,7 +44,8 @@ ModelConfig gpt_7b() {
 const std::vector<ModelCase>& models() {
   static const std::vector<ModelCase> list = {{"tiny", model_preset("tiny")},           {"small", model_preset("small")},
                                               {"gpt2-124m", model_preset("gpt2-124m")}, {"gpt2-350m", model_preset("gpt2-350m")},
-                                              {"gpt2-1.5b", model_preset("gpt2-1.5b")}, {"7b", gpt_7b()}};
+                                              {"gpt2-1.5b", model_preset("gpt2-1.5b")}, {"7b", gpt_7b()},
+                                              {"llama3-8b", model_preset("llama3-8b")}, {"llama3-70b", model_preset("llama3-70b")}};
   return list;
 }
 
@@ -95,8 +97,16 @@ TrainingSetup zero_paper_7_5b(const std::string& scheme, std::size_t ranks) {
                                            DeviceKind::cpu, ranks);
 }
 
-void BM_MetaRunSharded(benchmark::State& state, bool fsdp) {
-  const TrainingSetup s = zero_paper_7_5b(fsdp ? "--fsdp full" : "--zero 3", static_cast<std::size_t>(state.range(0)));
+// Llama-3 70B at a 128k context (T = 131072), bf16, flash attention, B=1, full recompute, sharded
+// by `scheme` over `ranks`: the largest question the estimator is asked to answer in seconds.
+TrainingSetup llama3_70b_128k(const std::string& scheme, std::size_t ranks) {
+  return testing_support::setup_from_flags("--model llama3-70b --seq 131072 --batch 1 --precision bf16 "
+                                           "--attention flash --recompute full " + scheme,
+                                           DeviceKind::cpu, ranks);
+}
+
+void BM_MetaRunSharded(benchmark::State& state, TrainingSetup (*setup)(const std::string&, std::size_t), bool fsdp) {
+  const TrainingSetup s = setup(fsdp ? "--fsdp full" : "--zero 3", static_cast<std::size_t>(state.range(0)));
   MetaRun r;
   for (auto _ : state) {
     r = run_on_meta(s);
@@ -115,12 +125,20 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark((std::string("BM_Estimate/") + m.name).c_str(), BM_Estimate, m.config)
         ->Unit(benchmark::kMillisecond);
   }
-  for (const bool fsdp : {false, true})
-    benchmark::RegisterBenchmark(fsdp ? "BM_MetaRunSharded/fsdp_full" : "BM_MetaRunSharded/zero3", BM_MetaRunSharded, fsdp)
+  for (const bool fsdp : {false, true}) {
+    benchmark::RegisterBenchmark(fsdp ? "BM_MetaRunSharded/fsdp_full" : "BM_MetaRunSharded/zero3", BM_MetaRunSharded,
+                                 zero_paper_7_5b, fsdp)
         ->Arg(8)
         ->Arg(64)
         ->Arg(1024)
         ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(fsdp ? "BM_MetaRunSharded/llama3-70b_128k/fsdp_full" : "BM_MetaRunSharded/llama3-70b_128k/zero3",
+                                 BM_MetaRunSharded, llama3_70b_128k, fsdp)
+        ->Arg(8)
+        ->Arg(64)
+        ->Arg(1024)
+        ->Unit(benchmark::kMillisecond);
+  }
 }
 
 }  // namespace

@@ -28,36 +28,46 @@ inline double flops(const kernels::AttentionShape& s, Pass pass) {
   return pass == Pass::forward ? forward_flops(s) : forward_flops(s) * (1.0 + 2.5);
 }
 
-// The GPU sweep: B*T = 16384, H*D = 2048.
+// Grouped-query attention, as the Llama family runs it: causal, 4 query heads a K/V head (Llama-3
+// 8B's 32 on 8), the same H*D; Hkv is the shape's last field (kernels/flash_attention.h).
+constexpr std::size_t kQueryHeadsPerKvHead = 4;
+
+// The GPU sweep: B*T = 16384, H*D = 2048; then grouped-query attention at D = 128, causal.
 inline std::vector<kernels::AttentionShape> gpu_shapes() {
   std::vector<kernels::AttentionShape> out;
   for (std::size_t D : {64u, 128u})
     for (bool causal : {false, true})
       for (std::size_t T = 512; T <= 16384; T *= 2) out.push_back({16384 / T, T, 2048 / D, D, causal});
+  for (std::size_t T = 512; T <= 16384; T *= 2)
+    out.push_back({16384 / T, T, 2048 / 128, 128, true, 2048 / 128 / kQueryHeadsPerKvHead});
   return out;
 }
-// The CPU sweep: B*T = 1024, H*D = 256 (2 cores cannot do the GPU sweep in a CI run).
+// The CPU sweep: B*T = 1024, H*D = 256 (2 cores cannot do the GPU sweep in a CI run); then
+// grouped-query attention, causal.
 inline std::vector<kernels::AttentionShape> cpu_shapes() {
   std::vector<kernels::AttentionShape> out;
   for (std::size_t D : {64u})
     for (bool causal : {false, true})
       for (std::size_t T = 128; T <= 512; T *= 2) out.push_back({1024 / T, T, 256 / D, D, causal});
+  for (std::size_t T = 128; T <= 512; T *= 2) out.push_back({1024 / T, T, 256 / 64, 64, true, 256 / 64 / kQueryHeadsPerKvHead});
   return out;
 }
 
-// "attention/<impl>/<fwd|fwd_bwd>/T:<T>/D:<D>/causal:<0|1>", e.g. attention/flash_v3_bf16/fwd/T:4096/D:128/causal:0
+// "attention/<impl>/<fwd|fwd_bwd>/T:<T>/D:<D>/causal:<0|1>[/Hkv:<Hkv>]", e.g.
+// attention/flash_v3_bf16/fwd/T:4096/D:128/causal:0; grouped-query attention adds its K/V heads.
 inline std::string name(const std::string& impl, Pass pass, const kernels::AttentionShape& s) {
   std::string n = "attention/" + impl + (pass == Pass::forward ? "/fwd" : "/fwd_bwd");
   n += "/T:" + std::to_string(s.T);
   n += "/D:" + std::to_string(s.D);
   n += s.causal ? "/causal:1" : "/causal:0";
+  if (s.kv_heads() != s.H) n += "/Hkv:" + std::to_string(s.kv_heads());
   return n;
 }
 
 // Counters every attention benchmark sets:
 //   TFLOP/s         FLOPs per second of wall-clock time / 1e12 (the count above; UseRealTime)
 //   TFLOP_per_iteration  the count / 1e12
-//   B, T, D, causal the shape (the CPU shapes keep B*T = 1024)
+//   B, T, D, causal, Hkv  the shape (the CPU shapes keep B*T = 1024; Hkv = H but for GQA)
 //   saved_bytes     what the forward keeps for the backward (naive: probabilities B*H*T*T;
 //                   flash/cudnn: O and the log-sum-exp)
 //   workspace_bytes the largest scratch the pass needs besides its inputs and outputs
@@ -72,6 +82,7 @@ inline void set_counters(benchmark::State& state, const kernels::AttentionShape&
   state.counters["T"] = double(s.T);
   state.counters["D"] = double(s.D);
   state.counters["causal"] = s.causal ? 1 : 0;
+  state.counters["Hkv"] = double(s.kv_heads());
 }
 
 // Defined in bench_flash_attention_cuda.cu, which is linked only where CUDA is compiled; the CPU

@@ -47,23 +47,23 @@ double saved_bytes(Impl impl, const kernels::AttentionShape& s) {
 //   naive forward:  the scores S, B*H*T*T (P is counted as saved);
 //   naive backward: S, dP and dS, 3*B*H*T*T (its P is counted as saved, though this reference
 //                   rebuilds it: its signature keeps nothing from the forward), the rebuilt lse,
-//                   B*H*T, and dqkv summed in fp32 before it is stored, 3*B*T*C;
+//                   B*H*T, and dqkv summed in fp32 before it is stored, B*T*(H + 2Hkv)*D;
 //   flash forward:  one tile of scores, block_q*block_k, and per query row of a tile m, l and
 //                   the unnormalized O: block_q*(D+2);
 //   flash backward: D = rowsum(dO*O), B*H*T; dQ of one (batch, head), T*D; the tiles P and dS,
 //                   2*block_q*block_k; the accumulators dK_j and dV_j, 2*block_k*D.
 double workspace_bytes(Impl impl, Pass pass, const kernels::AttentionShape& s) {
-  const double B = double(s.B), T = double(s.T), H = double(s.H), C = double(s.C()), D = double(s.D),
+  const double B = double(s.B), T = double(s.T), H = double(s.H), D = double(s.D),
                b = double(kBlock);
   if (impl == Impl::naive)
-    return pass == Pass::forward ? B * H * T * T * 4 : (3 * B * H * T * T + B * H * T + 3 * B * T * C) * 4;
+    return pass == Pass::forward ? B * H * T * T * 4 : (3 * B * H * T * T + B * H * T + B * T * double(s.qkv_width())) * 4;
   const double forward = (b * b + b * (D + 2)) * 4;
   const double backward = (B * H * T + T * D + 2 * b * b + 2 * b * D) * 4;
   return pass == Pass::forward ? forward : std::max(forward, backward);
 }
 
 void BM_AttentionCpu(benchmark::State& state, Impl impl, Pass pass, kernels::AttentionShape s) {
-  const std::vector<float> qkv = random_floats(s.B * s.T * 3 * s.C(), 1);
+  const std::vector<float> qkv = random_floats(s.B * s.T * s.qkv_width(), 1);
   const std::vector<float> dout = random_floats(s.B * s.T * s.C(), 2);
   std::vector<float> out(s.B * s.T * s.C()), lse(s.B * s.H * s.T), dqkv(qkv.size());
   for (auto _ : state) {

@@ -154,7 +154,7 @@ void BM_FlashCuda(benchmark::State& state, int version, Half16 dtype, Pass pass,
   std::size_t workspace = 0;
   try {
     Timing timing;
-    const std::size_t n_qkv = s.B * s.T * 3 * s.C(), n_out = s.B * s.T * s.C(), n_lse = s.B * s.H * s.T;
+    const std::size_t n_qkv = s.B * s.T * s.qkv_width(), n_out = s.B * s.T * s.C(), n_lse = s.B * s.H * s.T;
     workspace = pass == Pass::forward ? 0 : kernels::cuda::flash_attention_backward_workspace_bytes(version, s);
     DeviceMemory qkv(n_qkv * 2), out(n_out * 2), lse(n_lse * 4), dout(n_out * 2), dqkv(n_qkv * 2), ws(workspace);
     fill(qkv.as<std::uint16_t>(), n_qkv, 1, dtype, timing.stream());
@@ -182,7 +182,7 @@ void BM_CudnnSdpa(benchmark::State& state, Half16 dtype, Pass pass, AttentionSha
   std::size_t workspace = 0;
   try {
     Timing timing;
-    const std::size_t n_qkv = s.B * s.T * 3 * s.C(), n_out = s.B * s.T * s.C(), n_lse = s.B * s.H * s.T;
+    const std::size_t n_qkv = s.B * s.T * s.qkv_width(), n_out = s.B * s.T * s.C(), n_lse = s.B * s.H * s.T;
     workspace = kernels::cudnn::attention_forward_workspace_bytes(dtype, s);
     if (pass == Pass::forward_backward)
       workspace = std::max(workspace, kernels::cudnn::attention_backward_workspace_bytes(dtype, s));
@@ -224,17 +224,17 @@ void BM_NaiveCuda(benchmark::State& state, Pass pass, AttentionShape s) {
   }
   try {
     Timing timing;
-    const std::size_t n_qkv = s.B * s.T * 3 * s.C(), n_out = s.B * s.T * s.C(), n_tt = s.B * s.H * s.T * s.T;
+    const std::size_t n_qkv = s.B * s.T * s.qkv_width(), n_out = s.B * s.T * s.C(), n_tt = s.B * s.H * s.T * s.T;
     DeviceMemory qkv(n_qkv * 4), out(n_out * 4), preatt(n_tt * 4), att(n_tt * 4), dout(n_out * 4),
         dqkv(pass == Pass::forward ? 0 : n_qkv * 4), dscores(pass == Pass::forward ? 0 : n_tt * 4);
     fill(qkv.as<float>(), n_qkv, 1, timing.stream());
     fill(dout.as<float>(), n_out, 2, timing.stream());
     run_timed(state, timing, [&] {
       kernels::cuda::attention_forward(timing.stream(), out.as<float>(), preatt.as<float>(), att.as<float>(),
-                                       qkv.as<float>(), s.B, s.T, s.C(), s.H);
+                                       qkv.as<float>(), s.B, s.T, s.C(), s.H, s.kv_heads());
       if (pass == Pass::forward_backward)
         kernels::cuda::attention_backward(timing.stream(), dqkv.as<float>(), dscores.as<float>(), dout.as<float>(),
-                                          qkv.as<float>(), att.as<float>(), s.B, s.T, s.C(), s.H);
+                                          qkv.as<float>(), att.as<float>(), s.B, s.T, s.C(), s.H, s.kv_heads());
     });
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());

@@ -16,7 +16,8 @@ from reports.trainmem_report.results import Benchmark, ResultFolder
 
 def _group(b: Benchmark) -> str:
     a = args(b)
-    return f"{words(b)[2]} T={a.get('T')} D={a.get('D')} causal={a.get('causal')}"
+    gqa = f" Hkv={a['Hkv']}" if "Hkv" in a else ""  # grouped-query attention (the Llama family's)
+    return f"{words(b)[2]} T={a.get('T')} D={a.get('D')} causal={a.get('causal')}{gqa}"
 
 
 def attention_batch(b: Benchmark) -> float | None:

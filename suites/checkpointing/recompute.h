@@ -4,7 +4,8 @@
 //   --recompute none       keep everything (the baseline)
 //   --recompute full       keep only each layer's input; recompute every layer in backward
 //   --recompute every:K    recompute layers 0, K, 2K, ...; keep the others
-//   --recompute selective  every layer drops only its attention probabilities and GELU output
+//   --recompute selective  every layer drops only its attention probabilities and its MLP's
+//                          nonlinearity output (GPT's GELU, Llama's SwiGLU)
 //                          (memory-heavy, cheap to rebuild: no matmul) and rebuilds them
 //   --recompute sqrt       Chen et al. 2016: segments of k = ceil(sqrt(L)) layers; only each
 //                          segment's input is kept (about sqrt(L) checkpoints), and the whole

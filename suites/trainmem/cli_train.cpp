@@ -334,7 +334,7 @@ int run_train(const TrainFlags& flags, const Settings& settings) {
 
 void add_train_command(CLI::App& app, Command& run) {
   auto flags = std::make_shared<TrainFlags>();
-  CLI::App* train = app.add_subcommand("train", "Train a GPT and watch its memory");
+  CLI::App* train = app.add_subcommand("train", "Train a model (GPT or Llama) and watch its memory");
   add_train_flags(*train, *flags);
   train->callback([flags, train, &run] {
     // What the ranks of mpirun compare first: every flag but the output paths, which may differ.

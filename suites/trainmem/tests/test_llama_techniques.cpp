@@ -13,7 +13,8 @@
 //                   log-sum-exp saved instead of the probabilities: a lower activation peak
 //   lazy loading    the lazy loader trains bit for bit as the eager one
 //   gradients       on demand and the optimizer in the backward train bit for bit as persistent
-// The sharded techniques over ranks: test_llama_ranks.cpp. Every technique's Llama samples are
+// The sharded techniques over ranks: EstimateRanks.LlamaShardedTrainsAsOneProcessAndAsEstimated
+// (test_estimate_ranks.cpp). Every technique's Llama samples are
 // estimated to the byte against real runs by the driver's tests (sample_setups.h).
 #include <gtest/gtest.h>
 

@@ -99,7 +99,8 @@ constexpr Preset llama(const char* name, std::size_t vocab, std::size_t seq, std
 // hidden_size, intermediate_size, rope_theta, rms_norm_eps); their parameter counts are tested
 // against the published ones (common/tests/test_parameter_table.cpp). mistral-7b is v0.1 at its
 // 8192-token training context. llama-tiny and llama-small are ours: grouped (2 query heads per
-// K/V head), byte-level, the sizes of tiny and small.
+// K/V head), byte-level, the sizes of tiny and small; llama-tiny-hd64 is tiny-hd64's Llama (head
+// dim 64 for the CUDA flash kernels, 2 query heads on 1 K/V head).
 constexpr Preset kPresets[] = {
     gpt("tiny", 256, 64, 2, 4, 64),
     gpt("small", 256, 128, 4, 4, 128),
@@ -111,6 +112,7 @@ constexpr Preset kPresets[] = {
     gpt("tiny-hd128", 256, 128, 2, 2, 256),
     llama("llama-tiny", 256, 64, 2, 4, 2, 64, 176, 10000, 1e-5),
     llama("llama-small", 256, 128, 4, 4, 2, 128, 352, 10000, 1e-5),
+    llama("llama-tiny-hd64", 256, 128, 2, 2, 1, 128, 352, 10000, 1e-5),
     llama("llama2-7b", 32000, 4096, 32, 32, 32, 4096, 11008, 10000, 1e-5),
     llama("llama3-8b", 128256, 8192, 32, 32, 8, 4096, 14336, 500000, 1e-5),
     llama("llama3-70b", 128256, 8192, 80, 64, 8, 8192, 28672, 500000, 1e-5),

@@ -82,7 +82,7 @@ struct ModelConfigError : std::invalid_argument {
 void check_run_sizes(const ModelConfig& config, std::size_t batch);
 
 // GPT: tiny (tests), small (CPU demo), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, tiny-hd64,
-// tiny-hd128. Llama: llama-tiny, llama-small (tests and CPU runs), llama2-7b, llama3-8b,
+// tiny-hd128. Llama: llama-tiny, llama-small, llama-tiny-hd64 (tests and CPU runs), llama2-7b, llama3-8b,
 // llama3-70b, mistral-7b (the published shapes).
 ModelConfig model_preset(const std::string& name);  // throws ModelConfigError naming the presets
 std::vector<std::string> model_preset_names();

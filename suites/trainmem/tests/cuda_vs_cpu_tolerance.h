@@ -79,12 +79,16 @@ class CudaVsCpuTolerance {
   CudaVsCpuTolerance(const ModelConfig& model, std::size_t batch, Precision precision, const kernels::AdamWHyper& adam,
                      Rounding rounding = Rounding::both_sides)
       : parameters_(static_cast<double>(model.num_parameters())), same_precision_(rounding == Rounding::both_sides) {
-    const double n = static_cast<double>(std::max({batch * model.seq, 4 * model.dim, model.seq, model.vocab}));
+    const double n = static_cast<double>(std::max({batch * model.seq, model.mlp_dim(), model.seq, model.vocab}));
     const double u16 = precision == Precision::bf16 ? 0x1p-8 : precision == Precision::fp16 ? 0x1p-11 : 0;
     stage_ = (rounding == Rounding::both_sides ? 2 : 1) * u16 + 2 * kLambda * n * kU32;
     const double L = static_cast<double>(model.layers);
-    forward_stages_ = 12 * L + 3;
-    backward_stages_ = 12 * L + 4;
+    // A Llama layer (llama.h) stores 14 forward stages (attn_norm, qkv, RoPE, scores, probabilities,
+    // attention output, projection, residual, mlp_norm, gate, up, SwiGLU, down, residual) and 15
+    // backward (their gradients and the sum of the MLP input's two); its head is counted as GPT's.
+    const bool llama = model.arch == Arch::llama;
+    forward_stages_ = (llama ? 14 : 12) * L + 3;
+    backward_stages_ = (llama ? 15 : 12) * L + 4;
     // A 16-bit run against an fp32 one: the 16-bit run's initial weights are rounded too.
     if (rounding == Rounding::one_side && u16 > 0) forward_stages_ += 1;
     update_ = adam.lr * std::max(1.0, (1 - static_cast<double>(adam.beta1)) / std::sqrt(1 - static_cast<double>(adam.beta2)));

@@ -1,6 +1,7 @@
-// The single-device techniques compose: `--precision bf16 --recompute selective --accum 8` is
-// checked against what each technique promises on its own, within the same combined run (every two
-// techniques' samples together are estimated to the byte in test_technique_pairs.cpp).
+// The single-device techniques compose, in both model families: `--precision bf16 --recompute
+// selective --accum 8` is checked against what each technique promises on its own, within the
+// same combined run (every two techniques' samples together are estimated to the byte in
+// test_technique_pairs.cpp).
 //
 //   recompute:     bit-identical gradients to the same run without recompute (bf16, accum 8)
 //                  and the activation peak the checkpointing formula predicts for one
@@ -34,32 +35,37 @@ using testing_support::run_steps;
 using testing_support::StepsRun;
 using testing_support::train_one_step;
 
+// For both families: tiny (GPT-2) and llama-tiny (SwiGLU, grouped-query attention, untied head).
 TEST(Composition, Bf16WithSelectiveRecomputeAndEightfoldAccumulation) {
-  const Outcome all = train_one_step("--precision bf16 --recompute selective --batch 1 --accum 8");
+  for (const std::string model : {"--model tiny ", "--model llama-tiny "}) {
+    SCOPED_TRACE(model);
+    const Outcome all = train_one_step(model + "--precision bf16 --recompute selective --batch 1 --accum 8");
 
-  // recompute's promise
-  const Outcome no_recompute = train_one_step("--precision bf16 --batch 1 --accum 8");
-  EXPECT_EQ(all.gradients, no_recompute.gradients) << "recompute changes no bit, in bf16 too";
-  EXPECT_EQ(static_cast<std::size_t>(all.activation_peak), all.formulas.activations);
-  EXPECT_LT(all.activation_peak, no_recompute.activation_peak);
+    // recompute's promise
+    const Outcome no_recompute = train_one_step(model + "--precision bf16 --batch 1 --accum 8");
+    EXPECT_EQ(all.gradients, no_recompute.gradients) << "recompute changes no bit, in bf16 too";
+    EXPECT_EQ(static_cast<std::size_t>(all.activation_peak), all.formulas.activations);
+    EXPECT_LT(all.activation_peak, no_recompute.activation_peak);
 
-  // precision's promise
-  EXPECT_EQ(all.parameters, all.formulas.parameters);
-  EXPECT_EQ(all.gradient_bytes, all.formulas.gradients);
-  EXPECT_EQ(all.optimizer_state, all.formulas.optimizer_state);
+    // precision's promise
+    EXPECT_EQ(all.parameters, all.formulas.parameters);
+    EXPECT_EQ(all.gradient_bytes, all.formulas.gradients);
+    EXPECT_EQ(all.optimizer_state, all.formulas.optimizer_state);
 
-  // accumulation's promise
-  const Outcome one_batch = train_one_step("--precision bf16 --batch 8");
-  ASSERT_EQ(all.gradients.size(), one_batch.gradients.size());
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < all.gradients.size(); ++i) {
-    diff += std::pow(double(all.gradients[i]) - one_batch.gradients[i], 2);
-    norm += std::pow(double(one_batch.gradients[i]), 2);
+    // accumulation's promise
+    const Outcome one_batch = train_one_step(model + "--precision bf16 --batch 8");
+    ASSERT_EQ(all.gradients.size(), one_batch.gradients.size());
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < all.gradients.size(); ++i) {
+      diff += std::pow(double(all.gradients[i]) - one_batch.gradients[i], 2);
+      norm += std::pow(double(one_batch.gradients[i]), 2);
+    }
+    const double relative = std::sqrt(diff / norm);
+    std::printf("%s8 x 1 accumulated vs one batch of 8, bf16: relative gradient difference %.2e\n", model.c_str(),
+                relative);
+    EXPECT_LT(relative, 1e-2);
+    EXPECT_GT(relative, 0.0) << "bf16 rounding per micro-batch should leave some trace";
   }
-  const double relative = std::sqrt(diff / norm);
-  std::printf("8 x 1 accumulated vs one batch of 8, bf16: relative gradient difference %.2e\n", relative);
-  EXPECT_LT(relative, 1e-2);
-  EXPECT_GT(relative, 0.0) << "bf16 rounding per micro-batch should leave some trace";
 }
 
 // Gradients on demand change when a gradient's storage exists, not one operation on its numbers:

@@ -44,7 +44,9 @@ INSTANTIATE_TEST_SUITE_P(Cpu, SixteenBitAgainstFp32,
                          testing::Values(Case{"tiny", Precision::bf16, AttentionKind::naive},
                                          Case{"tiny", Precision::fp16, AttentionKind::naive},
                                          Case{"tiny-hd64", Precision::bf16, AttentionKind::flash},
-                                         Case{"tiny-hd64", Precision::fp16, AttentionKind::flash}),
+                                         Case{"tiny-hd64", Precision::fp16, AttentionKind::flash},
+                                         Case{"llama-tiny", Precision::bf16, AttentionKind::naive},
+                                         Case{"llama-tiny", Precision::fp16, AttentionKind::flash}),
                          [](const testing::TestParamInfo<Case>& info) {
                            std::string name = std::string(info.param.preset) + "_" + to_string(info.param.precision) +
                                               "_" + to_string(info.param.attention);

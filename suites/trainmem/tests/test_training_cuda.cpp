@@ -67,7 +67,13 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"tiny-hd128", Precision::bf16, AttentionKind::flash},
                     Case{"tiny-hd128", Precision::fp16, AttentionKind::flash},
                     Case{"tiny-hd128", Precision::bf16, AttentionKind::cudnn},
-                    Case{"tiny-hd128", Precision::fp16, AttentionKind::cudnn}),
+                    Case{"tiny-hd128", Precision::fp16, AttentionKind::cudnn},
+                    // the Llama family: RMSNorm, RoPE, SwiGLU, grouped-query attention, untied head
+                    Case{"llama-tiny", Precision::fp32, AttentionKind::naive},
+                    Case{"llama-tiny", Precision::bf16, AttentionKind::naive},
+                    Case{"llama-tiny-hd64", Precision::bf16, AttentionKind::flash},
+                    Case{"llama-tiny-hd64", Precision::fp16, AttentionKind::flash},
+                    Case{"llama-tiny-hd64", Precision::bf16, AttentionKind::cudnn}),
     case_name);
 
 }  // namespace

@@ -1,4 +1,4 @@
-// A few training steps of a GPT on one device, recorded step by step, for comparing devices and
+// A few training steps of a model (either family) on one device, recorded step by step, for comparing devices and
 // precisions: the same seed gives the same initial weights (drawn in fp32 on the host, then
 // rounded to the storage type) and the same tokens (the synthetic corpus) on every device.
 //
@@ -49,22 +49,30 @@ struct TracedStep {
   double logit_bound = 0;
 };
 
-// The bound on every logit z = lnf(x) . wte[v]: lnf's output is gamma * xhat + beta with
+// The bound on every logit z = norm(x) . head[v]. GPT: lnf's output is gamma * xhat + beta with
 // ||xhat|| <= sqrt(C) (unit variance over C channels), so ||lnf(x)|| <= max|gamma| sqrt(C) + ||beta||,
-// and |z| <= ||lnf(x)|| ||wte[v]|| (Cauchy-Schwarz).
+// and the head is wte. Llama: RMSNorm's output is gamma * xhat, ||xhat|| <= sqrt(C) (unit mean
+// square), no beta, and the head is head.weight. Then |z| <= ||norm(x)|| ||head[v]|| (Cauchy-Schwarz).
 inline double logit_bound(const ModelConfig& config, const std::vector<float>& values) {
   const ParameterTable table(config);
   const std::size_t C = config.dim;
-  std::size_t lnf_offset = 0;  // lnf.weight and lnf.bias are the last 2C values
-  for (std::size_t i = 0; i < table.lnf_weight(); ++i) lnf_offset += table[i].numel();
+  const bool llama = config.arch == Arch::llama;
+  auto offset_of = [&](std::size_t index) {  // where parameter `index` starts in `values`
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < index; ++i) offset += table[i].numel();
+    return offset;
+  };
+  const std::size_t gamma_at = offset_of(llama ? table.norm_weight() : table.lnf_weight());
+  const std::size_t head_at = offset_of(llama ? table.head_weight() : ParameterTable::kWte);
   double gamma_max = 0, beta_sq = 0, row_max = 0;
   for (std::size_t c = 0; c < C; ++c) {
-    gamma_max = std::max(gamma_max, std::fabs(static_cast<double>(values[lnf_offset + c])));
-    beta_sq += static_cast<double>(values[lnf_offset + C + c]) * values[lnf_offset + C + c];
+    gamma_max = std::max(gamma_max, std::fabs(static_cast<double>(values[gamma_at + c])));
+    if (!llama) beta_sq += static_cast<double>(values[gamma_at + C + c]) * values[gamma_at + C + c];  // lnf.bias
   }
-  for (std::size_t v = 0; v < config.vocab; ++v) {  // wte comes first: row v at v * C
+  for (std::size_t v = 0; v < config.vocab; ++v) {  // row v of the head at head_at + v * C
     double sq = 0;
-    for (std::size_t c = 0; c < C; ++c) sq += static_cast<double>(values[v * C + c]) * values[v * C + c];
+    for (std::size_t c = 0; c < C; ++c)
+      sq += static_cast<double>(values[head_at + v * C + c]) * values[head_at + v * C + c];
     row_max = std::max(row_max, std::sqrt(sq));
   }
   return (gamma_max * std::sqrt(static_cast<double>(C)) + std::sqrt(beta_sq)) * row_max;

@@ -1,7 +1,13 @@
-// One micro-batch of random tokens on a device, and one forward + backward through a model's
-// pieces as the trainer runs them: what the model tests (test_gpt.cpp, test_llama.cpp) share.
+// One micro-batch of random tokens on a device, one forward + backward through a model's pieces
+// as the trainer runs them, and the gradient check against finite differences: what the model
+// tests (test_gpt.cpp, test_llama.cpp) share.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -45,6 +51,40 @@ inline double forward_backward(Model& model, const Batch& batch) {
   model.embed_backward();
   model.end();
   return loss;
+}
+
+// The gradient check: for 6 random elements of every parameter tensor, the model's gradient
+// (float, the real code path) against the central difference (h = 1e-5) of `loss`, a forward in
+// double precision over `params` (the parameters in Model::parameters() order):
+//   |analytic - numeric| <= 1e-3 max(|numeric|, 1e-2) + 1e-5   (float gradients, double differences).
+// The vocabulary's padding rows (of wte, and of an untied head) have a gradient of exactly 0 and
+// are not drawn, so that every check can fail. Returns how many elements were checked.
+inline std::size_t expect_gradients_match_differences(Model& model, const std::vector<float>& grads,
+                                                      std::vector<double>& params,
+                                                      const std::function<double(const std::vector<double>&)>& loss,
+                                                      std::mt19937_64& rng) {
+  const double h = 1e-5;
+  const std::size_t vocab_rows = model.config().vocab * model.config().dim;
+  std::size_t offset = 0, checked = 0;
+  for (const Parameter& p : model.parameters()) {
+    const std::size_t n = p.numel(), live = p.name == "wte" || p.name == "head.weight" ? vocab_rows : n;
+    std::uniform_int_distribution<std::size_t> pick(0, live - 1);
+    for (int k = 0; k < 6; ++k) {
+      const std::size_t i = offset + pick(rng);
+      const double saved = params[i];
+      params[i] = saved + h;
+      const double up = loss(params);
+      params[i] = saved - h;
+      const double down = loss(params);
+      params[i] = saved;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(grads[i], numeric, 1e-3 * std::max(std::abs(numeric), 1e-2) + 1e-5)
+          << p.name << "[" << (i - offset) << "]";
+      ++checked;
+    }
+    offset += n;
+  }
+  return checked;
 }
 
 }  // namespace trainmem::testing_support

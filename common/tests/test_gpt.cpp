@@ -209,28 +209,11 @@ TEST(Gpt, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
   const double ref = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
   EXPECT_NEAR(loss, ref, 1e-5 * std::abs(ref)) << "float model loss vs double reference";
 
-  // A random sample of parameters from every tensor; tolerance: float gradients against double
-  // differences, |analytic - numeric| <= 1e-3 * max(|numeric|, 1e-2) + 1e-5.
-  const double h = 1e-5;
-  std::size_t offset = 0, checked = 0;
-  for (const Parameter& p : model.parameters()) {
-    const auto n = static_cast<std::size_t>(p.value.numel());
-    std::uniform_int_distribution<std::size_t> pick(0, n - 1);
-    for (int k = 0; k < 6; ++k) {
-      const std::size_t i = offset + pick(rng);
-      const double saved = params[i];
-      params[i] = saved + h;
-      const double up = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
-      params[i] = saved - h;
-      const double down = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
-      params[i] = saved;
-      const double numeric = (up - down) / (2 * h);
-      EXPECT_NEAR(grads[i], numeric, 1e-3 * std::max(std::abs(numeric), 1e-2) + 1e-5)
-          << p.name << "[" << (i - offset) << "]";
-      ++checked;
-    }
-    offset += n;
-  }
+  // A random sample of every tensor against central differences (model_step.h has the tolerance).
+  const std::size_t checked = testing_support::expect_gradients_match_differences(
+      model, grads, params,
+      [&](const std::vector<double>& p) { return reference_loss(cfg, p, batch.host_tokens, batch.host_targets, B, T); },
+      rng);
   EXPECT_EQ(checked, model.parameters().size() * 6);
 }
 

@@ -154,31 +154,9 @@ TEST(Llama, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
   const double ref = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
   EXPECT_NEAR(loss, ref, 1e-5 * std::abs(ref)) << "float model loss vs double reference";
 
-  // A random sample of parameters from every tensor; tolerance as the GPT's check (test_gpt.cpp):
-  // float gradients against double differences, |analytic - numeric| <= 1e-3 * max(|numeric|, 1e-2) + 1e-5.
-  const double h = 1e-5;
-  std::size_t offset = 0, checked = 0;
-  for (const Parameter& p : model.parameters()) {
-    const auto n = static_cast<std::size_t>(p.value.numel());
-    std::uniform_int_distribution<std::size_t> pick(0, n - 1);
-    for (int k = 0; k < 6; ++k) {
-      std::size_t i = offset + pick(rng);
-      // The padding rows of wte and of the head (rows V..Vp-1) have a gradient of exactly 0;
-      // draw from the real rows so each check can fail.
-      if (p.name == "wte" || p.name == "head.weight") i = offset + pick(rng) % (cfg.vocab * cfg.dim);
-      const double saved = params[i];
-      params[i] = saved + h;
-      const double up = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
-      params[i] = saved - h;
-      const double down = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
-      params[i] = saved;
-      const double numeric = (up - down) / (2 * h);
-      EXPECT_NEAR(grads[i], numeric, 1e-3 * std::max(std::abs(numeric), 1e-2) + 1e-5)
-          << p.name << "[" << (i - offset) << "]";
-      ++checked;
-    }
-    offset += n;
-  }
+  const std::size_t checked = testing_support::expect_gradients_match_differences(
+      model, grads, params,
+      [&](const Vec& p) { return reference_loss(cfg, p, batch.host_tokens, batch.host_targets, B, T); }, rng);
   EXPECT_EQ(checked, model.parameters().size() * 6);
 }
 

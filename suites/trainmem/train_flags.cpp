@@ -86,7 +86,7 @@ void add_model_flags(CLI::App& command, TrainFlags& flags) {
       ->check(whole_number(1, L::max_ffn_dim));
   command.add_option("--seq", flags.seq, "Override the context length T (also the training sequence length)")
       ->check(whole_number(1, L::max_seq));
-  command.add_option("--vocab", flags.vocab, "Override the vocabulary size V")->check(whole_number(L::min_vocab, L::max_vocab));
+  command.add_option("--vocab", flags.vocab, "Override the vocabulary size V (at most 65536: token files hold uint16 ids; a preset may be larger, e.g. Llama 3's 128256, whose ids above 65535 never occur in training)")->check(whole_number(L::min_vocab, L::max_vocab));
   command.add_option("--rope-theta", flags.rope_theta, "Override the rotary embeddings' base theta (llama)")
       ->check(real_number<double>(1, Bound::exclusive, kNoMax, Bound::inclusive));
   command.add_option("--norm-eps", flags.norm_eps, "Override RMSNorm's epsilon (llama)")

@@ -1,7 +1,6 @@
 #include "common/model/gpt.h"
 
 #include "common/model/storage_type.h"
-#include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/residual.h"
@@ -13,17 +12,6 @@ GPT::GPT(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions op
     : Model(device, std::move(config), seed, options) {
   if (config_.arch != Arch::gpt) throw std::invalid_argument("GPT: the config is a " + to_string(config_.arch) + " model");
   acts_.resize(config_.layers);
-}
-
-void GPT::embed_forward() {
-  with_storage_type(dtype_, [&](auto tag) {
-    using T = decltype(tag);
-    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
-               C = static_cast<std::int64_t>(config_.dim);
-    residual_[0] = make({B, Tn, C}, MemoryCategory::activations, "x0");
-    kernels::embedding_forward<T>(kernel_stream(device_), residual_[0].data_as<T>(), tokens_->data_as<std::int32_t>(),
-                               param(ParameterTable::kWte).data_as<T>(), param(ParameterTable::kWpe).data_as<T>(), B_, T_, config_.dim);
-  });
 }
 
 void GPT::forward_layer(std::size_t l, bool produce_output) {
@@ -170,19 +158,6 @@ void GPT::layer_backward(std::size_t l) {
     }
     a = LayerActivations{};  // this layer's saved tensors are no longer needed,
     residual_[l].reset();    // nor its input (the embedding's backward needs only the tokens)
-  });
-}
-
-void GPT::embed_backward() {
-  with_storage_type(dtype_, [&](auto tag) {
-    using T = decltype(tag);
-    Tensor workspace =
-        make_cuda_workspace(kernels::embedding_backward_workspace_bytes(B_ * T_), "embedding.backward.workspace");
-    kernels::embedding_backward<T>(kernel_stream(device_), grad_for_write(ParameterTable::kWte).data_as<T>(),
-                                   grad_for_write(ParameterTable::kWpe).data_as<T>(), dresidual_.data_as<T>(),
-                                   tokens_->data_as<std::int32_t>(), workspace.data(), B_, T_, config_.dim);
-    workspace.reset();
-    dresidual_.reset();
   });
 }
 

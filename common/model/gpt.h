@@ -9,6 +9,7 @@
 // (qkv [B,T,3C]), every linear layer with a bias.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/model/model.h"
@@ -30,9 +31,7 @@ class GPT : public Model {
  public:
   GPT(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options = {});
 
-  void embed_forward() override;
   void layer_backward(std::size_t layer) override;
-  void embed_backward() override;
   void release_layer_activations(std::size_t layer) override { acts_[layer] = LayerActivations{}; }
   // Drops the probabilities (naive attention) and the GELU output 4BTC.
   void release_selective(std::size_t layer) override;
@@ -45,6 +44,7 @@ class GPT : public Model {
   void final_norm_forward() override;
   void final_norm_backward(const Tensor& dnorm) override;
   std::size_t head_weight_index() const override { return ParameterTable::kWte; }  // tied
+  std::optional<std::size_t> position_table_index() const override { return ParameterTable::kWpe; }
   Tensor& p(std::size_t layer, LayerParameter which) { return param(ParameterTable::index(layer, which)); }
   Tensor& g(std::size_t layer, LayerParameter which) { return grad_for_write(ParameterTable::index(layer, which)); }
 

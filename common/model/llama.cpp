@@ -1,7 +1,6 @@
 #include "common/model/llama.h"
 
 #include "common/model/storage_type.h"
-#include "kernels/embedding.h"
 #include "kernels/residual.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -15,18 +14,6 @@ Llama::Llama(Device& device, ModelConfig config, std::uint64_t seed, ModelOption
   if (config_.arch != Arch::llama)
     throw std::invalid_argument("Llama: the config is a " + to_string(config_.arch) + " model");
   acts_.resize(config_.layers);
-}
-
-// x0 = wte[tokens]: no position table, the positions enter through RoPE in every layer.
-void Llama::embed_forward() {
-  with_storage_type(dtype_, [&](auto tag) {
-    using T = decltype(tag);
-    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
-               C = static_cast<std::int64_t>(config_.dim);
-    residual_[0] = make({B, Tn, C}, MemoryCategory::activations, "x0");
-    kernels::embedding_forward<T>(kernel_stream(device_), residual_[0].data_as<T>(), tokens_->data_as<std::int32_t>(),
-                                  param(ParameterTable::kWte).data_as<T>(), nullptr, B_, T_, config_.dim);
-  });
 }
 
 void Llama::rotate_qk(Tensor& qkv, bool inverse) {
@@ -197,19 +184,6 @@ void Llama::layer_backward(std::size_t l) {
     }
     a = LlamaLayerActivations{};  // this layer's saved tensors are no longer needed,
     residual_[l].reset();         // nor its input (the embedding's backward needs only the tokens)
-  });
-}
-
-void Llama::embed_backward() {
-  with_storage_type(dtype_, [&](auto tag) {
-    using T = decltype(tag);
-    Tensor workspace =
-        make_cuda_workspace(kernels::embedding_backward_workspace_bytes(B_ * T_), "embedding.backward.workspace");
-    kernels::embedding_backward<T>(kernel_stream(device_), grad_for_write(ParameterTable::kWte).data_as<T>(), nullptr,
-                                   dresidual_.data_as<T>(), tokens_->data_as<std::int32_t>(), workspace.data(), B_, T_,
-                                   config_.dim);
-    workspace.reset();
-    dresidual_.reset();
   });
 }
 

@@ -38,9 +38,7 @@ class Llama : public Model {
  public:
   Llama(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options = {});
 
-  void embed_forward() override;
   void layer_backward(std::size_t layer) override;
-  void embed_backward() override;
   void release_layer_activations(std::size_t layer) override { acts_[layer] = LlamaLayerActivations{}; }
   // Drops the probabilities (naive attention) and the SwiGLU output BTF.
   void release_selective(std::size_t layer) override;

@@ -11,6 +11,7 @@
 #endif
 #include "kernels/cross_entropy.h"
 #include "kernels/dtype.h"
+#include "kernels/embedding.h"
 #include "kernels/flash_attention.h"
 #include "kernels/flash_attention_workspace.h"
 #include "kernels/matmul.h"
@@ -150,6 +151,34 @@ double Model::loss(const Tensor& tokens, const Tensor& targets) {
   const double value = head_forward();
   end();
   return value;
+}
+
+// x0 = wte[tokens] (+ wpe[t] where the family has a position table; kernels/embedding.h).
+void Model::embed_forward() {
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
+               C = static_cast<std::int64_t>(config_.dim);
+    const std::optional<std::size_t> wpe = position_table_index();
+    residual_[0] = make({B, Tn, C}, MemoryCategory::activations, "x0");
+    kernels::embedding_forward<T>(kernel_stream(device_), residual_[0].data_as<T>(), tokens_->data_as<std::int32_t>(),
+                                  param(ParameterTable::kWte).data_as<T>(), wpe ? param(*wpe).data_as<T>() : nullptr,
+                                  B_, T_, config_.dim);
+  });
+}
+
+void Model::embed_backward() {
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const std::optional<std::size_t> wpe = position_table_index();
+    Tensor workspace =
+        make_cuda_workspace(kernels::embedding_backward_workspace_bytes(B_ * T_), "embedding.backward.workspace");
+    kernels::embedding_backward<T>(kernel_stream(device_), grad_for_write(ParameterTable::kWte).data_as<T>(),
+                                   wpe ? grad_for_write(*wpe).data_as<T>() : nullptr, dresidual_.data_as<T>(),
+                                   tokens_->data_as<std::int32_t>(), workspace.data(), B_, T_, config_.dim);
+    workspace.reset();
+    dresidual_.reset();
+  });
 }
 
 // logits = final_norm(x_L) @ head^T, then the per-position cross-entropy, averaged on the host.

@@ -2,7 +2,7 @@
 // model families (model_config.h) share. Each family writes its own blocks (gpt.h, llama.h); the
 // trainer, the optimizer and every technique see only this interface.
 //
-//   x0      = embed(tokens)                                    (family: embed_forward)
+//   x0      = wte[tokens] (+ wpe[t], GPT's position table)     (embed_forward)
 //   layer l: x_{l+1} = block_l(x_l)                            (family: layer_forward)
 //   logits  = final_norm(x_L) @ head^T                         (Vp columns; GPT's head is wte)
 //   loss    = mean over the B*T positions of cross-entropy(logits[:, :V], targets)
@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,12 +100,12 @@ class Model {
   // --- one training micro-step, in the order the trainer calls the pieces
   // tokens and targets: int32 [B, T] on the device (category data), T <= config.seq.
   void begin(const Tensor& tokens, const Tensor& targets);
-  virtual void embed_forward() = 0;
+  void embed_forward();
   void layer_forward(std::size_t layer) { forward_layer(layer, /*produce_output=*/true); }
   double head_forward();              // the mean loss (copied to the host)
   void head_backward(float dloss);    // dloss: scale of each position's loss, 1/(B*T*accum_steps)
   virtual void layer_backward(std::size_t layer) = 0;
-  virtual void embed_backward() = 0;
+  void embed_backward();
   void end();                         // frees what is left of this micro-step (the residual stream)
 
   // For strategies that trade memory for compute:
@@ -152,6 +153,9 @@ class Model {
   virtual void final_norm_forward() = 0;
   virtual void final_norm_backward(const Tensor& dnorm) = 0;
   virtual std::size_t head_weight_index() const = 0;
+  // The family's table of learned positions (GPT's wpe), added to the token's row; none for Llama,
+  // whose positions enter through RoPE in every layer.
+  virtual std::optional<std::size_t> position_table_index() const { return std::nullopt; }
 
   // A tensor in the model's storage type (f32 only where stated: norm statistics, losses).
   Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);

@@ -53,6 +53,19 @@ inline double forward_backward(Model& model, const Batch& batch) {
   return loss;
 }
 
+// A micro-step ends where it began: forward + backward free every activation and workspace
+// tensor they made (the activations did exist), and the device holds what it held before.
+inline void expect_a_step_ends_where_it_began(Model& model, const Batch& batch) {
+  CachingAllocator& allocator = model.device().allocator();
+  const MemoryStats before = allocator.stats();
+  forward_backward(model, batch);
+  const MemoryStats after = allocator.stats();
+  EXPECT_EQ(after.by_category[index_of(MemoryCategory::activations)].current, 0);
+  EXPECT_EQ(after.by_category[index_of(MemoryCategory::workspace)].current, 0);
+  EXPECT_GT(after.by_category[index_of(MemoryCategory::activations)].peak, 0);
+  EXPECT_EQ(after.allocated_bytes[0].current, before.allocated_bytes[0].current);
+}
+
 // The gradient check: for 6 random elements of every parameter tensor, the model's gradient
 // (float, the real code path) against the central difference (h = 1e-5) of `loss`, a forward in
 // double precision over `params` (the parameters in Model::parameters() order):

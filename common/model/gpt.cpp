@@ -67,13 +67,12 @@ void GPT::final_norm_forward() {
     using T = decltype(tag);
     const std::size_t N = B_ * T_, C = config_.dim;
     const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
-    const ParameterTable table(config_);
     head_.norm = make({B, Tn, Ci}, MemoryCategory::activations, "lnf");
     head_.norm_mean = make_f32({B, Tn}, MemoryCategory::activations, "lnf.mean");
     head_.norm_rstd = make_f32({B, Tn}, MemoryCategory::activations, "lnf.rstd");
     kernels::layernorm_forward<T>(kernel_stream(device_), head_.norm.data_as<T>(), f32(head_.norm_mean),
                                   f32(head_.norm_rstd), residual_[config_.layers].data_as<T>(),
-                                  param(table.lnf_weight()).data_as<T>(), param(table.lnf_bias()).data_as<T>(), N, C);
+                                  param(table_.lnf_weight()).data_as<T>(), param(table_.lnf_bias()).data_as<T>(), N, C);
   });
 }
 
@@ -81,12 +80,11 @@ void GPT::final_norm_backward(const Tensor& dnorm) {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
     const std::size_t N = B_ * T_, C = config_.dim;
-    const ParameterTable table(config_);
     Tensor workspace = make_cuda_workspace(kernels::layernorm_backward_workspace_bytes(N, C), "lnf.backward.workspace");
     kernels::layernorm_backward<T>(kernel_stream(device_), dresidual_.data_as<T>(),
-                                   grad_for_write(table.lnf_weight()).data_as<T>(),
-                                   grad_for_write(table.lnf_bias()).data_as<T>(), dnorm.data_as<T>(),
-                                   residual_[config_.layers].data_as<T>(), param(table.lnf_weight()).data_as<T>(),
+                                   grad_for_write(table_.lnf_weight()).data_as<T>(),
+                                   grad_for_write(table_.lnf_bias()).data_as<T>(), dnorm.data_as<T>(),
+                                   residual_[config_.layers].data_as<T>(), param(table_.lnf_weight()).data_as<T>(),
                                    f32(head_.norm_mean), f32(head_.norm_rstd), workspace.data(), N, C);
   });
 }

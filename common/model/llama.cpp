@@ -92,14 +92,14 @@ void Llama::final_norm_forward() {
     head_.norm_rstd = make_f32({B, Tn}, MemoryCategory::activations, "norm.rstd");
     kernels::rmsnorm_forward<T>(kernel_stream(device_), head_.norm.data_as<T>(), f32(head_.norm_rstd),
                                 residual_[config_.layers].data_as<T>(),
-                                param(ParameterTable(config_).norm_weight()).data_as<T>(), N, C, config_.norm_eps);
+                                param(table_.norm_weight()).data_as<T>(), N, C, config_.norm_eps);
   });
 }
 
 void Llama::final_norm_backward(const Tensor& dnorm) {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    const std::size_t N = B_ * T_, C = config_.dim, norm = ParameterTable(config_).norm_weight();
+    const std::size_t N = B_ * T_, C = config_.dim, norm = table_.norm_weight();
     Tensor workspace = make_cuda_workspace(kernels::rmsnorm_backward_workspace_bytes(N, C), "norm.backward.workspace");
     kernels::rmsnorm_backward<T>(kernel_stream(device_), dresidual_.data_as<T>(), grad_for_write(norm).data_as<T>(),
                                  dnorm.data_as<T>(), residual_[config_.layers].data_as<T>(), param(norm).data_as<T>(),

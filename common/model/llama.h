@@ -50,7 +50,7 @@ class Llama : public Model {
   void forward_layer(std::size_t layer, bool produce_output) override;
   void final_norm_forward() override;
   void final_norm_backward(const Tensor& dnorm) override;
-  std::size_t head_weight_index() const override { return ParameterTable(config_).head_weight(); }
+  std::size_t head_weight_index() const override { return table_.head_weight(); }
   // RoPE on the q and k heads of a [B,T,(H+2Hkv)D] tensor, in place: forward on qkv, backward
   // (the inverse rotation) on dqkv.
   void rotate_qk(Tensor& qkv, bool inverse);

@@ -62,20 +62,25 @@ Tensor Model::make_cuda_workspace(std::size_t bytes, const std::string& name) {
   return device_.cuda_pattern() ? make_bytes(bytes, name) : Tensor{};
 }
 
+// The config, checked before anything is built from it (the parameter table divides by its heads).
+static ModelConfig validated(ModelConfig config) {
+  config.validate();
+  return config;
+}
+
 Model::Model(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options)
-    : device_(device), config_(std::move(config)), options_(options), dtype_(storage_dtype(options.precision)) {
-  config_.validate();
+    : device_(device), config_(validated(std::move(config))), table_(config_), options_(options),
+      dtype_(storage_dtype(options.precision)) {
   if (options_.attention != AttentionKind::naive && device_.cuda_pattern() && dtype_ == DType::f32)
     throw std::invalid_argument("--attention " + to_string(options_.attention) +
                                 " runs on a GPU in 16 bits: add --precision bf16 (or fp16)");
   if (options_.attention == AttentionKind::cudnn && !device_.cuda_pattern())
     throw std::invalid_argument("--attention cudnn needs a CUDA device; on the CPU use --attention flash");
   const auto L = static_cast<float>(config_.layers);
-  const ParameterTable table(config_);
   std::mt19937_64 rng(seed);
   std::vector<float> all_values;
   const float residual_std = 0.02f / std::sqrt(2.0f * L);
-  for (const ParameterInfo& s : table.all()) {
+  for (const ParameterInfo& s : table_.all()) {
     Parameter p{s.name, s.shape, Tensor(), Tensor(), {}};
     if (!options_.values_on_host) p.value = make(s.shape, MemoryCategory::parameters, s.name);
     if (device_.computes()) {  // meta: no values to draw (a 1.5B model's would be 6 GB of host memory)

@@ -184,6 +184,7 @@ class Model {
 
   Device& device_;
   ModelConfig config_;
+  ParameterTable table_;  // config_'s parameters: names, shapes, indices (parameter_table.h)
   ModelOptions options_;
   DType dtype_;
   std::vector<Parameter> params_;  // in parameter_table.h's order

@@ -12,6 +12,7 @@
 // weights into the parameter.
 #pragma once
 #include "kernels/dtype.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -36,6 +37,9 @@ void adamw_update(void* stream, Out<T> param, In<T> grad, float* m, float* v, st
 template <typename T = float>
 inline void adamw_update(const Stream& s, Out<T> param, In<T> grad, float* m, float* v, std::size_t n,
                          const AdamWHyper& h, long step, float grad_scale, float* master = nullptr) {
+  // reads param, grad (T) and m, v (fp32; and the fp32 master weights), writes param, m, v (and master)
+  KernelCost cost(s, {"adamw_update", KernelClass::memory, kernel_dtype_of<T>(), 12.0 * n,
+                      element_bytes(kernel_dtype_of<T>()) * 3.0 * n + 4.0 * 4.0 * n + (master ? 8.0 * n : 0.0)});
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::adamw_update<T>(param, grad, m, v, n, h, step, grad_scale, master);
   TRAINMEM_CUDA_KERNEL("adamw_update",

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/dtype.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -23,21 +24,25 @@ void from_fp16(void* stream, float* out, const std::uint16_t* in, std::size_t n)
 }  // namespace cuda
 
 inline void to_bf16(const Stream& s, std::uint16_t* out, const float* in, std::size_t n) {
+  KernelCost cost(s, {"to_bf16", KernelClass::memory, KernelDType::bf16, double(n), 6.0 * n});
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::to_bf16(out, in, n);
   TRAINMEM_CUDA_KERNEL("to_bf16", cuda::to_bf16(s.cuda_stream, out, in, n));
 }
 inline void from_bf16(const Stream& s, float* out, const std::uint16_t* in, std::size_t n) {
+  KernelCost cost(s, {"from_bf16", KernelClass::memory, KernelDType::bf16, double(n), 6.0 * n});
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::from_bf16(out, in, n);
   TRAINMEM_CUDA_KERNEL("from_bf16", cuda::from_bf16(s.cuda_stream, out, in, n));
 }
 inline void to_fp16(const Stream& s, std::uint16_t* out, const float* in, std::size_t n) {
+  KernelCost cost(s, {"to_fp16", KernelClass::memory, KernelDType::f16, double(n), 6.0 * n});
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::to_fp16(out, in, n);
   TRAINMEM_CUDA_KERNEL("to_fp16", cuda::to_fp16(s.cuda_stream, out, in, n));
 }
 inline void from_fp16(const Stream& s, float* out, const std::uint16_t* in, std::size_t n) {
+  KernelCost cost(s, {"from_fp16", KernelClass::memory, KernelDType::f16, double(n), 6.0 * n});
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::from_fp16(out, in, n);
   TRAINMEM_CUDA_KERNEL("from_fp16", cuda::from_fp16(s.cuda_stream, out, in, n));

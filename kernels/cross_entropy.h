@@ -18,6 +18,7 @@
 #include <string>
 
 #include "kernels/dtype.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -49,6 +50,7 @@ template <typename T = float>
 inline void cross_entropy_forward(const Stream& s, float* losses, In<T> logits, const std::int32_t* targets,
                                   std::size_t N, std::size_t V, std::size_t Vp) {
   check_padded_vocab(V, Vp);
+  KernelCost cost(s, memory_call<T>("cross_entropy_forward", double(N) * Vp, 1, 0, 5, 8.0 * N));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::cross_entropy_forward<T>(losses, logits, targets, N, V, Vp);
   TRAINMEM_CUDA_KERNEL("cross_entropy_forward",
@@ -58,6 +60,7 @@ template <typename T = float>
 inline void cross_entropy_backward(const Stream& s, Out<T> dlogits, In<T> logits, const std::int32_t* targets,
                                    float dloss, std::size_t N, std::size_t V, std::size_t Vp) {
   check_padded_vocab(V, Vp);
+  KernelCost cost(s, memory_call<T>("cross_entropy_backward", double(N) * Vp, 1, 1, 5));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::cross_entropy_backward<T>(dlogits, logits, targets, dloss, N, V, Vp);
   TRAINMEM_CUDA_KERNEL("cross_entropy_backward",

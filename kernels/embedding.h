@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/dtype.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -54,6 +55,7 @@ void embedding_backward(void* stream, Out<T> dwte, Out<T> dwpe, In<T> dout, cons
 template <typename T = float>
 inline void embedding_forward(const Stream& s, Out<T> out, const std::int32_t* tokens, In<T> wte, In<T> wpe,
                               std::size_t B, std::size_t Tn, std::size_t C) {
+  KernelCost cost(s, memory_call<T>("embedding_forward", double(B) * Tn * C, wpe ? 2 : 1, 1, 1));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::embedding_forward<T>(out, tokens, wte, wpe, B, Tn, C);
   TRAINMEM_CUDA_KERNEL("embedding_forward", cuda::embedding_forward<T>(s.cuda_stream, out, tokens, wte, wpe, B, Tn, C));
@@ -61,6 +63,7 @@ inline void embedding_forward(const Stream& s, Out<T> out, const std::int32_t* t
 template <typename T = float>
 inline void embedding_backward(const Stream& s, Out<T> dwte, Out<T> dwpe, In<T> dout, const std::int32_t* tokens,
                                [[maybe_unused]] void* workspace, std::size_t B, std::size_t Tn, std::size_t C) {
+  KernelCost cost(s, memory_call<T>("embedding_backward", double(B) * Tn * C, dwpe ? 3 : 2, dwpe ? 2 : 1, 2));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::embedding_backward<T>(dwte, dwpe, dout, tokens, B, Tn, C);
   TRAINMEM_CUDA_KERNEL("embedding_backward",

@@ -25,6 +25,7 @@
 
 #include "kernels/attention_heads.h"
 #include "kernels/convert.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -42,6 +43,18 @@ struct AttentionShape {
   std::size_t group() const { return kv_heads() == 0 ? 1 : H / kv_heads(); }  // query heads per K/V head
   std::size_t qkv_width() const { return (H + 2 * kv_heads()) * D; }      // a row of qkv, dqkv
 };
+
+// The cost of one flash attention call (kernels/kernel_cost.h), whichever implementation runs it
+// (the CPU reference, CUDA v1-v3, cuDNN: `name` says which): forward Q K^T and P V; backward
+// recomputes P, then dP, dV, dQ, dK. Reads qkv (and out, dout), writes out (dqkv), and the fp32
+// log-sum-exp per row; the tiles stay on chip.
+template <typename T>
+KernelCall flash_attention_cost(const char* name, const AttentionShape& a, bool backward) {
+  const double rows = double(a.B) * a.T, qkv = rows * a.qkv_width(), out = rows * a.C(),
+               lse = 4.0 * a.B * a.H * a.T;
+  return backward ? attention_call<T>(name, a.B, a.T, a.H, a.D, a.causal, 5, 2 * qkv + 2 * out, lse)
+                  : attention_call<T>(name, a.B, a.T, a.H, a.D, a.causal, 2, qkv + out, lse);
+}
 
 namespace cpu {
 // The tiled algorithm above, written to be read. T (kernels/dtype.h) is the storage type of qkv,

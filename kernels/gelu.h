@@ -11,6 +11,7 @@
 // fp32 kernel's on the widened inputs, rounded.
 #pragma once
 #include "kernels/dtype.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -26,12 +27,14 @@ template <typename T = float> void gelu_backward(void* stream, Out<T> dinp, In<T
 
 template <typename T = float>
 inline void gelu_forward(const Stream& s, Out<T> out, In<T> inp, std::size_t n) {
+  KernelCost cost(s, memory_call<T>("gelu_forward", double(n), 1, 1, 15));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::gelu_forward<T>(out, inp, n);
   TRAINMEM_CUDA_KERNEL("gelu_forward", cuda::gelu_forward<T>(s.cuda_stream, out, inp, n));
 }
 template <typename T = float>
 inline void gelu_backward(const Stream& s, Out<T> dinp, In<T> inp, In<T> dout, std::size_t n) {
+  KernelCost cost(s, memory_call<T>("gelu_backward", double(n), 2, 1, 25));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::gelu_backward<T>(dinp, inp, dout, n);
   TRAINMEM_CUDA_KERNEL("gelu_backward", cuda::gelu_backward<T>(s.cuda_stream, dinp, inp, dout, n));

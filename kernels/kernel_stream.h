@@ -11,9 +11,12 @@ namespace trainmem::kernels {
 // meta: no kernel runs (the pointers have no memory behind them); every op returns at once.
 enum class Backend { cpu, cuda, meta };
 
+class KernelCostLog;  // kernels/kernel_cost.h
+
 struct Stream {
   Backend backend = Backend::cpu;
   void* cuda_stream = nullptr;  // a cudaStream_t on the cuda backend; nullptr = the default stream
+  KernelCostLog* costs = nullptr;  // where each call declares its cost (nullptr: nowhere)
 };
 
 inline constexpr Stream kCpuStream{};

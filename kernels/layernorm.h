@@ -21,6 +21,7 @@
 #include <cstddef>
 
 #include "kernels/dtype.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -67,6 +68,7 @@ void layernorm_backward(void* stream, Out<T> dx, Out<T> dweight, Out<T> dbias, I
 template <typename T = float>
 inline void layernorm_forward(const Stream& s, Out<T> out, float* mean, float* rstd, In<T> x, In<T> weight,
                               In<T> bias, std::size_t N, std::size_t C) {
+  KernelCost cost(s, memory_call<T>("layernorm_forward", double(N) * C, 1, 1, 8, 8.0 * N));  // + mean, rstd
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::layernorm_forward<T>(out, mean, rstd, x, weight, bias, N, C);
   TRAINMEM_CUDA_KERNEL("layernorm_forward",
@@ -76,6 +78,7 @@ template <typename T = float>
 inline void layernorm_backward(const Stream& s, Out<T> dx, Out<T> dweight, Out<T> dbias, In<T> dout, In<T> x,
                                In<T> weight, const float* mean, const float* rstd, [[maybe_unused]] void* workspace, std::size_t N,
                                std::size_t C) {
+  KernelCost cost(s, memory_call<T>("layernorm_backward", double(N) * C, 2, 1, 10, 8.0 * N));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu)
     return cpu::layernorm_backward<T>(dx, dweight, dbias, dout, x, weight, mean, rstd, N, C);

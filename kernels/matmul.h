@@ -37,6 +37,7 @@
 #include <type_traits>
 
 #include "kernels/dtype.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 #include "kernels/matmul16.h"
 
@@ -64,6 +65,8 @@ void matmul_backward(void* stream, float* dinp, float* dweight, float* dbias, co
 template <typename T = float>
 inline void matmul_forward(const Stream& s, Out<T> out, In<T> inp, In<T> weight, In<T> bias, std::size_t N,
                            std::size_t C, std::size_t OC) {
+  // out[N, OC] = inp[N, C] weight[OC, C]^T (+ bias): one GEMM
+  KernelCost cost(s, gemm_call<T>("matmul_forward", double(N), double(OC), double(C)));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::matmul_forward<T>(out, inp, weight, bias, N, C, OC);
   if constexpr (std::is_same_v<T, float>) {
@@ -77,6 +80,10 @@ inline void matmul_forward(const Stream& s, Out<T> out, In<T> inp, In<T> weight,
 template <typename T = float>
 inline void matmul_backward(const Stream& s, Out<T> dinp, Out<T> dweight, Out<T> dbias, In<T> dout, In<T> inp,
                             In<T> weight, std::size_t N, std::size_t C, std::size_t OC) {
+  // dinp = dout weight (when asked) and dweight += dout^T inp: one or two GEMMs of 2 N C OC flops
+  const double e = element_bytes(kernel_dtype_of<T>()), products = dinp ? 2.0 : 1.0;
+  KernelCost cost(s, {"matmul_backward", KernelClass::gemm, kernel_dtype_of<T>(), products * 2.0 * N * C * OC,
+                      e * (products * double(N) * OC + double(N) * C + 2.0 * OC * C + (dinp ? double(OC) * C + double(N) * C : 0.0))});
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::matmul_backward<T>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   if constexpr (std::is_same_v<T, float>) {

@@ -4,6 +4,7 @@
 // kernel's on the widened inputs, rounded.
 #pragma once
 #include "kernels/dtype.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -15,6 +16,7 @@ template <typename T = float> void residual_forward(void* stream, Out<T> out, In
 }
 template <typename T = float>
 inline void residual_forward(const Stream& s, Out<T> out, In<T> a, In<T> b, std::size_t n) {
+  KernelCost cost(s, memory_call<T>("residual_forward", double(n), 2, 1, 1));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::residual_forward<T>(out, a, b, n);
   TRAINMEM_CUDA_KERNEL("residual_forward", cuda::residual_forward<T>(s.cuda_stream, out, a, b, n));

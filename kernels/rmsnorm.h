@@ -25,6 +25,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/layernorm.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -61,6 +62,7 @@ void rmsnorm_backward(void* stream, Out<T> dx, Out<T> dweight, In<T> dout, In<T>
 template <typename T = float>
 inline void rmsnorm_forward(const Stream& s, Out<T> out, float* rstd, In<T> x, In<T> weight, std::size_t N,
                             std::size_t C, double eps) {
+  KernelCost cost(s, memory_call<T>("rmsnorm_forward", double(N) * C, 1, 1, 5, 4.0 * N));  // + rstd
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::rmsnorm_forward<T>(out, rstd, x, weight, N, C, eps);
   TRAINMEM_CUDA_KERNEL("rmsnorm_forward",
@@ -69,6 +71,7 @@ inline void rmsnorm_forward(const Stream& s, Out<T> out, float* rstd, In<T> x, I
 template <typename T = float>
 inline void rmsnorm_backward(const Stream& s, Out<T> dx, Out<T> dweight, In<T> dout, In<T> x, In<T> weight,
                              const float* rstd, [[maybe_unused]] void* workspace, std::size_t N, std::size_t C) {
+  KernelCost cost(s, memory_call<T>("rmsnorm_backward", double(N) * C, 2, 1, 8, 4.0 * N));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::rmsnorm_backward<T>(dx, dweight, dout, x, weight, rstd, N, C);
   TRAINMEM_CUDA_KERNEL("rmsnorm_backward", cuda::rmsnorm_backward<T>(s.cuda_stream, dx, dweight, dout, x, weight,

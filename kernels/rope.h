@@ -43,6 +43,7 @@
 #include <string>
 
 #include "kernels/dtype.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -80,6 +81,7 @@ void rope_backward(void* stream, Out<T> dinp, In<T> dout, std::size_t B, std::si
 template <typename T = float>
 inline void rope_forward(const Stream& s, Out<T> out, In<T> inp, std::size_t B, std::size_t Tn, std::size_t heads,
                          std::size_t D, std::size_t row_stride, std::size_t first_column, double theta) {
+  KernelCost cost(s, memory_call<T>("rope_forward", double(B) * Tn * heads * D, 1, 1, 6));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu)
     return cpu::rope_forward<T>(out, inp, B, Tn, heads, D, row_stride, first_column, theta);
@@ -89,6 +91,7 @@ inline void rope_forward(const Stream& s, Out<T> out, In<T> inp, std::size_t B, 
 template <typename T = float>
 inline void rope_backward(const Stream& s, Out<T> dinp, In<T> dout, std::size_t B, std::size_t Tn, std::size_t heads,
                           std::size_t D, std::size_t row_stride, std::size_t first_column, double theta) {
+  KernelCost cost(s, memory_call<T>("rope_backward", double(B) * Tn * heads * D, 1, 1, 6));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu)
     return cpu::rope_backward<T>(dinp, dout, B, Tn, heads, D, row_stride, first_column, theta);

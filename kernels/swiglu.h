@@ -29,6 +29,7 @@
 #include <cstddef>
 
 #include "kernels/dtype.h"
+#include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
 namespace trainmem::kernels {
@@ -48,6 +49,7 @@ void swiglu_backward(void* stream, Out<T> dgate, Out<T> dup, In<T> dout, In<T> g
 
 template <typename T = float>
 inline void swiglu_forward(const Stream& s, Out<T> out, In<T> gate, In<T> up, std::size_t n) {
+  KernelCost cost(s, memory_call<T>("swiglu_forward", double(n), 2, 1, 8));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::swiglu_forward<T>(out, gate, up, n);
   TRAINMEM_CUDA_KERNEL("swiglu_forward", cuda::swiglu_forward<T>(s.cuda_stream, out, gate, up, n));
@@ -55,6 +57,7 @@ inline void swiglu_forward(const Stream& s, Out<T> out, In<T> gate, In<T> up, st
 template <typename T = float>
 inline void swiglu_backward(const Stream& s, Out<T> dgate, Out<T> dup, In<T> dout, In<T> gate, In<T> up,
                             std::size_t n) {
+  KernelCost cost(s, memory_call<T>("swiglu_backward", double(n), 3, 2, 12));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::swiglu_backward<T>(dgate, dup, dout, gate, up, n);
   TRAINMEM_CUDA_KERNEL("swiglu_backward", cuda::swiglu_backward<T>(s.cuda_stream, dgate, dup, dout, gate, up, n));

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/comm/local_communicator.h"
+#include "common/device/cost_log.h"
 #include "common/device/device.h"
 
 #if defined(TRAINMEM_WITH_MPI) && TRAINMEM_WITH_MPI
@@ -94,7 +95,13 @@ void Communicator::counted(Collective c, std::uint64_t bytes_total, MemoryCatego
   wait_for_device();
   const auto start = Clock::now();
   body();
-  count_call(c, bytes_total, category, is_root, std::chrono::duration<double>(Clock::now() - start).count());
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  count_call(c, bytes_total, category, is_root, seconds);
+  if (cost_log_) {
+    CommCounts call = counts_of_call(c, bytes_total, static_cast<std::uint64_t>(world_size()), is_root);
+    call.seconds = seconds;
+    cost_log_->collective(c, call, world_size(), false, 0);
+  }
 }
 
 void Communicator::count_call(Collective c, std::uint64_t bytes_total, MemoryCategory category, bool is_root,
@@ -146,9 +153,17 @@ std::unique_ptr<PendingCollective> Communicator::start_all_gather(const void* se
     // Counted now, once, as all_gather counts: S = N * send_count * element size (volume S,
     // sent = received = S*(N-1)/N); wait() adds the seconds it spends.
     const std::uint64_t S = static_cast<std::uint64_t>(world_size()) * send_count * dtype_size(dtype);
-    count_call(Collective::all_gather, S, category, false, std::chrono::duration<double>(Clock::now() - start).count());
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    count_call(Collective::all_gather, S, category, false, seconds);
+    if (cost_log_) {
+      CommCounts call = counts_of_call(Collective::all_gather, S, static_cast<std::uint64_t>(world_size()), false);
+      call.seconds = seconds;
+      cost_log_->collective(Collective::all_gather, call, world_size(), true, started_ + 1);
+    }
   }
-  return std::unique_ptr<PendingCollective>(new PendingCollective(*this, Collective::all_gather, category, std::move(op)));
+  const std::uint64_t id = op ? ++started_ : 0;
+  return std::unique_ptr<PendingCollective>(
+      new PendingCollective(*this, Collective::all_gather, category, std::move(op), id));
 }
 
 void PendingCollective::wait() {
@@ -156,7 +171,9 @@ void PendingCollective::wait() {
   const auto start = Clock::now();
   op_->wait();
   op_.reset();
-  comm_.count_seconds(collective_, category_, std::chrono::duration<double>(Clock::now() - start).count());
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  comm_.count_seconds(collective_, category_, seconds);
+  if (comm_.cost_log_) comm_.cost_log_->collective_wait(id_, seconds);
 }
 
 PendingCollective::~PendingCollective() {

@@ -34,6 +34,7 @@
 
 namespace trainmem {
 
+class CostLog;
 class Device;
 
 enum class Collective : int { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
@@ -85,13 +86,15 @@ class PendingCollective {
 
  private:
   friend class Communicator;
-  PendingCollective(Communicator& comm, Collective collective, MemoryCategory category, std::unique_ptr<InFlight> op)
-      : comm_(comm), collective_(collective), category_(category), op_(std::move(op)) {}
+  PendingCollective(Communicator& comm, Collective collective, MemoryCategory category, std::unique_ptr<InFlight> op,
+                    std::uint64_t id)
+      : comm_(comm), collective_(collective), category_(category), op_(std::move(op)), id_(id) {}
 
   Communicator& comm_;
   Collective collective_;
   MemoryCategory category_;
   std::unique_ptr<InFlight> op_;  // null once complete
+  std::uint64_t id_;              // its number in the cost log (start and wait)
 };
 
 class Communicator {
@@ -138,6 +141,8 @@ class Communicator {
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
+  // Where each collective is declared (common/device/cost_log.h); nullptr: nowhere.
+  void set_cost_log(CostLog* log) { cost_log_ = log; }
 
  protected:
   // What each backend implements; the public calls count bytes and time around them.
@@ -165,6 +170,8 @@ class Communicator {
   void count_call(Collective c, std::uint64_t bytes_total, MemoryCategory category, bool is_root, double seconds);
   void count_seconds(Collective c, MemoryCategory category, double seconds);
   CommStats stats_;
+  CostLog* cost_log_ = nullptr;
+  std::uint64_t started_ = 0;  // asynchronous collectives started so far (their ids)
 };
 
 // The world this process belongs to: "local" when not started by mpirun (or built without MPI),

@@ -86,6 +86,8 @@ void cuda_synchronize();
 
 DeviceInfo query_cpu_device_info();
 
+class CostLog;  // common/device/cost_log.h
+
 class Device {
  public:
   // Resolves the choice (printing it to `log` when not null), opens the device and builds its
@@ -105,10 +107,14 @@ class Device {
   CachingAllocator& allocator() { return *allocator_; }
   DeviceMemory& memory() { return *memory_; }
   void synchronize();
+  // Where kernels and copies declare their costs (common/device/cost_log.h); nullptr: nowhere.
+  CostLog* cost_log() const { return cost_log_; }
+  void set_cost_log(CostLog* log) { cost_log_ = log; }
 
  private:
   Device() = default;
   DeviceInfo info_;
+  CostLog* cost_log_ = nullptr;
   bool cuda_pattern_ = false;
   std::unique_ptr<DeviceMemory> memory_;
   std::unique_ptr<CachingAllocator> allocator_;

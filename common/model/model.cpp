@@ -275,6 +275,12 @@ kernels::AttentionShape Model::attention_shape() const {
   return shape;
 }
 
+// The name flash or cuDNN attention's calls have in a kernel cost log.
+const char* Model::attention_kernel_name(bool backward) const {
+  if (options_.attention == AttentionKind::cudnn) return backward ? "cudnn_attention_backward" : "cudnn_attention_forward";
+  return backward ? "flash_attention_backward" : "flash_attention_forward";
+}
+
 // naive: out, scores (workspace) and probabilities (saved) -- kernels/attention.h.
 // flash / cudnn: out and the log-sum-exp per row (saved, fp32) -- kernels/flash_attention.h.
 void Model::attention_forward(AttentionActivations& a, const std::string& h) {
@@ -295,6 +301,8 @@ void Model::attention_forward(AttentionActivations& a, const std::string& h) {
     a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
     a.lse = make_f32({B, H, Tn}, MemoryCategory::activations, h + "attn.lse");
     const kernels::AttentionShape shape = attention_shape();
+    // Flash and cuDNN attention have no dispatcher in kernels/: their cost is declared here.
+    kernels::KernelCost cost(s, kernels::flash_attention_cost<T>(attention_kernel_name(false), shape, false));
     if (!device_.cuda_pattern()) {  // the CPU reference, in the storage type
       cpu_flash_forward(s, a.atty.data_as<T>(), f32(a.lse), a.qkv.data_as<T>(), shape);
       return;
@@ -354,6 +362,7 @@ void Model::attention_backward(Tensor& dqkv, const Tensor& datty, AttentionActiv
       return;
     }
     const kernels::AttentionShape shape = attention_shape();
+    kernels::KernelCost cost(s, kernels::flash_attention_cost<T>(attention_kernel_name(true), shape, true));
     if (!device_.cuda_pattern()) {  // the CPU reference, in the storage type
       cpu_flash_backward(s, dqkv.data_as<T>(), datty.data_as<T>(), a.qkv.data_as<T>(), a.atty.data_as<T>(), f32(a.lse),
                          shape);

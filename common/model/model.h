@@ -199,6 +199,7 @@ class Model {
 
  private:
   kernels::AttentionShape attention_shape() const;
+  const char* attention_kernel_name(bool backward) const;
   kernels::Half16 half16() const;  // the 16-bit storage type, for the CUDA kernels that take one
   // `values`: num_parameters() floats in parameter order, rounded to the storage type (nullptr on
   // the meta device: nothing to store).

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "common/allocator/allocator_config.h"
+#include "common/device/cost_log.h"
 #include "common/device/device.h"
 #include "common/device/device_ops.h"
 #include "common/model/storage_type.h"
@@ -153,11 +154,27 @@ void ShardedAdamW::update(Shard& s, long step, float grad_scale) {
     return;
   }
   // Offload: the gradient to the host (widened there), Adam on the CPU, weights back. On the meta
-  // device there is no host state and nothing to compute (the update allocates no device memory).
-  if (!device_.computes()) return;
+  // device there is no host state and nothing to compute (the update allocates no device memory):
+  // only the costs are declared, the copies and the host's update (cost_log.h).
+  const double n = static_cast<double>(s.count), bytes = n * static_cast<double>(dtype_size(s.dtype));
+  // Adam on fp32 master weights: reads master, grad, m, v and writes master, m, v (7 x 4 bytes),
+  // with the widening of the gradient and the rounding of the weights.
+  const kernels::KernelCall host_adam{"host_adamw_update", kernels::KernelClass::memory, kernels::KernelDType::f32,
+                                      12.0 * n, 28.0 * n};
+  if (!device_.computes()) {
+    if (CostLog* log = device_.cost_log()) {
+      log->copy(CopyDirection::device_to_host, bytes, 0);
+      log->host_work(host_adam, 0);
+      if (offload_ != Offload::params) log->copy(CopyDirection::host_to_device, bytes, 0);
+    }
+    return;
+  }
   copy_to_host_widened(s.host_grad.data(), s.grad_tensor());
-  kernels::cpu::adamw_update(s.host_master.data(), s.host_grad.data(), s.host_m.data(), s.host_v.data(), s.count, hyper_,
-                             step, grad_scale);
+  {
+    HostWork work(device_.cost_log(), host_adam);
+    kernels::cpu::adamw_update(s.host_master.data(), s.host_grad.data(), s.host_m.data(), s.host_v.data(), s.count,
+                               hyper_, step, grad_scale);
+  }
   if (offload_ == Offload::params) {
     host_narrow(s.param, s.host_master.data(), s.count, s.dtype);
   } else {

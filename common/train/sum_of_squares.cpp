@@ -3,6 +3,7 @@
 #include "common/device/device_ops.h"
 #include "common/model/storage_type.h"
 #include "kernels/grad_norm.h"
+#include "kernels/kernel_cost.h"
 
 namespace trainmem {
 
@@ -18,9 +19,11 @@ void SumOfSquares::reset() {
 }
 
 void SumOfSquares::add(const void* data, std::size_t count, DType dtype) {
-  if (!device_.computes()) return;
   with_storage_type(dtype, [&](auto tag) {
     using T = decltype(tag);
+    // reads the n values once (kernels/kernel_cost.h), on every backend
+    kernels::KernelCost cost(kernel_stream(device_), kernels::memory_call<T>("sum_of_squares", double(count), 1, 0, 2));
+    if (!device_.computes()) return;
     if (!device_.cuda_pattern()) {
       host_sum_ += kernels::cpu::sum_of_squares<T>(static_cast<const T*>(data), count);
       return;

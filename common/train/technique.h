@@ -186,6 +186,15 @@ class Technique {
   // the paper's figures of the stage whose arithmetic the run's sharding matches, FSDP's included).
   virtual void complete_formulas(const TrainingSetup&, FormulaBytes&) const {}
 
+  // The settings of its options `trainmem plan` searches, as flags ("": the technique off), the
+  // fastest first where its settings trade time for memory (the planner stops at the first that
+  // fits, all else equal, when `trades_time_for_memory`). Empty: the planner keeps the user's.
+  struct PlanChoices {
+    std::vector<std::string> flags;
+    bool trades_time_for_memory = false;
+  };
+  virtual PlanChoices plan_choices(const TrainingSetup&) const { return {}; }
+
   // Its samples (SampleSetup): the tests' configurations of it. A registered technique gives at
   // least one (TechniquePairs.EveryTechniqueGivesSamplesThatTrainTakes checks).
   virtual std::vector<SampleSetup> sample_setups() const { return {}; }

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "common/device/cost_log.h"
+
 namespace trainmem {
 
 Trainer::Trainer(Model& model, BatchSource& data, TrainerOptions options, std::vector<Strategy*> strategies,
@@ -42,6 +44,7 @@ double Trainer::micro_step(std::size_t micro, double loss_scale) {
   MemoryRecorder& recorder = model_.device().allocator().recorder();
   const std::size_t L = model_.config().layers;
 
+  if (CostLog* log = model_.device().cost_log()) log->begin_micro_batch(step_ + 1, micro);
   each([&](Strategy& s) { s.on_data_fetch(ctx); });
   data_.next(tokens_, targets_);
 
@@ -82,6 +85,7 @@ StepResult Trainer::step() {
 
   StepContext ctx{model_, *this, step_ + 1, options_.accumulation_steps - 1};
   allocator.recorder().set_phase("optimizer");
+  if (CostLog* log = model_.device().cost_log()) log->begin_optimizer(step_ + 1);
   each([&](Strategy& s) { s.before_optimizer_step(ctx); });
   const Optimizer::StepOutcome outcome = optimizer_->step(scale);
   // A NaN or inf in the weights would make every later step's gradients non-finite, so every
@@ -107,6 +111,7 @@ StepResult Trainer::step() {
   r.skipped = outcome.skipped;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   r.tokens_per_s = static_cast<double>(options_.batch * options_.seq * options_.accumulation_steps) / (r.ms / 1000.0);
+  if (CostLog* log = model_.device().cost_log()) log->end_step(step_, r.ms / 1000.0);
   const MemoryStats s = allocator.stats();
   r.allocated_bytes = s.allocated_bytes[0].current;
   r.reserved_bytes = s.reserved_bytes[0].current;

@@ -32,8 +32,11 @@ def test_nothing_in_the_report_package_names_a_suite():
     """A benchmark's name (bench_zero) is unmistakable: it may not appear anywhere, comments included.
     A suite's key is a word ("zero", "allocator") that prose may use, so it is looked for as a string of
     the code (a lookup, a comparison, a dict key); a key that is also a field of the results' own
-    device.json ("allocator": the device's allocator configuration) is that field there."""
+    device.json ("allocator": the device's allocator configuration) or of a configuration in a
+    `trainmem plan --json` document ("accumulation": micro-batches per step, plan.py) is that field there."""
     fields = set(json.loads((FIXTURE / "device.json").read_text()))
+    plan = json.loads((FIXTURE.parent / "plan_small.json").read_text())
+    fields |= {key for configuration in plan["candidates"] + plan["not_fitting"] for key in configuration}
     found = []
     for path in sorted(PACKAGE.glob("*.py")):
         text = path.read_text()

@@ -6,6 +6,9 @@
       -> the same, comparing the devices side by side
   python3 -m reports.trainmem_report pickle memory-snapshot.json memory-snapshot.pickle
       -> the file pytorch.org/memory_viz opens
+  python3 -m reports.trainmem_report plan plan.json [-o DIR]
+      -> a page for `trainmem plan --json plan.json`: index.html, summary.md and plots/ in DIR
+         (default: plan-page/ beside the file)
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import argparse
 import pathlib
 import sys
 
-from . import compare, html, markdown, report
+from . import compare, html, markdown, plan, report
 from .errors import InputError, OutputError
 from .output_file import make_folder
 from .results import load_folder
@@ -50,13 +53,20 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("pickle", help="memory-snapshot.json -> the pickle PyTorch's memory_viz opens")
     p.add_argument("snapshot", type=pathlib.Path)
     p.add_argument("output", type=pathlib.Path)
+    q = sub.add_parser("plan", help="`trainmem plan --json` document -> index.html, summary.md, plots/")
+    q.add_argument("plan", type=pathlib.Path, help="the file `trainmem plan --json FILE` wrote")
+    q.add_argument("-o", "--out", type=pathlib.Path, help="output folder (default: <name>-page beside the file)")
     a = parser.parse_args(argv)
     try:
         if a.command == "render":
             return render(a.dirs, a.out)
+        if a.command == "plan":
+            out = plan.render_plan(a.plan, a.out)
+            print(f"trainmem report: {out / 'index.html'} and {out / 'summary.md'}")
+            return 0
         print(f"trainmem report: wrote {snapshot_to_pickle(a.snapshot, a.output)}")
         return 0
-    except InputError as e:  # a SnapshotError too
+    except InputError as e:  # a SnapshotError and a PlanError too
         print(f"trainmem report: error: {e}", file=sys.stderr)
         return 2
     except OutputError as e:  # files already written stay whole: each is written whole or not at all

@@ -110,3 +110,6 @@ class Document:
     notice: list[str] = field(default_factory=list)    # shown first, boxed, on every page (a quick run)
     sections: list[Section] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)   # what could not be shown, and why
+    # the closing list's heading, and its one line when nothing is missing (a plan's page names its own)
+    missing_title: str = "Missing from these results"
+    nothing_missing: str = "Nothing: every suite and run the report knows is here."

@@ -18,6 +18,7 @@ table { border-collapse: collapse; margin: 0.5em 0 1.2em; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f2f2f2; }
 td.holds { background: #e3f4e3; } td.fails { background: #fbe3e3; } td.none { color: #888; }
+td.chosen { background: #fff0c2; font-weight: bold; }
 figure { margin: 1em 0; } figcaption { font-size: 13px; color: #555; }
 img { max-width: 100%; border: 1px solid #eee; }
 .missing li { color: #a33; }
@@ -26,7 +27,8 @@ img { max-width: 100%; border: 1px solid #eee; }
 td { overflow-wrap: anywhere; }
 """
 VERDICT_CLASS = {"holds": "holds", "does not hold": "fails", "not measured": "none",
-                 "not resolved at this noise": "none", "not measurable on CPU": "none"}
+                 "not resolved at this noise": "none", "not measurable on CPU": "none",
+                 "chosen": "chosen"}  # a plan's chosen configuration (plan.py)
 
 
 def _esc(text: object) -> str:
@@ -59,7 +61,7 @@ def write(doc: Document, path: pathlib.Path) -> pathlib.Path:
     parts += [f'<p class="notice">{_esc(p)}</p>' for p in doc.notice]
     parts += [f"<p>{_esc(p)}</p>" for p in doc.intro]
     parts.append("<ul>" + "".join(f'<li><a href="#s{i}">{_esc(s.title)}</a></li>' for i, s in enumerate(doc.sections))
-                 + '<li><a href="#missing">Missing from these results</a></li></ul>')
+                 + f'<li><a href="#missing">{_esc(doc.missing_title)}</a></li></ul>')
     for i, s in enumerate(doc.sections):
         parts.append(f'<h2 id="s{i}">{_esc(s.title)}</h2>')
         parts += [f"<p>{_esc(p)}</p>" for p in s.paragraphs]
@@ -73,6 +75,6 @@ def write(doc: Document, path: pathlib.Path) -> pathlib.Path:
             parts.append("<p>Files: " + ", ".join(f'<a href="{_esc(rel(p))}">{_esc(text)}</a>'
                                                   for text, p in s.links if pathlib.Path(p).exists()) + "</p>")
     items = "".join(f"<li>{_esc(m)}</li>" for m in doc.missing) or \
-        "<li style=\"color:#282\">Nothing: every suite and run the report knows is here.</li>"
-    parts.append(f'<h2 id="missing">Missing from these results</h2><ul class="missing">{items}</ul></body></html>')
+        f"<li style=\"color:#282\">{_esc(doc.nothing_missing)}</li>"
+    parts.append(f'<h2 id="missing">{_esc(doc.missing_title)}</h2><ul class="missing">{items}</ul></body></html>')
     return write_file(path, lambda p: p.write_text("\n".join(parts)))

@@ -71,6 +71,6 @@ def write(doc: Document, path: pathlib.Path) -> pathlib.Path:
         if s.links:
             lines += ["Files: " + ", ".join(f"[{escape(text)}]({rel(p)})" for text, p in s.links
                                             if pathlib.Path(p).exists()), ""]
-    lines += ["## Missing from these results", ""]
-    lines += [f"- {escape_line(m)}" for m in doc.missing] or ["Nothing: every suite and run the report knows is here."]
+    lines += [f"## {escape(doc.missing_title)}", ""]
+    lines += [f"- {escape_line(m)}" for m in doc.missing] or [escape_line(doc.nothing_missing)]
     return write_file(path, lambda p: p.write_text("\n".join(lines) + "\n"))

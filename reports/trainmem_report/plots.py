@@ -4,6 +4,7 @@ writes one PNG and returns its path. matplotlib runs headless (Agg): no display,
 from __future__ import annotations
 
 import pathlib
+import textwrap
 import zlib
 from dataclasses import dataclass
 
@@ -269,3 +270,73 @@ def grouped_bars(settings: list[str], values: dict[str, list[float | None]], tit
     ax.set_title(title)
     ax.legend(fontsize=7)
     return _save(fig, path)
+
+
+GiB = 1024.0 * MiB
+
+
+def plain_text(text: str) -> str:
+    """`text` shown as written in a plot: a "$" would start matplotlib's mathtext (and a lone one
+    fail the plot)."""
+    return text.replace("$", r"\$")
+
+
+@dataclass
+class PlanPoint:
+    step_ms: float          # predicted step time
+    reserved_bytes: float   # predicted peak reserved per rank
+    fits: bool
+    on_front: bool = False  # a fitting configuration no other fitting one is both faster and smaller than
+    chosen: bool = False
+    label: str = ""         # shown next to the point: the chosen one's flags, a front point's rank
+
+
+def plan_scatter(points: list[PlanPoint], capacity_bytes: float, title: str, path: pathlib.Path) -> pathlib.Path:
+    return _save(plan_scatter_figure(points, capacity_bytes, title), path)
+
+
+def plan_scatter_figure(points: list[PlanPoint], capacity_bytes: float, title: str):
+    """A plan's configurations: peak reserved per rank (GiB, y) against the predicted step time (ms, x).
+    Those that fit are filled points, those that do not hollow grey ones; the device's capacity is a
+    horizontal line; the Pareto front of those that fit is a step line (right and down: each point
+    on it is faster than the next, the next smaller); the chosen one is a star with its flags beside
+    it, above it (the chosen is the fastest that fits: what is above it is slower or does not fit).
+    Only the front and the chosen one are labelled (at most MAX_DRAWN labels; none past that),
+    so any number of points can be drawn."""
+    fig, ax = plt.subplots(figsize=(8.5, 5.0))
+    fits = [p for p in points if p.fits]
+    misfits = [p for p in points if not p.fits]
+    if misfits:
+        ax.scatter([p.step_ms for p in misfits], [p.reserved_bytes / GiB for p in misfits], s=36, marker="o",
+                   facecolors="none", edgecolors="#999999", label="does not fit", zorder=2)
+    if fits:
+        ax.scatter([p.step_ms for p in fits], [p.reserved_bytes / GiB for p in fits], s=30, marker="o",
+                   color=_PALETTE[0], alpha=0.85, label="fits", zorder=3)
+    front = sorted((p for p in fits if p.on_front), key=lambda p: (p.step_ms, p.reserved_bytes))
+    if front:
+        ax.plot([p.step_ms for p in front], [p.reserved_bytes / GiB for p in front], drawstyle="steps-post",
+                color=_PALETTE[3], linewidth=1.5, label="Pareto front (none both faster and smaller)", zorder=4)
+        ax.scatter([p.step_ms for p in front], [p.reserved_bytes / GiB for p in front], s=60, marker="o",
+                   facecolors="none", edgecolors=_PALETTE[3], linewidths=1.5, zorder=5)
+    ax.axhline(capacity_bytes / GiB, color="black", linestyle="--", linewidth=1,
+               label=f"device capacity ({capacity_bytes / GiB:.1f} GiB)", zorder=1)
+    labelled = [p for p in points if p.label and not p.chosen]
+    if len(labelled) <= MAX_DRAWN:
+        for p in labelled:
+            ax.annotate(plain_text(p.label), (p.step_ms, p.reserved_bytes / GiB), fontsize=7, xytext=(4, 4),
+                        textcoords="offset points", color="#444444")
+    for p in points:
+        if p.chosen:
+            ax.scatter([p.step_ms], [p.reserved_bytes / GiB], s=260, marker="*", color=_PALETTE[1],
+                       edgecolors="black", linewidths=0.8, label="chosen", zorder=6)
+            ax.annotate(plain_text(textwrap.fill(p.label, 44)), (p.step_ms, p.reserved_bytes / GiB), fontsize=8,
+                        xytext=(10, 14), textcoords="offset points", va="bottom",
+                        bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor=_PALETTE[1], alpha=0.9),
+                        arrowprops=dict(arrowstyle="-", color=_PALETTE[1]), zorder=7)
+    ax.set_ylim(bottom=0, top=max([capacity_bytes] + [p.reserved_bytes for p in points]) / GiB * 1.15)  # room for the label
+    ax.set_xlabel("predicted step time (ms)")
+    ax.set_ylabel("peak reserved per rank (GiB)")
+    ax.set_title(plain_text(title))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig

@@ -24,6 +24,17 @@ class AccumulationTechnique : public Technique {
   std::string describe(const TrainingSetup& setup) const override { return "accum=" + std::to_string(setup.accum); }
   void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override { config["accum"] = setup.accum; }
 
+  // The planner's splits of a rank's sequences per step (batch x accum) into micro-batches: every
+  // divisor b of them, the largest (fastest: fewest, widest GEMMs) first.
+  PlanChoices plan_choices(const TrainingSetup& setup) const override {
+    PlanChoices choices{{}, true};
+    const std::size_t sequences = setup.batch * setup.accum;
+    for (std::size_t b = sequences; b >= 1; --b)
+      if (sequences % b == 0)
+        choices.flags.push_back("--batch " + std::to_string(b) + " --accum " + std::to_string(sequences / b));
+    return choices;
+  }
+
   // The same tokens per step in smaller micro-batches: b < B dividing B, the largest first.
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {{kCostSmallerBatch, false, [](const TrainingSetup& failed) {

@@ -55,6 +55,10 @@ class CheckpointingTechnique : public Technique {
   void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override {
     config["recompute"] = setup.option<RecomputePolicy>().to_string();
   }
+  // From no recompute to a whole extra forward: each saves more memory and costs more time.
+  PlanChoices plan_choices(const TrainingSetup&) const override {
+    return {{"", "--recompute selective", "--recompute every:2", "--recompute sqrt", "--recompute full"}, true};
+  }
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {recompute_remedy("selective", kCostSmallRecompute), recompute_remedy("full", kCostFullRecompute)};
   }

@@ -33,6 +33,12 @@ class FlashAttentionTechnique : public Technique {
     config["attention"] = to_string(setup.attention);
   }
 
+  // Each kernel (cuDNN's on a GPU only): their speeds differ by device and dtype, so all are timed.
+  PlanChoices plan_choices(const TrainingSetup& setup) const override {
+    PlanChoices choices{{"--attention naive", "--attention flash"}, false};
+    if (setup.backend == DeviceKind::cuda) choices.flags.push_back("--attention cudnn");
+    return choices;
+  }
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {{kCostFasterKernel, true, [](const TrainingSetup& failed) {
                // on a GPU, flash attention runs in 16 bits

@@ -76,6 +76,12 @@ class FsdpTechnique : public Technique {
         ->needs(fsdp);
   }
 
+  // Over N ranks: SHARD_GRAD_OP (parameters whole between forward and backward), then FULL_SHARD.
+  PlanChoices plan_choices(const TrainingSetup& setup) const override {
+    if (setup.world_size < 2) return {{""}, true};
+    return {{"", "--fsdp grad_op", "--fsdp full"}, true};
+  }
+
   void validate(const TrainingSetup& setup, const Techniques& all) const override {
     const Technique* sharding = all.sharding(setup);
     if (shards(setup) && sharding != this)

@@ -69,6 +69,11 @@ class GradientMemoryTechnique : public Technique {
   // On demand first, then the fused update (which holds less at the backward's peak). The fused
   // update applies only where its rules hold (no clipping, no accumulation, no fp16): the advice
   // tries each variant through validate and skips one that is refused.
+  // The gradients the step keeps: the same kernels, less memory held between steps and then
+  // within backward (the update moves into backward: no accumulation, no sharding).
+  PlanChoices plan_choices(const TrainingSetup&) const override {
+    return {{"", "--grads on-demand", "--grads on-demand --optimizer-in-backward"}, true};
+  }
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {{kCostDataOffDevice, true, [](const TrainingSetup& failed) {
                std::vector<Remedy::Variant> variants;

@@ -73,6 +73,10 @@ class MixedPrecisionTechnique : public Technique {
                                        {"skipped_steps", scaler->skipped_steps()}};
   }
 
+  // Every storage type: which is fastest depends on the device (tensor cores, or the CPU's staging).
+  PlanChoices plan_choices(const TrainingSetup&) const override {
+    return {{"--precision fp32", "--precision bf16", "--precision fp16"}, false};
+  }
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {{kCostFewerBits, true, [](const TrainingSetup& failed) {
                if (failed.precision != Precision::fp32) return std::vector<Remedy::Variant>{};

@@ -17,6 +17,7 @@ void add_commands(CLI::App& app, Command& run) {
   add_replay_command(app, run);
   add_train_command(app, run);
   add_estimate_command(app, run);
+  add_plan_command(app, run);
   add_max_batch_command(app, run);
   add_tokens_command(app, run);
   add_flags_command(app, run);

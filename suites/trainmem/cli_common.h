@@ -68,6 +68,7 @@ void add_info_command(CLI::App& app, Command& run);    // cli_info.cpp
 void add_replay_command(CLI::App& app, Command& run);  // cli_replay.cpp
 void add_train_command(CLI::App& app, Command& run);   // cli_train.cpp
 void add_estimate_command(CLI::App& app, Command& run);   // cli_estimate.cpp
+void add_plan_command(CLI::App& app, Command& run);       // cli_plan.cpp
 void add_max_batch_command(CLI::App& app, Command& run);  // cli_max_batch.cpp
 void add_tokens_command(CLI::App& app, Command& run);     // cli_tokens.cpp
 void add_flags_command(CLI::App& app, Command& run);      // cli_flags.cpp (hidden: the build's)

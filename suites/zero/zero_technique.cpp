@@ -114,6 +114,14 @@ class ZeroTechnique : public Technique {
     in.sharding_stage = std::max(in.sharding_stage, std::max(zero.stage, 0));
     in.optimizer_offloaded = zero.offload != Offload::none;
   }
+  // Over N ranks: plain data parallelism, then each stage (more sharded, more communication),
+  // then ZeRO-Offload; on one device only offload shards anything away.
+  PlanChoices plan_choices(const TrainingSetup& setup) const override {
+    PlanChoices choices{{""}, true};
+    if (setup.world_size > 1) choices.flags.insert(choices.flags.end(), {"--zero 1", "--zero 2", "--zero 3"});
+    choices.flags.insert(choices.flags.end(), {"--zero 2 --offload optimizer", "--zero 3 --offload params"});
+    return choices;
+  }
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {{kCostOffload, true, [](const TrainingSetup& failed) {
                std::vector<Remedy::Variant> variants;

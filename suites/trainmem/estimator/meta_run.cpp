@@ -49,7 +49,7 @@ void find_peak_moment(const MemoryRecorder& recorder, MetaRun& r) {
 
 }  // namespace
 
-MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank, PeakMoment peak_moment) {
+MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank, PeakMoment peak_moment, CostLog* costs) {
   const Techniques& techniques = registered_techniques();
   TrainingSetup s = setup;
   s.accum = std::min(s.accum, kMetaMicroBatches);
@@ -64,6 +64,8 @@ MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity, int rank, 
   device->allocator().recorder().enable(peak_moment == PeakMoment::find);
   std::unique_ptr<Communicator> world;
   if (techniques.sharding(s)) world = std::make_unique<MetaCommunicator>(rank, static_cast<int>(s.world_size));
+  device->set_cost_log(costs);
+  if (world) world->set_cost_log(costs);
 
   MetaRun r;
   try {

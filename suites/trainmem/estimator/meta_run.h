@@ -63,7 +63,9 @@ enum class PeakMoment { find, skip };
 // that may not fit), as rank `rank` of setup.sharding.world_size when the setup is sharded.
 // PeakMoment::find records every allocator event to fill peak_phase, peak_step, peak_tensor and
 // at_peak; the searches that only ask "does it fit" or "how large is the peak" skip it.
+// `costs`: where the run declares its kernels, copies and collectives (common/device/cost_log.h),
+// for `trainmem plan` to time them; nullptr: nowhere.
 MetaRun run_on_meta(const TrainingSetup& setup, std::size_t capacity = 0, int rank = 0,
-                    PeakMoment peak_moment = PeakMoment::find);
+                    PeakMoment peak_moment = PeakMoment::find, CostLog* costs = nullptr);
 
 }  // namespace trainmem::estimator

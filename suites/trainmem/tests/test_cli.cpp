@@ -92,7 +92,7 @@ TEST(Cli, VersionPrintsTheProjectsVersion) {
 TEST(Cli, WrongFlagsAndValuesAreOneLineErrors) {
   expect_input_error("info --no-such-flag", "--no-such-flag");
   expect_input_error("replay " + data("small_trace.json") + " --bogus", "--bogus");
-  expect_input_error("", "name a command: info, replay, train, estimate, max-batch, tokens");
+  expect_input_error("", "name a command: info, replay, train, estimate, plan, max-batch, tokens");
   expect_input_error("frobnicate", "unknown command 'frobnicate'");
   expect_input_error("--bogus", "unknown flag '--bogus'");
   expect_input_error("replay", "TRACE");

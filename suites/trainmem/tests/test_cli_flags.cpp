@@ -110,7 +110,7 @@ TEST(CliParseErrors, AValueNotInTheList) {
 // CLI::RequiredError: no command ("A subcommand is required"), a word that is no command, a
 // required flag or argument ("--out is required", "TRACE is required").
 TEST(CliParseErrors, SomethingRequiredIsMissing) {
-  EXPECT_EQ(explained({}), "name a command: info, replay, train, estimate, max-batch, tokens");
+  EXPECT_EQ(explained({}), "name a command: info, replay, train, estimate, plan, max-batch, tokens");
   EXPECT_EQ(explained({"frobnicate"}), "unknown command 'frobnicate'");
   EXPECT_EQ(explained({"--bogus"}), "unknown flag '--bogus'");
   EXPECT_EQ(explained({"tokens"}), "trainmem tokens needs --out (a file path)");
@@ -204,7 +204,7 @@ TEST(CliFlags, TheFlagsCommandIsHidden) {
   EXPECT_NE(std::find(listed.begin(), listed.end(), "--optimizer-in-backward"), listed.end());
   EXPECT_NE(std::find(listed.begin(), listed.end(), "max-batch"), listed.end());
   EXPECT_EQ(app.help().find("  flags"), std::string::npos) << app.help();  // a command's line in the help
-  EXPECT_EQ(explained({}), "name a command: info, replay, train, estimate, max-batch, tokens");
+  EXPECT_EQ(explained({}), "name a command: info, replay, train, estimate, plan, max-batch, tokens");
 }
 
 

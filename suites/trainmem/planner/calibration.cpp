@@ -1,0 +1,247 @@
+#include "suites/trainmem/planner/calibration.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "common/comm/communicator.h"
+#include "common/device/cost_log.h"
+#include "common/device/device.h"
+#include "common/util/output_file.h"
+#include "suites/trainmem/planner/cpu_timing.h"
+
+namespace trainmem::planner {
+
+namespace {
+
+constexpr int kFormat = 1;  // the cache file's format; a file of another is measured again
+
+// The workloads: both families, every precision and attention kernel, at two widths, so that each
+// kernel's line is fitted over calls of several sizes. Under mpirun every rank runs them at once
+// with ZeRO-2 (reduce-scatter and all-gather) and then plain data parallelism (all-reduce).
+const std::vector<std::string>& workloads() {
+  static const std::vector<std::string> list = {
+      "--model tiny --batch 8",
+      "--model tiny --batch 8 --precision bf16 --attention flash",
+      "--model tiny --batch 8 --precision fp16 --attention flash",
+      "--model small --batch 4 --dim 192 --heads 6",
+      "--model small --batch 4 --precision bf16",
+      "--model small --batch 4 --precision fp16 --attention flash --dim 192 --heads 6",
+      "--model llama-tiny --batch 8",
+      "--model llama-tiny --batch 8 --precision bf16 --attention flash",
+      "--model llama-small --batch 2 --precision fp16",
+      "--model llama-small --batch 2 --attention flash",
+      "--model small --batch 2 --zero 3 --offload params --precision bf16",
+      "--model tiny --batch 8 --zero 2 --offload optimizer",
+  };
+  return list;
+}
+const std::vector<std::string>& sharded_workloads() {
+  static const std::vector<std::string> list = {
+      "--model small --batch 4 --zero 2",
+      "--model small --batch 4 --zero 0 --precision bf16",
+      "--model tiny --batch 8 --fsdp full",
+  };
+  return list;
+}
+constexpr int kSteps = 3;  // the first is left out (warm-up: first touches, Adam's state)
+
+// Keeps every entry of the steps after the first with its measured time.
+class RecordingLog : public CostLog {
+ public:
+  std::vector<TimedCall> calls;
+  std::vector<TimedCall> micro_batches;  // per step: its time beyond the timed parts
+
+  void kernel(const kernels::KernelCall& c, double s) override { add(key_of("", c), units_of(c), s); }
+  void host_work(const kernels::KernelCall& c, double s) override { add(key_of("host:", c), units_of(c), s); }
+  void copy(CopyDirection, double bytes, double s) override { add("copy", bytes, s); }
+  void collective(Collective c, const CommCounts& call, int, bool, std::uint64_t) override {
+    add("collective:" + to_string(c), static_cast<double>(call.sent_bytes), call.seconds);
+  }
+  void collective_wait(std::uint64_t, double s) override { timed_ += s; }
+  void begin_micro_batch(long step, std::size_t micro) override {
+    if (micro == 0) timed_ = 0, micro_count_ = 0;
+    ++micro_count_;
+    step_ = step;
+  }
+  void begin_optimizer(long) override {}
+  void end_step(long step, double seconds) override {
+    if (step < 2 || micro_count_ == 0) return;
+    const double per_micro = std::max(0.0, seconds - timed_) / static_cast<double>(micro_count_);
+    micro_batches.push_back({"micro", 1.0, per_micro});
+  }
+
+ private:
+  static std::string key_of(const char* prefix, const kernels::KernelCall& c) {
+    return std::string(prefix) + c.name + "/" + kernels::to_string(c.dtype);
+  }
+  static double units_of(const kernels::KernelCall& c) {
+    return c.kind == kernels::KernelClass::memory ? c.bytes : c.flops;
+  }
+  void add(const std::string& key, double units, double seconds) {
+    if (step_ < 2) return;
+    calls.push_back({key, units, seconds});
+    timed_ += seconds;
+  }
+  long step_ = 0;
+  double timed_ = 0;
+  std::size_t micro_count_ = 0;
+};
+
+std::string kind_of_key(const std::string& key) {
+  // "matmul_forward/bf16" -> "gemm/bf16" by the kernel's name
+  const std::string name = key.substr(0, key.find('/')), dtype = key.substr(key.find('/') + 1);
+  const bool gemm = name.rfind("matmul", 0) == 0;
+  const bool attention = name.find("attention") != std::string::npos;
+  return std::string(gemm ? "gemm" : attention ? "attention" : "memory") + "/" + dtype;
+}
+
+std::string machine_description(int ranks) {
+  const DeviceInfo cpu = query_cpu_device_info();
+  const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
+  const char* threads = std::getenv("TRAINMEM_CPU_THREADS");
+  std::ostringstream text;
+  text << cpu.name << ", " << std::thread::hardware_concurrency() << " hardware threads, OPENBLAS_NUM_THREADS="
+       << (blas ? blas : "-") << " TRAINMEM_CPU_THREADS=" << (threads ? threads : "-") << ", " << ranks
+       << (ranks == 1 ? " rank" : " ranks");
+  return text.str();
+}
+
+}  // namespace
+
+LinearFit fit_line(const std::vector<TimedCall>& calls) {
+  LinearFit f;
+  f.calls = calls.size();
+  if (calls.empty()) return f;
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const TimedCall& c : calls) {
+    n += 1, sx += c.units, sy += c.seconds, sxx += c.units * c.units, sxy += c.units * c.seconds;
+  }
+  const double var = n * sxx - sx * sx;
+  if (var > 1e-12 * n * sxx && var > 0) {
+    f.seconds_per_unit = (n * sxy - sx * sy) / var;
+    f.overhead = (sy - f.seconds_per_unit * sx) / n;
+  }
+  if (!(var > 1e-12 * n * sxx && var > 0) || f.seconds_per_unit < 0 || f.overhead < 0) {
+    // One size only, or a line through negative values: the rate through the origin, or the mean.
+    f.overhead = 0;
+    f.seconds_per_unit = sx > 0 ? sy / sx : 0;
+    if (sx <= 0) f.overhead = sy / n;
+  }
+  return f;
+}
+
+Calibration calibrate_this_machine(Communicator* world) {
+  const int ranks = world ? world->world_size() : 1;
+  RecordingLog log;
+  for (const std::string& flags : workloads())
+    run_timed_on_cpu(train_setup_from_flags(flags), nullptr, kSteps, &log);
+  if (world && ranks > 1)
+    for (const std::string& flags : sharded_workloads())
+      run_timed_on_cpu(train_setup_from_flags(flags, static_cast<std::size_t>(ranks)), world, kSteps, &log);
+
+  std::map<std::string, std::vector<TimedCall>> by_key, by_kind;
+  for (const TimedCall& c : log.calls) {
+    by_key[c.key].push_back(c);
+    if (c.key.rfind("collective:", 0) != 0 && c.key != "copy" && c.key.rfind("host:", 0) != 0)
+      by_kind[kind_of_key(c.key)].push_back(c);
+  }
+  Calibration cal;
+  cal.ranks = ranks;
+  cal.machine = machine_description(ranks);
+  for (const auto& [key, calls] : by_key) {
+    if (key == "copy") cal.copy = fit_line(calls);
+    else if (key.rfind("collective:", 0) == 0) cal.collectives[key.substr(11)] = fit_line(calls);
+    else cal.kernels[key] = fit_line(calls);
+  }
+  for (const auto& [kind, calls] : by_kind) cal.classes[kind] = fit_line(calls);
+  // The per-micro-batch residual: the median (a step's overhead, robust to a stray slow step).
+  std::vector<double> residuals;
+  for (const TimedCall& m : log.micro_batches) residuals.push_back(m.seconds);
+  if (!residuals.empty()) {
+    std::nth_element(residuals.begin(), residuals.begin() + residuals.size() / 2, residuals.end());
+    cal.micro_batch.overhead = residuals[residuals.size() / 2];
+    cal.micro_batch.calls = residuals.size();
+  }
+  return cal;
+}
+
+// ---- the cache -------------------------------------------------------------------------------
+
+namespace {
+nlohmann::json to_json(const LinearFit& f) { return {{"overhead_s", f.overhead}, {"seconds_per_unit", f.seconds_per_unit}, {"calls", f.calls}}; }
+LinearFit fit_of(const nlohmann::json& j) {
+  LinearFit f;
+  f.overhead = j.at("overhead_s").get<double>();
+  f.seconds_per_unit = j.at("seconds_per_unit").get<double>();
+  f.calls = j.at("calls").get<std::size_t>();
+  if (!(f.overhead >= 0) || !(f.seconds_per_unit >= 0)) throw std::invalid_argument("negative time");
+  return f;
+}
+nlohmann::json fits_to_json(const std::map<std::string, LinearFit>& fits) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, f] : fits) j[k] = to_json(f);
+  return j;
+}
+std::map<std::string, LinearFit> fits_of(const nlohmann::json& j) {
+  std::map<std::string, LinearFit> fits;
+  for (const auto& [k, v] : j.items()) fits[k] = fit_of(v);
+  return fits;
+}
+}  // namespace
+
+std::string calibration_cache_path(int ranks) {
+  std::string dir;
+  if (const char* d = std::getenv("TRAINMEM_CACHE_DIR"); d && *d) dir = d;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::string(x) + "/trainmem";
+  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.cache/trainmem";
+  else dir = "/tmp/trainmem-cache";
+  // The machine and thread settings are in the name: another setting is another calibration.
+  const std::size_t key = std::hash<std::string>{}(machine_description(ranks));
+  std::ostringstream name;
+  name << dir << "/cpu-calibration-" << std::hex << key << ".json";
+  return name.str();
+}
+
+std::optional<Calibration> read_calibration(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (j.at("format").get<int>() != kFormat) return std::nullopt;
+    Calibration c;
+    c.machine = j.at("machine").get<std::string>();
+    c.ranks = j.at("ranks").get<int>();
+    c.kernels = fits_of(j.at("kernels"));
+    c.classes = fits_of(j.at("classes"));
+    c.collectives = fits_of(j.at("collectives"));
+    c.copy = fit_of(j.at("copy"));
+    c.micro_batch = fit_of(j.at("micro_batch"));
+    if (c.machine != machine_description(c.ranks)) return std::nullopt;  // another machine's file
+    return c;
+  } catch (const std::exception&) {
+    return std::nullopt;  // a damaged or partial file: measured again
+  }
+}
+
+void write_calibration(const Calibration& c, const std::string& path) {
+  const nlohmann::json j = {{"format", kFormat},
+                            {"machine", c.machine},
+                            {"ranks", c.ranks},
+                            {"kernels", fits_to_json(c.kernels)},
+                            {"classes", fits_to_json(c.classes)},
+                            {"collectives", fits_to_json(c.collectives)},
+                            {"copy", to_json(c.copy)},
+                            {"micro_batch", to_json(c.micro_batch)}};
+  std::error_code ignored;  // a folder that cannot be made: the write below says so
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+  write_output_file(path, j.dump(1) + "\n", "calibration");
+}
+
+}  // namespace trainmem::planner

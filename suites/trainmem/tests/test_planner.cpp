@@ -1,0 +1,170 @@
+// `trainmem plan` (planner/): the kernels' declared costs, the time they predict against steps
+// measured on this CPU, and the plan's answer checked by running it.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/tests/command_runner.h"
+#include "suites/trainmem/estimator/meta_run.h"
+#include "suites/trainmem/planner/calibration.h"
+#include "suites/trainmem/planner/cpu_timing.h"
+#include "suites/trainmem/planner/step_time.h"
+#include "suites/trainmem/tests/trainmem_program.h"
+
+namespace trainmem::planner {
+namespace {
+
+// The second step's kernels, summed by name and storage type: calls, flops, bytes.
+struct KernelTotals : CostLog {
+  struct Sum {
+    double calls = 0, flops = 0, bytes = 0;
+    bool operator==(const Sum&) const = default;
+  };
+  std::map<std::string, Sum> by_kernel;
+  long step = 0;
+  void kernel(const kernels::KernelCall& c, double) override {
+    if (step != 2) return;
+    Sum& s = by_kernel[std::string(c.name) + "/" + kernels::to_string(c.dtype)];
+    s.calls += 1, s.flops += c.flops, s.bytes += c.bytes;
+  }
+  void host_work(const kernels::KernelCall& c, double s) override { kernel(c, s); }
+  void copy(CopyDirection, double, double) override {}
+  void collective(Collective, const CommCounts&, int, bool, std::uint64_t) override {}
+  void collective_wait(std::uint64_t, double) override {}
+  void begin_micro_batch(long s, std::size_t) override { step = s; }
+  void begin_optimizer(long s) override { step = s; }
+  void end_step(long, double) override {}
+};
+
+// The meta run declares exactly the kernels the CPU run calls: the plan times what runs.
+TEST(KernelCosts, TheMetaRunDeclaresTheKernelsTheCpuRunCalls) {
+  for (const char* flags : {"--model tiny --batch 4 --accum 2 --recompute selective",
+                            "--model llama-tiny --batch 2 --precision bf16 --attention flash --recompute full"}) {
+    SCOPED_TRACE(flags);
+    const TrainingSetup setup = train_setup_from_flags(flags);
+    KernelTotals cpu, meta;
+    run_timed_on_cpu(setup, nullptr, 2, &cpu);
+    estimator::run_on_meta(setup, 0, 0, estimator::PeakMoment::skip, &meta);
+    ASSERT_FALSE(cpu.by_kernel.empty());
+    EXPECT_TRUE(cpu.by_kernel == meta.by_kernel);
+  }
+}
+
+// The GEMMs of a GPT step do 6 flops per parameter of a linear layer per token (2 forward, 4
+// backward: dinp and dweight), the head included (the embedding's backward has no dinp: the
+// tokens), as llm.c's MFU counts (ANCHORS.md: 6N per token).
+TEST(KernelCosts, AStepsGemmFlopsAreSixPerLinearParameterPerToken) {
+  const TrainingSetup setup = train_setup_from_flags("--model small --batch 3");
+  KernelTotals meta;
+  estimator::run_on_meta(setup, 0, 0, estimator::PeakMoment::skip, &meta);
+  const double C = static_cast<double>(setup.model.dim), L = static_cast<double>(setup.model.layers),
+               Vp = static_cast<double>(padded_vocab(setup.model.vocab)), tokens = 3.0 * static_cast<double>(setup.seq());
+  const double linear = L * (C * 3 * C + C * C + C * 4 * C + 4 * C * C) + Vp * C;
+  // The embedding gradient needs no dinp, and neither does the first layer's... every matmul_backward
+  // here has a dinp (the qkv layer's input is the LayerNorm output), so 2 + 4 per weight.
+  const double gemm = meta.by_kernel["matmul_forward/f32"].flops + meta.by_kernel["matmul_backward/f32"].flops;
+  EXPECT_DOUBLE_EQ(gemm, 6.0 * linear * tokens);
+}
+
+// Spearman's rank correlation (no ties expected among measured times).
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  auto ranks = [](const std::vector<double>& v) {
+    std::vector<std::size_t> order(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return v[x] < v[y]; });
+    std::vector<double> r(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) r[order[i]] = static_cast<double>(i);
+    return r;
+  };
+  const std::vector<double> ra = ranks(a), rb = ranks(b);
+  double d2 = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d2 += (ra[i] - rb[i]) * (ra[i] - rb[i]);
+  const double n = static_cast<double>(a.size());
+  return 1.0 - 6.0 * d2 / (n * (n * n - 1.0));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Predicted against measured on this machine, calibrated on other shapes (calibration.cpp's
+// workloads). The benchmark's target is a median error of 15% and Spearman 0.9; a test on a
+// shared 2-core CI machine allows for its noise: every step timed is the median of four, and the
+// margins are 25% and 0.8 (a wrong model -- a kernel's cost forgotten, recompute not counted,
+// accumulation's micro-batches miscounted -- misses them by far: mutation-checked).
+TEST(StepTime, PredictedFromTheMetaRunAgainstMeasuredOnThisCpu) {
+  const Calibration calibration = calibrate_this_machine(nullptr);
+  const auto model = cpu_model(calibration);
+  const std::vector<std::string> configurations = {
+      "--model tiny --batch 8",
+      "--model tiny --batch 8 --recompute full",
+      "--model tiny --batch 4 --accum 2 --precision bf16",
+      "--model small --batch 4",
+      "--model small --batch 4 --recompute selective",
+      "--model small --batch 4 --precision bf16 --attention flash",
+      "--model small --batch 2 --accum 4 --recompute sqrt",
+      "--model small --batch 4 --precision fp16 --recompute every:2",
+      "--model gpt2-124m --layers 2 --seq 128 --vocab 8192 --batch 2",
+      "--model gpt2-124m --layers 2 --seq 128 --vocab 8192 --batch 2 --precision bf16 --recompute full",
+      "--model llama-tiny --batch 8 --recompute every:2",
+      "--model small --batch 4 --zero 2 --offload optimizer",
+  };
+  std::vector<double> predicted, measured, errors;
+  for (const std::string& flags : configurations) {
+    const TrainingSetup setup = train_setup_from_flags(flags);
+    std::vector<double> steps = run_timed_on_cpu(setup, nullptr, 5, nullptr);
+    steps.erase(steps.begin());  // the first: first touches, Adam's state
+    const double m = median(steps);
+    const double p = predict(setup, *model, 0).time.seconds;
+    predicted.push_back(p);
+    measured.push_back(m);
+    errors.push_back(std::abs(p - m) / m);
+    std::printf("%-90s predicted %8.2f ms  measured %8.2f ms  error %+6.1f%%\n", flags.c_str(), p * 1e3, m * 1e3,
+                100.0 * (p - m) / m);
+  }
+  const double median_error = median(errors), rho = spearman(predicted, measured);
+  std::printf("median |error| %.1f%%, Spearman %.3f over %zu configurations\n", 100 * median_error, rho,
+              configurations.size());
+  EXPECT_LE(median_error, 0.25);
+  EXPECT_GE(rho, 0.8);
+}
+
+// The plan's answer, acted on: its figures are `estimate`'s for the same command, and the best
+// candidate trains on the CPU within the planned --device-memory.
+TEST(Plan, TheBestCandidateTrainsWithinThePlannedMemoryAndItsFiguresAreTheEstimates) {
+  const std::string cache = "TRAINMEM_CACHE_DIR=" + testing_support::scratch_path("plan_cache") + " ";
+  const std::string json = testing_support::scratch_path("plan.json");
+  const cli_test::CliRun r = cli_test::trainmem(
+      "plan --device cpu --model small --global-batch 8 --device-memory 48MiB --json " + json, cache);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json plan = nlohmann::json::parse(testing_support::read_text_file(json));
+  ASSERT_FALSE(plan["candidates"].empty());
+  const nlohmann::json& best = plan["candidates"][0];
+  EXPECT_TRUE(best["chosen"].get<bool>());
+  for (std::size_t i = 0; i + 1 < plan["candidates"].size(); ++i)
+    EXPECT_LE(plan["candidates"][i]["predicted_step_ms"].get<double>(), plan["candidates"][i + 1]["predicted_step_ms"].get<double>());
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, plan["candidates"].size()); ++i) {
+    const nlohmann::json& c = plan["candidates"][i];
+    const std::string flags = "--model small " + c["flags"].get<std::string>() + " --device-memory 48MiB";
+    const cli_test::CliRun e = cli_test::trainmem("estimate --device cpu " + flags + " --json");
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    const nlohmann::json estimate = nlohmann::json::parse(e.out);
+    EXPECT_EQ(estimate["peak_reserved_bytes"], c["peak_reserved_bytes"]) << flags;
+    EXPECT_EQ(estimate["peak_allocated_bytes"], c["peak_allocated_bytes"]) << flags;
+  }
+  const std::string command = best["command"].get<std::string>();
+  ASSERT_EQ(command.rfind("trainmem train ", 0), 0u) << command;
+  const cli_test::CliRun t = cli_test::trainmem("train --steps 2 " + command.substr(15));
+  EXPECT_EQ(t.exit_code, 0) << command << "\n" << t.err;
+}
+
+}  // namespace
+}  // namespace trainmem::planner

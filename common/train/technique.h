@@ -192,6 +192,9 @@ class Technique {
   struct PlanChoices {
     std::vector<std::string> flags;
     bool trades_time_for_memory = false;
+    // Whether its settings change what the model states take (parameters, gradients, optimizer
+    // state): a mix whose states alone do not fit then rules out every mix with the same settings.
+    bool sizes_model_states = true;
   };
   virtual PlanChoices plan_choices(const TrainingSetup&) const { return {}; }
 

@@ -27,7 +27,7 @@ class AccumulationTechnique : public Technique {
   // The planner's splits of a rank's sequences per step (batch x accum) into micro-batches: every
   // divisor b of them, the largest (fastest: fewest, widest GEMMs) first.
   PlanChoices plan_choices(const TrainingSetup& setup) const override {
-    PlanChoices choices{{}, true};
+    PlanChoices choices{{}, true, false};
     const std::size_t sequences = setup.batch * setup.accum;
     for (std::size_t b = sequences; b >= 1; --b)
       if (sequences % b == 0)

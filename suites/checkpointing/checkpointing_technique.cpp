@@ -57,7 +57,7 @@ class CheckpointingTechnique : public Technique {
   }
   // From no recompute to a whole extra forward: each saves more memory and costs more time.
   PlanChoices plan_choices(const TrainingSetup&) const override {
-    return {{"", "--recompute selective", "--recompute every:2", "--recompute sqrt", "--recompute full"}, true};
+    return {{"", "--recompute selective", "--recompute every:2", "--recompute sqrt", "--recompute full"}, true, false};
   }
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {recompute_remedy("selective", kCostSmallRecompute), recompute_remedy("full", kCostFullRecompute)};

@@ -35,7 +35,7 @@ class FlashAttentionTechnique : public Technique {
 
   // Each kernel (cuDNN's on a GPU only): their speeds differ by device and dtype, so all are timed.
   PlanChoices plan_choices(const TrainingSetup& setup) const override {
-    PlanChoices choices{{"--attention naive", "--attention flash"}, false};
+    PlanChoices choices{{"--attention naive", "--attention flash"}, false, false};
     if (setup.backend == DeviceKind::cuda) choices.flags.push_back("--attention cudnn");
     return choices;
   }

@@ -26,10 +26,16 @@ namespace trainmem::cli {
 
 namespace {
 
-// The model flags a plan passes on to every candidate (the shape; the batch is the plan's).
-const std::vector<std::string>& model_flag_names() {
-  static const std::vector<std::string> names = {"--model", "--arch",  "--layers", "--dim",        "--heads",   "--kv-heads",
-                                                 "--ffn-dim", "--vocab", "--seq",  "--rope-theta", "--norm-eps"};
+// The model flags a plan passes on to every candidate: those add_model_flags declares (the shape),
+// but --batch, which is the plan's to choose.
+std::vector<std::string> model_flag_names() {
+  CLI::App probe;
+  TrainFlags unused;
+  add_model_flags(probe, unused);
+  std::vector<std::string> names;
+  for (const CLI::Option* option : probe.get_options())
+    for (const std::string& name : option->get_lnames())
+      if (name != "batch" && name != "help") names.push_back("--" + name);
   return names;
 }
 
@@ -63,8 +69,13 @@ std::string command_of(const PlanFlags& f, const planner::Candidate& c, std::siz
   return cmd;
 }
 
+// Tokens per optimizer step over all ranks.
+double tokens_per_step(const planner::Candidate& c, std::size_t world_size) {
+  return static_cast<double>(c.setup.batch * c.setup.accum * c.setup.seq() * world_size);
+}
+
 nlohmann::json candidate_json(const PlanFlags& f, const planner::Candidate& c, std::size_t world_size, bool chosen) {
-  const double tokens = static_cast<double>(c.setup.batch * c.setup.accum * c.setup.seq() * world_size);
+  const double tokens = tokens_per_step(c, world_size);
   nlohmann::json j = {{"command", command_of(f, c, world_size)},
                       {"flags", c.flags},
                       {"describe", c.describe},
@@ -176,8 +187,7 @@ int run_plan(PlanFlags& f) {
   const std::size_t shown = f.show_all ? plan.fitting.size() : std::min(f.top, plan.fitting.size());
   for (std::size_t i = 0; i < shown; ++i) {
     const planner::Candidate& c = plan.fitting[i];
-    const double tokens = static_cast<double>(c.setup.batch * c.setup.accum * c.setup.seq() * q.world_size);
-    std::printf("%4zu %10.2f %12.0f %12s %12s  %s\n", i + 1, c.time.seconds * 1e3, tokens / c.time.seconds,
+    std::printf("%4zu %10.2f %12.0f %12s %12s  %s\n", i + 1, c.time.seconds * 1e3, tokens_per_step(c, q.world_size) / c.time.seconds,
                 gib(c.peak_reserved).c_str(), gib(c.peak_allocated).c_str(), c.flags.c_str());
   }
   const planner::Candidate& best = plan.fitting.front();

@@ -41,6 +41,14 @@ ModelConfig model_config(const TrainFlags& f) {
   return c;
 }
 
+TrainingSetup setup_from_train_flags(const std::string& flags, DeviceKind backend, std::size_t world_size) {
+  CLI::App command{"", "trainmem train"};
+  TrainFlags parsed;
+  add_train_flags(command, parsed);
+  command.parse(flags, false);
+  return training_setup(parsed, backend, 0, world_size);
+}
+
 TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::size_t dataset_tokens,
                              std::size_t world_size) {
   TrainingSetup s = flags.setup;  // batch, seed, the optimizer and every technique's options, as the flags set them

@@ -79,6 +79,12 @@ ModelConfig model_config(const TrainFlags& flags);
 TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::size_t dataset_tokens = 0,
                              std::size_t world_size = 1);
 
+// The setup `trainmem train FLAGS` runs over `world_size` ranks following `backend`'s allocation
+// pattern: FLAGS read by train's parser (CLI::ParseError), then completed and validated by every
+// technique (std::invalid_argument). The planner builds its candidates with it; the tests their samples.
+TrainingSetup setup_from_train_flags(const std::string& flags, DeviceKind backend = DeviceKind::cpu,
+                                     std::size_t world_size = 1);
+
 // --data checked as `trainmem train` checks it (check_dataset, common/data/dataset_check.h) for a
 // global batch of `world_size` x `batch` rows, without keeping its tokens (host memory bounded);
 // returns its size in tokens for TrainingSetup::dataset_tokens (synthetic: 0). DataError.

@@ -15,6 +15,7 @@
 #include "common/device/device.h"
 #include "common/util/output_file.h"
 #include "suites/trainmem/planner/cpu_timing.h"
+#include "suites/trainmem/train_flags.h"
 
 namespace trainmem::planner {
 
@@ -56,9 +57,13 @@ constexpr int kSteps = 3;  // the first is left out (warm-up: first touches, Ada
 class RecordingLog : public CostLog {
  public:
   std::vector<TimedCall> calls;
+  std::vector<TimedCall> kinds;          // the device's kernels again, by kind of work: "gemm/f32"
   std::vector<TimedCall> micro_batches;  // per step: its time beyond the timed parts
 
-  void kernel(const kernels::KernelCall& c, double s) override { add(key_of("", c), units_of(c), s); }
+  void kernel(const kernels::KernelCall& c, double s) override {
+    add(key_of("", c), units_of(c), s);
+    if (step_ >= 2) kinds.push_back({std::string(kernels::to_string(c.kind)) + "/" + kernels::to_string(c.dtype), units_of(c), s});
+  }
   void host_work(const kernels::KernelCall& c, double s) override { add(key_of("host:", c), units_of(c), s); }
   void copy(CopyDirection, double bytes, double s) override { add("copy", bytes, s); }
   void collective(Collective c, const CommCounts& call, int, bool, std::uint64_t) override {
@@ -93,14 +98,6 @@ class RecordingLog : public CostLog {
   double timed_ = 0;
   std::size_t micro_count_ = 0;
 };
-
-std::string kind_of_key(const std::string& key) {
-  // "matmul_forward/bf16" -> "gemm/bf16" by the kernel's name
-  const std::string name = key.substr(0, key.find('/')), dtype = key.substr(key.find('/') + 1);
-  const bool gemm = name.rfind("matmul", 0) == 0;
-  const bool attention = name.find("attention") != std::string::npos;
-  return std::string(gemm ? "gemm" : attention ? "attention" : "memory") + "/" + dtype;
-}
 
 std::string machine_description(int ranks) {
   const DeviceInfo cpu = query_cpu_device_info();
@@ -141,17 +138,15 @@ Calibration calibrate_this_machine(Communicator* world) {
   const int ranks = world ? world->world_size() : 1;
   RecordingLog log;
   for (const std::string& flags : workloads())
-    run_timed_on_cpu(train_setup_from_flags(flags), nullptr, kSteps, &log);
+    run_timed_on_cpu(cli::setup_from_train_flags(flags), nullptr, kSteps, &log);
   if (world && ranks > 1)
     for (const std::string& flags : sharded_workloads())
-      run_timed_on_cpu(train_setup_from_flags(flags, static_cast<std::size_t>(ranks)), world, kSteps, &log);
+      run_timed_on_cpu(cli::setup_from_train_flags(flags, DeviceKind::cpu, static_cast<std::size_t>(ranks)), world,
+                       kSteps, &log);
 
   std::map<std::string, std::vector<TimedCall>> by_key, by_kind;
-  for (const TimedCall& c : log.calls) {
-    by_key[c.key].push_back(c);
-    if (c.key.rfind("collective:", 0) != 0 && c.key != "copy" && c.key.rfind("host:", 0) != 0)
-      by_kind[kind_of_key(c.key)].push_back(c);
-  }
+  for (const TimedCall& c : log.calls) by_key[c.key].push_back(c);
+  for (const TimedCall& c : log.kinds) by_kind[c.key].push_back(c);
   Calibration cal;
   cal.ranks = ranks;
   cal.machine = machine_description(ranks);

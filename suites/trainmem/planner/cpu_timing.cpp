@@ -1,7 +1,5 @@
 #include "suites/trainmem/planner/cpu_timing.h"
 
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 
 #include "common/data/host_tokens.h"
@@ -9,17 +7,8 @@
 #include "common/device/device.h"
 #include "common/train/training_run.h"
 #include "suites/trainmem/techniques.h"
-#include "suites/trainmem/train_flags.h"
 
 namespace trainmem::planner {
-
-TrainingSetup train_setup_from_flags(const std::string& flags, std::size_t world_size, DeviceKind backend) {
-  CLI::App command{"", "trainmem train"};
-  cli::TrainFlags parsed;
-  cli::add_train_flags(command, parsed);
-  command.parse(flags, false);
-  return cli::training_setup(parsed, backend, 0, world_size);
-}
 
 std::vector<double> run_timed_on_cpu(const TrainingSetup& setup, Communicator* world, int steps, CostLog* log) {
   DeviceOptions options;

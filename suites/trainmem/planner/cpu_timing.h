@@ -16,9 +16,4 @@ namespace trainmem::planner {
 // when the setup shards) with `log` listening, and returns each step's wall time in seconds.
 std::vector<double> run_timed_on_cpu(const TrainingSetup& setup, Communicator* world, int steps, CostLog* log);
 
-// The setup `trainmem train FLAGS` runs over `world_size` ranks on `backend` (std::invalid_argument,
-// CLI::ParseError for flags train rejects).
-TrainingSetup train_setup_from_flags(const std::string& flags, std::size_t world_size = 1,
-                                     DeviceKind backend = DeviceKind::cpu);
-
 }  // namespace trainmem::planner

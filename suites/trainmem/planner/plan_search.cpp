@@ -1,7 +1,5 @@
 #include "suites/trainmem/planner/plan_search.h"
 
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -9,15 +7,14 @@
 #include <tuple>
 
 #include "common/util/byte_size.h"
-#include "suites/trainmem/planner/cpu_timing.h"
 #include "suites/trainmem/techniques.h"
+#include "suites/trainmem/train_flags.h"
 
 namespace trainmem::planner {
 
 namespace {
 
 struct Dimension {
-  const Technique* technique;
   Technique::PlanChoices choices;
 };
 
@@ -50,12 +47,12 @@ Plan make_plan(const PlanQuestion& q, const DeviceModel& device) {
                                 std::to_string(q.world_size) + " (every rank takes the same number of sequences)");
   const std::size_t per_rank = q.global_batch / q.world_size;
   const TrainingSetup base =
-      train_setup_from_flags(q.model_flags + " --batch " + std::to_string(per_rank), q.world_size, q.backend);
+      cli::setup_from_train_flags(q.model_flags + " --batch " + std::to_string(per_rank), q.backend, q.world_size);
 
   std::vector<Dimension> dims;
   for (const Technique* t : registered_techniques()) {
     Technique::PlanChoices c = t->plan_choices(base);
-    if (!c.flags.empty()) dims.push_back({t, std::move(c)});
+    if (!c.flags.empty()) dims.push_back({std::move(c)});
   }
   Plan plan;
   plan.mixes = 1;
@@ -75,8 +72,7 @@ Plan make_plan(const PlanQuestion& q, const DeviceModel& device) {
     for (std::size_t d = 0; d < dims.size(); ++d) {
       const std::string& flags = dims[d].choices.flags[index[d]];
       parts.push_back(flags);
-      const std::string name = dims[d].technique->name();
-      if (name != "accumulation" && name != "checkpointing" && name != "flash_attention") states.push_back(flags);
+      if (dims[d].choices.sizes_model_states) states.push_back(flags);
     }
     const std::string states_key = joined(states);
     if (states_too_large.count(states_key)) continue;
@@ -84,7 +80,7 @@ Plan make_plan(const PlanQuestion& q, const DeviceModel& device) {
     Candidate c;
     c.flags = joined(parts);
     try {
-      c.setup = train_setup_from_flags(q.model_flags + " " + c.flags, q.world_size, q.backend);
+      c.setup = cli::setup_from_train_flags(q.model_flags + " " + c.flags, q.backend, q.world_size);
     } catch (const std::exception&) {
       continue;  // a mix the techniques do not allow together
     }

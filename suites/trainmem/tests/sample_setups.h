@@ -36,11 +36,7 @@ inline std::vector<Sample> every_sample() {
 // and validated by every technique (std::invalid_argument), as train does.
 inline TrainingSetup setup_from_flags(const std::string& flags, DeviceKind backend = DeviceKind::cpu,
                                       std::size_t world_size = 1) {
-  CLI::App command{"", "trainmem train"};
-  cli::TrainFlags parsed;
-  cli::add_train_flags(command, parsed);
-  command.parse(flags, false);
-  return cli::training_setup(parsed, backend, 0, world_size);
+  return cli::setup_from_train_flags(flags, backend, world_size);
 }
 
 // The flags a command line names: "--zero 3 --precision bf16" -> {"--precision", "--zero"}, sorted.

@@ -17,6 +17,7 @@
 #include "suites/trainmem/planner/cpu_timing.h"
 #include "suites/trainmem/planner/step_time.h"
 #include "suites/trainmem/tests/trainmem_program.h"
+#include "suites/trainmem/train_flags.h"
 
 namespace trainmem::planner {
 namespace {
@@ -48,7 +49,7 @@ TEST(KernelCosts, TheMetaRunDeclaresTheKernelsTheCpuRunCalls) {
   for (const char* flags : {"--model tiny --batch 4 --accum 2 --recompute selective",
                             "--model llama-tiny --batch 2 --precision bf16 --attention flash --recompute full"}) {
     SCOPED_TRACE(flags);
-    const TrainingSetup setup = train_setup_from_flags(flags);
+    const TrainingSetup setup = cli::setup_from_train_flags(flags);
     KernelTotals cpu, meta;
     run_timed_on_cpu(setup, nullptr, 2, &cpu);
     estimator::run_on_meta(setup, 0, 0, estimator::PeakMoment::skip, &meta);
@@ -61,7 +62,7 @@ TEST(KernelCosts, TheMetaRunDeclaresTheKernelsTheCpuRunCalls) {
 // backward: dinp and dweight), the head included (the embedding's backward has no dinp: the
 // tokens), as llm.c's MFU counts (ANCHORS.md: 6N per token).
 TEST(KernelCosts, AStepsGemmFlopsAreSixPerLinearParameterPerToken) {
-  const TrainingSetup setup = train_setup_from_flags("--model small --batch 3");
+  const TrainingSetup setup = cli::setup_from_train_flags("--model small --batch 3");
   KernelTotals meta;
   estimator::run_on_meta(setup, 0, 0, estimator::PeakMoment::skip, &meta);
   const double C = static_cast<double>(setup.model.dim), L = static_cast<double>(setup.model.layers),
@@ -119,7 +120,7 @@ TEST(StepTime, PredictedFromTheMetaRunAgainstMeasuredOnThisCpu) {
   };
   std::vector<double> predicted, measured, errors;
   for (const std::string& flags : configurations) {
-    const TrainingSetup setup = train_setup_from_flags(flags);
+    const TrainingSetup setup = cli::setup_from_train_flags(flags);
     std::vector<double> steps = run_timed_on_cpu(setup, nullptr, 5, nullptr);
     steps.erase(steps.begin());  // the first: first touches, Adam's state
     const double m = median(steps);

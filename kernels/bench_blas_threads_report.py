@@ -19,4 +19,4 @@ SUITE = Suite(
     "OpenBLAS thread and on all of them: where a second thread starts to pay (kernels/cpu/blas_threads.h)",
     group=_group, setting=_setting,
     columns=[("mnk", "N·C·OC", "number"), ("blas_threads", "threads", "number")],
-    order=13)
+    order=14)

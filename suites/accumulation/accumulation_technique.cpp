@@ -31,7 +31,8 @@ class AccumulationTechnique : public Technique {
     const std::size_t sequences = setup.batch * setup.accum;
     for (std::size_t b = sequences; b >= 1; --b)
       if (sequences % b == 0)
-        choices.flags.push_back("--batch " + std::to_string(b) + " --accum " + std::to_string(sequences / b));
+        choices.flags.push_back("--batch " + std::to_string(b) +
+                                (sequences / b > 1 ? " --accum " + std::to_string(sequences / b) : std::string()));
     return choices;
   }
 

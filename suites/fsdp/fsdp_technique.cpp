@@ -79,7 +79,9 @@ class FsdpTechnique : public Technique {
   // Over N ranks: SHARD_GRAD_OP (parameters whole between forward and backward), then FULL_SHARD.
   PlanChoices plan_choices(const TrainingSetup& setup) const override {
     if (setup.world_size < 2) return {{""}, true};
-    return {{"", "--fsdp grad_op", "--fsdp full"}, true};
+    // Fastest first: prefetch overlaps the next unit's gather with this one's compute (on NCCL's
+    // stream) for one more unit gathered; without it every gather waits in line.
+    return {{"", "--fsdp grad_op", "--fsdp full --fsdp-prefetch on", "--fsdp full"}, true};
   }
 
   void validate(const TrainingSetup& setup, const Techniques& all) const override {

@@ -21,7 +21,7 @@ namespace trainmem::planner {
 
 namespace {
 
-constexpr int kFormat = 1;  // the cache file's format; a file of another is measured again
+constexpr int kFormat = 2;  // the cache file's format (2: relative-error fits); a file of another is measured again
 
 // The workloads: both families, every precision and attention kernel, at two widths, so that each
 // kernel's line is fitted over calls of several sizes. Under mpirun every rank runs them at once
@@ -52,6 +52,8 @@ const std::vector<std::string>& sharded_workloads() {
   return list;
 }
 constexpr int kSteps = 3;  // the first is left out (warm-up: first touches, Adam's state)
+// The clock's floor for the weights of fit_line: a call timed shorter still counts as this long.
+constexpr double kShortestTimedCall = 1e-7;
 
 // Keeps every entry of the steps after the first with its measured time.
 class RecordingLog : public CostLog {
@@ -116,20 +118,28 @@ LinearFit fit_line(const std::vector<TimedCall>& calls) {
   LinearFit f;
   f.calls = calls.size();
   if (calls.empty()) return f;
-  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  // Weighted least squares, w = 1/seconds^2: each call's error counts relative to its own time.
+  // Plain least squares would fit the largest calls and leave the intercept -- what a small
+  // model's many short calls cost -- to chance (it missed tiny's steps by +30-80% over 2 ranks);
+  // a call slowed by a stray interruption now weighs little, whatever its size.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const TimedCall& c : calls) {
-    n += 1, sx += c.units, sy += c.seconds, sxx += c.units * c.units, sxy += c.units * c.seconds;
+    const double y = std::max(c.seconds, kShortestTimedCall);
+    const double w = 1.0 / (y * y);
+    sw += w, sx += w * c.units, sy += w * c.seconds, sxx += w * c.units * c.units, sxy += w * c.units * c.seconds;
   }
-  const double var = n * sxx - sx * sx;
-  if (var > 1e-12 * n * sxx && var > 0) {
-    f.seconds_per_unit = (n * sxy - sx * sy) / var;
-    f.overhead = (sy - f.seconds_per_unit * sx) / n;
+  const double var = sw * sxx - sx * sx;
+  const bool sizes_vary = var > 1e-12 * sw * sxx && var > 0;
+  if (sizes_vary) {
+    f.seconds_per_unit = (sw * sxy - sx * sy) / var;
+    f.overhead = (sy - f.seconds_per_unit * sx) / sw;
   }
-  if (!(var > 1e-12 * n * sxx && var > 0) || f.seconds_per_unit < 0 || f.overhead < 0) {
-    // One size only, or a line through negative values: the rate through the origin, or the mean.
+  if (!sizes_vary || f.seconds_per_unit < 0 || f.overhead < 0) {
+    // One size only, or a line through negative values: the (weighted) rate through the origin,
+    // or the mean time when the calls have no size.
     f.overhead = 0;
-    f.seconds_per_unit = sx > 0 ? sy / sx : 0;
-    if (sx <= 0) f.overhead = sy / n;
+    f.seconds_per_unit = sxx > 0 ? sxy / sxx : 0;
+    if (sxx <= 0) f.overhead = sy / sw;
   }
   return f;
 }

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -69,6 +70,29 @@ std::string command_of(const PlanFlags& f, const planner::Candidate& c, std::siz
   return cmd;
 }
 
+// Whether two candidates predict the same step time and the same memory.
+bool same_figures(const planner::Candidate& a, const planner::Candidate& b) {
+  return a.time.seconds == b.time.seconds && a.peak_reserved == b.peak_reserved && a.peak_allocated == b.peak_allocated;
+}
+
+// The "--flag value" settings of `flags` that `reference` does not have: "--precision fp16".
+std::string flags_not_in(const std::string& flags, const std::string& reference) {
+  auto settings = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream words(text);
+    for (std::string w; words >> w;) {
+      if (w.rfind("--", 0) == 0 || out.empty()) out.push_back(w);
+      else out.back() += " " + w;
+    }
+    return out;
+  };
+  const std::vector<std::string> ref = settings(reference);
+  std::string diff;
+  for (const std::string& s : settings(flags))
+    if (std::find(ref.begin(), ref.end(), s) == ref.end()) diff += (diff.empty() ? "" : " ") + s;
+  return diff;
+}
+
 // Tokens per optimizer step over all ranks.
 double tokens_per_step(const planner::Candidate& c, std::size_t world_size) {
   return static_cast<double>(c.setup.batch * c.setup.accum * c.setup.seq() * world_size);
@@ -114,6 +138,7 @@ int run_plan(PlanFlags& f) {
   q.model_flags = f.model_flags;
   q.global_batch = f.global_batch;
   q.world_size = f.world_size;
+  planner::check_global_batch(q);  // before a calibration: a wrong question costs nothing
   std::unique_ptr<planner::DeviceModel> model;
   std::string device_name, device_description;
   if (!f.gpu.empty()) {
@@ -183,12 +208,26 @@ int run_plan(PlanFlags& f) {
     std::cout << "nothing fits: more ranks (--world-size), a smaller --global-batch or --seq, or a larger device\n";
     return 1;
   }
+  // One row per outcome: candidates with the same time and memory as the row above (bf16 and fp16
+  // on a card as fast in both, flash and cuDNN while they share one efficiency) are named under it.
   std::printf("%4s %10s %12s %12s %12s  %s\n", "rank", "step ms", "tokens/s", "reserved", "allocated", "flags");
-  const std::size_t shown = f.show_all ? plan.fitting.size() : std::min(f.top, plan.fitting.size());
-  for (std::size_t i = 0; i < shown; ++i) {
+  const std::size_t rows = f.show_all ? plan.fitting.size() : f.top;
+  std::size_t shown = 0;
+  for (std::size_t i = 0; i < plan.fitting.size();) {
     const planner::Candidate& c = plan.fitting[i];
-    std::printf("%4zu %10.2f %12.0f %12s %12s  %s\n", i + 1, c.time.seconds * 1e3, tokens_per_step(c, q.world_size) / c.time.seconds,
+    std::size_t same = i + 1;
+    std::vector<std::string> alternatives;
+    for (; same < plan.fitting.size() && same_figures(plan.fitting[same], c); ++same)
+      alternatives.push_back(flags_not_in(plan.fitting[same].flags, c.flags));
+    if (shown++ == rows) break;
+    std::printf("%4zu %10.2f %12.0f %12s %12s  %s\n", shown, c.time.seconds * 1e3, tokens_per_step(c, q.world_size) / c.time.seconds,
                 gib(c.peak_reserved).c_str(), gib(c.peak_allocated).c_str(), c.flags.c_str());
+    if (!alternatives.empty()) {
+      std::string line;
+      for (const std::string& a : alternatives) line += (line.empty() ? "" : "; ") + a;
+      std::printf("%56s  the same figures with: %s\n", "", line.c_str());
+    }
+    i = same;
   }
   const planner::Candidate& best = plan.fitting.front();
   std::printf("\nbest: %.2f ms per step (compute %.2f, memory-bound %.2f, communication %.2f of which exposed %.2f, "
@@ -220,7 +259,7 @@ void add_plan_command(CLI::App& app, Command& run) {
       ->check(whole_number(1, 1024));
   cmd->add_option("--global-batch", flags->global_batch, "Sequences per optimizer step over all ranks (kept by every candidate)")
       ->check(whole_number(1, std::size_t{1} << 24));
-  cmd->add_option("--top", flags->top, "Candidates to print")->capture_default_str()->check(whole_number(1, 1 << 20));
+  cmd->add_option("--top", flags->top, "Rows to print (candidates with the same figures share one)")->capture_default_str()->check(whole_number(1, 1 << 20));
   cmd->add_flag("--show-all", flags->show_all, "Print every candidate, and those that do not fit with the reason");
   cmd->add_flag("--calibrate", flags->calibrate, "--device cpu: measure this machine again (else the cached calibration)");
   cmd->add_option("--json", flags->json_file, "Print JSON instead of the table (--json FILE: write it there too)")

@@ -39,12 +39,16 @@ bool no_slower(const std::vector<std::size_t>& a, const std::vector<std::size_t>
 
 }  // namespace
 
-Plan make_plan(const PlanQuestion& q, const DeviceModel& device) {
-  const auto start = std::chrono::steady_clock::now();
+void check_global_batch(const PlanQuestion& q) {
   if (q.world_size < 1) throw std::invalid_argument("--world-size must be at least 1");
   if (q.global_batch < 1 || q.global_batch % q.world_size != 0)
     throw std::invalid_argument("--global-batch " + std::to_string(q.global_batch) + " must be a multiple of --world-size " +
                                 std::to_string(q.world_size) + " (every rank takes the same number of sequences)");
+}
+
+Plan make_plan(const PlanQuestion& q, const DeviceModel& device) {
+  const auto start = std::chrono::steady_clock::now();
+  check_global_batch(q);
   const std::size_t per_rank = q.global_batch / q.world_size;
   const TrainingSetup base =
       cli::setup_from_train_flags(q.model_flags + " --batch " + std::to_string(per_rank), q.backend, q.world_size);

@@ -50,6 +50,9 @@ struct Plan {
   double seconds = 0;
 };
 
+// Throws std::invalid_argument unless every rank can take the same share of the global batch.
+void check_global_batch(const PlanQuestion& question);
+
 // Throws std::invalid_argument when the question is malformed (a global batch the world size
 // does not divide, model flags train rejects).
 Plan make_plan(const PlanQuestion& question, const DeviceModel& device);

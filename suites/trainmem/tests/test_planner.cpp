@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -157,6 +158,49 @@ TEST(Plan, TheBestCandidateTrainsWithinThePlannedMemoryAndItsFiguresAreTheEstima
   ASSERT_EQ(command.rfind("trainmem train ", 0), 0u) << command;
   const cli_test::CliRun t = cli_test::trainmem("train --steps 2 " + command.substr(15));
   EXPECT_EQ(t.exit_code, 0) << command << "\n" << t.err;
+}
+
+// A question plan cannot answer gets one line that says what to change (exit 2), before any
+// calibration; a question nothing answers says what would help (exit 1).
+TEST(Plan, BadQuestionsGetAnErrorThatSaysWhatToChange) {
+  const std::string cache = "TRAINMEM_CACHE_DIR=" + testing_support::scratch_path("plan_cache_bad") + " ";
+  struct Case {
+    const char* args;
+    int exit_code;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"--device cpu --model tiny --global-batch 8 --batch 2", 2, "--batch: plan chooses the micro-batch; give --global-batch"},
+      {"--device cpu --model tiny", 2, "plan needs --global-batch N"},
+      {"--gpu h100-80gb --model tiny --global-batch 9 --world-size 2", 2, "--global-batch 9 must be a multiple of --world-size 2"},
+      // Checked before the calibration a world of 3 would need.
+      {"--device cpu --model tiny --global-batch 8 --world-size 3", 2, "--global-batch 8 must be a multiple of --world-size 3"},
+      {"--gpu h100-80gb --device cpu --model tiny --global-batch 8", 2, "--gpu names a GPU: drop --device cpu"},
+      {"--model tiny --global-batch 8", 2, "plan needs the device to plan for: --gpu NAME"},
+      {"--gpu h999 --model tiny --global-batch 8", 2, "--gpu: must be one of h100-80gb"},
+      {"--gpu h100-80gb --model gpt2-1.5b --global-batch 8 --device-memory 1GiB", 1,
+       "nothing fits: more ranks (--world-size), a smaller --global-batch or --seq, or a larger device"},
+  };
+  for (const Case& c : cases) {
+    const cli_test::CliRun r = cli_test::trainmem(std::string("plan ") + c.args, cache);
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.err;
+    EXPECT_NE((r.out + r.err).find(c.says), std::string::npos) << c.args << "\n" << r.out << r.err;
+  }
+}
+
+// Candidates with the same figures share one row of the table, their differences named under it.
+TEST(Plan, CandidatesWithTheSameFiguresShareARow) {
+  const cli_test::CliRun r = cli_test::trainmem("plan --gpu h100-80gb --model tiny --global-batch 8 --top 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // On an H100 bf16 and fp16 run at one rate and flash and cuDNN share one efficiency: the row of
+  // bf16 with flash names the three others.
+  EXPECT_NE(r.out.find("the same figures with: --attention cudnn; --precision fp16; --precision fp16 --attention cudnn"),
+            std::string::npos)
+      << r.out;
+  std::size_t rows = 0;
+  for (std::size_t at = r.out.find("\n   "); at != std::string::npos; at = r.out.find("\n   ", at + 1))
+    if (std::isdigit(static_cast<unsigned char>(r.out[at + 4]))) ++rows;
+  EXPECT_EQ(rows, 3u) << r.out;
 }
 
 }  // namespace

@@ -23,9 +23,13 @@ namespace {
 
 constexpr int kFormat = 2;  // the cache file's format (2: relative-error fits); a file of another is measured again
 
-// The workloads: both families, every precision and attention kernel, at two widths, so that each
-// kernel's line is fitted over calls of several sizes. Under mpirun every rank runs them at once
-// with ZeRO-2 (reduce-scatter and all-gather) and then plain data parallelism (all-reduce).
+// The workloads: both families, every precision and attention kernel, at three widths (up to
+// GPT-2 124M's, whose products are the ones OpenBLAS threads), so that each kernel's line is
+// fitted over calls of several sizes. Under mpirun every rank runs them at once, in lockstep as a
+// data-parallel run keeps its ranks (each step ends in an all-reduce: --zero 0 is added where the
+// workload names no sharding), then the sharded workloads below (ZeRO-2's reduce-scatter and
+// all-gather, FSDP's). Ranks that run unaligned share the cores differently: tiny's steps were
+// predicted 10-15 points slower that way.
 const std::vector<std::string>& workloads() {
   static const std::vector<std::string> list = {
       "--model tiny --batch 8",
@@ -39,6 +43,7 @@ const std::vector<std::string>& workloads() {
       "--model llama-small --batch 2 --precision fp16",
       "--model llama-small --batch 2 --attention flash",
       "--model small --batch 2 --zero 3 --offload params --precision bf16",
+      "--model gpt2-124m --layers 1 --seq 64 --vocab 4096 --batch 2",
       "--model tiny --batch 8 --zero 2 --offload optimizer",
   };
   return list;
@@ -147,8 +152,13 @@ LinearFit fit_line(const std::vector<TimedCall>& calls) {
 Calibration calibrate_this_machine(Communicator* world) {
   const int ranks = world ? world->world_size() : 1;
   RecordingLog log;
-  for (const std::string& flags : workloads())
-    run_timed_on_cpu(cli::setup_from_train_flags(flags), nullptr, kSteps, &log);
+  for (const std::string& flags : workloads()) {
+    if (world && ranks > 1 && flags.find("--zero") == std::string::npos)
+      run_timed_on_cpu(cli::setup_from_train_flags(flags + " --zero 0", DeviceKind::cpu, static_cast<std::size_t>(ranks)),
+                       world, kSteps, &log);
+    else
+      run_timed_on_cpu(cli::setup_from_train_flags(flags), nullptr, kSteps, &log);
+  }
   if (world && ranks > 1)
     for (const std::string& flags : sharded_workloads())
       run_timed_on_cpu(cli::setup_from_train_flags(flags, DeviceKind::cpu, static_cast<std::size_t>(ranks)), world,

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,7 +22,7 @@ namespace trainmem::planner {
 
 namespace {
 
-constexpr int kFormat = 2;  // the cache file's format (2: relative-error fits); a file of another is measured again
+constexpr int kFormat = 3;  // the cache file's format (3: relative errors, size classes balanced); another is measured again
 
 // The workloads: both families, every precision and attention kernel, at three widths (up to
 // GPT-2 124M's, whose products are the ones OpenBLAS threads), so that each kernel's line is
@@ -44,6 +45,8 @@ const std::vector<std::string>& workloads() {
       "--model llama-small --batch 2 --attention flash",
       "--model small --batch 2 --zero 3 --offload params --precision bf16",
       "--model gpt2-124m --layers 1 --seq 64 --vocab 4096 --batch 2",
+      "--model gpt2-124m --layers 1 --seq 64 --vocab 4096 --batch 2 --precision bf16 --attention flash",
+      "--model gpt2-124m --layers 1 --seq 64 --vocab 4096 --batch 2 --precision fp16",
       "--model tiny --batch 8 --zero 2 --offload optimizer",
   };
   return list;
@@ -123,14 +126,20 @@ LinearFit fit_line(const std::vector<TimedCall>& calls) {
   LinearFit f;
   f.calls = calls.size();
   if (calls.empty()) return f;
-  // Weighted least squares, w = 1/seconds^2: each call's error counts relative to its own time.
-  // Plain least squares would fit the largest calls and leave the intercept -- what a small
-  // model's many short calls cost -- to chance (it missed tiny's steps by +30-80% over 2 ranks);
-  // a call slowed by a stray interruption now weighs little, whatever its size.
+  // Weighted least squares, w = 1 / (seconds^2 * calls of its size class): each call's error
+  // counts relative to its own time, and each size class (a factor of 4 in units) as much as any
+  // other, however many calls it has. Plain least squares would fit the largest calls and leave
+  // the intercept -- what a small model's many short calls cost -- to chance (it missed tiny's
+  // steps by +30-80% over 2 ranks); relative errors alone would fit the many small calls and
+  // extrapolate their rate to the few wide ones (GPT-2 124M's bf16 products: +40-55%). A call
+  // slowed by a stray interruption weighs little, whatever its size.
+  std::map<long, double> per_size;  // calls per size class (a factor of 4 in units)
+  auto size_class = [](double units) { return units > 0 ? std::lround(std::floor(std::log2(units) / 2)) : -1000L; };
+  for (const TimedCall& c : calls) per_size[size_class(c.units)] += 1;
   double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const TimedCall& c : calls) {
     const double y = std::max(c.seconds, kShortestTimedCall);
-    const double w = 1.0 / (y * y);
+    const double w = 1.0 / (y * y * per_size[size_class(c.units)]);
     sw += w, sx += w * c.units, sy += w * c.seconds, sxx += w * c.units * c.units, sxy += w * c.units * c.seconds;
   }
   const double var = sw * sxx - sx * sx;

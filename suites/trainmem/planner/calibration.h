@@ -6,8 +6,9 @@
 //   seconds = overhead + units * seconds_per_unit      (units: flops for GEMMs and attention, bytes
 //                                                      for the rest; both >= 0)
 // over its calls, which come in several sizes (the workloads mix model widths), by least squares of
-// the relative error, sum_i ((seconds_i - line(units_i)) / seconds_i)^2, so that short calls are
-// fitted as well as long ones (fit_line). Copies, the host's
+// the relative error, sum_i ((seconds_i - line(units_i)) / seconds_i)^2 / n(size class of i), so
+// that short calls are fitted as well as long ones, and a size with few calls as well as one with
+// many (fit_line). Copies, the host's
 // work and each collective get the same kind of line. Under mpirun every rank runs the workloads at
 // once, so the rates are those of ranks that share the machine, and the collectives are timed
 // among them.
@@ -52,8 +53,8 @@ struct TimedCall {
   double units;
   double seconds;
 };
-// The line through the calls of one key that minimizes their squared relative errors (overhead and
-// slope clamped at >= 0).
+// The line through the calls of one key that minimizes their squared relative errors, each size
+// class (a factor of 4 in units) weighing the same (overhead and slope clamped at >= 0).
 LinearFit fit_line(const std::vector<TimedCall>& calls);
 
 // Runs the workloads and fits. `world`: the ranks under mpirun (nullptr: one process); every

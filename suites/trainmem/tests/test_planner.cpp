@@ -76,9 +76,9 @@ TEST(KernelCosts, AStepsGemmFlopsAreSixPerLinearParameterPerToken) {
   EXPECT_DOUBLE_EQ(gemm, 6.0 * linear * tokens);
 }
 
-// The calibration's line: exact through calls on a line; and fitted to each call's relative error,
+// The calibration's line: exact through calls on a line; fitted to each call's relative error,
 // so one call slowed 3x (an interruption) among five sizes from 1e3 to 1e7 units leaves the
-// shortest call's time within 5% (worked out: 1.7%); plain least squares would give that call a
+// shortest call's time within 5% (worked out: 1.0%); plain least squares would give that call a
 // negative overhead, then the big calls' average rate: 40x off.
 TEST(Calibration, TheFittedLineWeighsEachCallsErrorRelativeToItsTime) {
   const double overhead = 1e-5, per_unit = 2e-9;
@@ -91,6 +91,14 @@ TEST(Calibration, TheFittedLineWeighsEachCallsErrorRelativeToItsTime) {
   calls.push_back({"k", 1e7, 3.0 * (overhead + per_unit * 1e7)});
   const LinearFit robust = fit_line(calls);
   EXPECT_NEAR(robust.seconds(1e3), overhead + per_unit * 1e3, 0.05 * (overhead + per_unit * 1e3));
+  // Sizes weigh the same however many calls they have: 100 calls at each of two small sizes and 2
+  // wide calls at half their rate leave the wide call's time within 10% (worked out: +7.2%;
+  // weighing every call the same, the small ones outvote them: +80%).
+  std::vector<TimedCall> mixed;
+  for (int i = 0; i < 100; ++i) mixed.push_back({"k", 1e3, 1.2e-5}), mixed.push_back({"k", 1e4, 3e-5});
+  mixed.push_back({"k", 1e7, 1e-2});
+  mixed.push_back({"k", 1e7, 1e-2});
+  EXPECT_NEAR(fit_line(mixed).seconds(1e7), 1e-2, 0.1 * 1e-2);
   // One size only: the rate through the origin.
   const LinearFit one_size = fit_line({{"k", 1e6, 2e-3}, {"k", 1e6, 2e-3}});
   EXPECT_DOUBLE_EQ(one_size.overhead, 0.0);

@@ -113,11 +113,12 @@ README_EXAMPLES = examples(README.read_text())
 
 
 def test_the_readme_has_its_quick_start():
-    """The quick start's three questions and the training example are checked blocks."""
+    """The quick start's four questions and the training example are checked blocks."""
     commands = [e.command for e in README_EXAMPLES]
     assert any("--gpu rtx4090-24gb" in c and "gpt2-1.5b" in c for c in commands), commands
     assert any("--zero 3" in c and "--world-size 8" in c for c in commands), commands
     assert any("gpt2-124m" in c and "--recompute selective" in c for c in commands), commands
+    assert any(c.startswith("trainmem plan ") and "--global-batch" in c for c in commands), commands
     assert any(c.startswith("trainmem train ") for c in commands), commands
     for example in README_EXAMPLES:
         assert any(line.strip() and line.strip() != "..." for line in example.expected), f"{example}: no output shown"

@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,10 +21,10 @@ namespace trainmem::planner {
 
 namespace {
 
-constexpr int kFormat = 3;  // the cache file's format (3: relative errors, size classes balanced); another is measured again
+constexpr int kFormat = 4;  // the cache file's format (4: time curves); a file of another is measured again
 
 // The workloads: both families, every precision and attention kernel, at three widths (up to
-// GPT-2 124M's, whose products are the ones OpenBLAS threads), so that each kernel's line is
+// GPT-2 124M's, whose products are the ones OpenBLAS threads), so that each kernel's curve is
 // fitted over calls of several sizes. Under mpirun every rank runs them at once, in lockstep as a
 // data-parallel run keeps its ranks (each step ends in an all-reduce: --zero 0 is added where the
 // workload names no sharding), then the sharded workloads below (ZeRO-2's reduce-scatter and
@@ -60,8 +59,6 @@ const std::vector<std::string>& sharded_workloads() {
   return list;
 }
 constexpr int kSteps = 3;  // the first is left out (warm-up: first touches, Adam's state)
-// The clock's floor for the weights of fit_line: a call timed shorter still counts as this long.
-constexpr double kShortestTimedCall = 1e-7;
 
 // Keeps every entry of the steps after the first with its measured time.
 class RecordingLog : public CostLog {
@@ -122,42 +119,6 @@ std::string machine_description(int ranks) {
 
 }  // namespace
 
-LinearFit fit_line(const std::vector<TimedCall>& calls) {
-  LinearFit f;
-  f.calls = calls.size();
-  if (calls.empty()) return f;
-  // Weighted least squares, w = 1 / (seconds^2 * calls of its size class): each call's error
-  // counts relative to its own time, and each size class (a factor of 4 in units) as much as any
-  // other, however many calls it has. Plain least squares would fit the largest calls and leave
-  // the intercept -- what a small model's many short calls cost -- to chance (it missed tiny's
-  // steps by +30-80% over 2 ranks); relative errors alone would fit the many small calls and
-  // extrapolate their rate to the few wide ones (GPT-2 124M's bf16 products: +40-55%). A call
-  // slowed by a stray interruption weighs little, whatever its size.
-  std::map<long, double> per_size;  // calls per size class (a factor of 4 in units)
-  auto size_class = [](double units) { return units > 0 ? std::lround(std::floor(std::log2(units) / 2)) : -1000L; };
-  for (const TimedCall& c : calls) per_size[size_class(c.units)] += 1;
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const TimedCall& c : calls) {
-    const double y = std::max(c.seconds, kShortestTimedCall);
-    const double w = 1.0 / (y * y * per_size[size_class(c.units)]);
-    sw += w, sx += w * c.units, sy += w * c.seconds, sxx += w * c.units * c.units, sxy += w * c.units * c.seconds;
-  }
-  const double var = sw * sxx - sx * sx;
-  const bool sizes_vary = var > 1e-12 * sw * sxx && var > 0;
-  if (sizes_vary) {
-    f.seconds_per_unit = (sw * sxy - sx * sy) / var;
-    f.overhead = (sy - f.seconds_per_unit * sx) / sw;
-  }
-  if (!sizes_vary || f.seconds_per_unit < 0 || f.overhead < 0) {
-    // One size only, or a line through negative values: the (weighted) rate through the origin,
-    // or the mean time when the calls have no size.
-    f.overhead = 0;
-    f.seconds_per_unit = sxx > 0 ? sxy / sxx : 0;
-    if (sxx <= 0) f.overhead = sy / sw;
-  }
-  return f;
-}
-
 Calibration calibrate_this_machine(Communicator* world) {
   const int ranks = world ? world->world_size() : 1;
   RecordingLog log;
@@ -180,43 +141,46 @@ Calibration calibrate_this_machine(Communicator* world) {
   cal.ranks = ranks;
   cal.machine = machine_description(ranks);
   for (const auto& [key, calls] : by_key) {
-    if (key == "copy") cal.copy = fit_line(calls);
-    else if (key.rfind("collective:", 0) == 0) cal.collectives[key.substr(11)] = fit_line(calls);
-    else cal.kernels[key] = fit_line(calls);
+    if (key == "copy") cal.copy = fit_curve(calls);
+    else if (key.rfind("collective:", 0) == 0) cal.collectives[key.substr(11)] = fit_curve(calls);
+    else cal.kernels[key] = fit_curve(calls);
   }
-  for (const auto& [kind, calls] : by_kind) cal.classes[kind] = fit_line(calls);
+  for (const auto& [kind, calls] : by_kind) cal.classes[kind] = fit_curve(calls);
   // The per-micro-batch residual: the median (a step's overhead, robust to a stray slow step).
   std::vector<double> residuals;
   for (const TimedCall& m : log.micro_batches) residuals.push_back(m.seconds);
-  if (!residuals.empty()) {
-    std::nth_element(residuals.begin(), residuals.begin() + residuals.size() / 2, residuals.end());
-    cal.micro_batch.overhead = residuals[residuals.size() / 2];
-    cal.micro_batch.calls = residuals.size();
-  }
+  cal.micro_batch_seconds = median(residuals);
   return cal;
 }
 
 // ---- the cache -------------------------------------------------------------------------------
 
 namespace {
-nlohmann::json to_json(const LinearFit& f) { return {{"overhead_s", f.overhead}, {"seconds_per_unit", f.seconds_per_unit}, {"calls", f.calls}}; }
-LinearFit fit_of(const nlohmann::json& j) {
-  LinearFit f;
-  f.overhead = j.at("overhead_s").get<double>();
-  f.seconds_per_unit = j.at("seconds_per_unit").get<double>();
-  f.calls = j.at("calls").get<std::size_t>();
-  if (!(f.overhead >= 0) || !(f.seconds_per_unit >= 0)) throw std::invalid_argument("negative time");
-  return f;
+nlohmann::json to_json(const TimeCurve& c) {
+  nlohmann::json knots = nlohmann::json::array();
+  for (const TimeCurve::Knot& k : c.knots) knots.push_back({k.units, k.seconds});
+  return {{"knots", knots}, {"calls", c.calls}};
 }
-nlohmann::json fits_to_json(const std::map<std::string, LinearFit>& fits) {
+TimeCurve curve_of(const nlohmann::json& j) {
+  TimeCurve c;
+  c.calls = j.at("calls").get<std::size_t>();
+  for (const nlohmann::json& k : j.at("knots")) {
+    const TimeCurve::Knot knot{k.at(0).get<double>(), k.at(1).get<double>()};
+    if (!(knot.units >= 0) || !(knot.seconds >= 0) || (!c.knots.empty() && !(knot.units > c.knots.back().units)))
+      throw std::invalid_argument("a knot out of order or negative");
+    c.knots.push_back(knot);
+  }
+  return c;
+}
+nlohmann::json curves_to_json(const std::map<std::string, TimeCurve>& curves) {
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, f] : fits) j[k] = to_json(f);
+  for (const auto& [k, c] : curves) j[k] = to_json(c);
   return j;
 }
-std::map<std::string, LinearFit> fits_of(const nlohmann::json& j) {
-  std::map<std::string, LinearFit> fits;
-  for (const auto& [k, v] : j.items()) fits[k] = fit_of(v);
-  return fits;
+std::map<std::string, TimeCurve> curves_of(const nlohmann::json& j) {
+  std::map<std::string, TimeCurve> curves;
+  for (const auto& [k, v] : j.items()) curves[k] = curve_of(v);
+  return curves;
 }
 }  // namespace
 
@@ -242,11 +206,12 @@ std::optional<Calibration> read_calibration(const std::string& path) {
     Calibration c;
     c.machine = j.at("machine").get<std::string>();
     c.ranks = j.at("ranks").get<int>();
-    c.kernels = fits_of(j.at("kernels"));
-    c.classes = fits_of(j.at("classes"));
-    c.collectives = fits_of(j.at("collectives"));
-    c.copy = fit_of(j.at("copy"));
-    c.micro_batch = fit_of(j.at("micro_batch"));
+    c.kernels = curves_of(j.at("kernels"));
+    c.classes = curves_of(j.at("classes"));
+    c.collectives = curves_of(j.at("collectives"));
+    c.copy = curve_of(j.at("copy"));
+    c.micro_batch_seconds = j.at("micro_batch_s").get<double>();
+    if (!(c.micro_batch_seconds >= 0)) return std::nullopt;
     if (c.machine != machine_description(c.ranks)) return std::nullopt;  // another machine's file
     return c;
   } catch (const std::exception&) {
@@ -258,11 +223,11 @@ void write_calibration(const Calibration& c, const std::string& path) {
   const nlohmann::json j = {{"format", kFormat},
                             {"machine", c.machine},
                             {"ranks", c.ranks},
-                            {"kernels", fits_to_json(c.kernels)},
-                            {"classes", fits_to_json(c.classes)},
-                            {"collectives", fits_to_json(c.collectives)},
+                            {"kernels", curves_to_json(c.kernels)},
+                            {"classes", curves_to_json(c.classes)},
+                            {"collectives", curves_to_json(c.collectives)},
                             {"copy", to_json(c.copy)},
-                            {"micro_batch", to_json(c.micro_batch)}};
+                            {"micro_batch_s", c.micro_batch_seconds}};
   std::error_code ignored;  // a folder that cannot be made: the write below says so
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
   write_output_file(path, j.dump(1) + "\n", "calibration");

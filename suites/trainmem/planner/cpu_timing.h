@@ -1,5 +1,5 @@
 // A real run on the CPU backend, timed: every kernel, copy and collective with its wall time (a
-// cost log, common/device/cost_log.h), and each step's. What the calibration fits its lines to,
+// cost log, common/device/cost_log.h), and each step's. What the calibration reads its curves off,
 // and what the planner's proof measures its predictions against.
 #pragma once
 #include <cstddef>

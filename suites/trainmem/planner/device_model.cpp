@@ -75,7 +75,7 @@ class CpuModel : public DeviceModel {
   }
   // MPI on ranks that share the cores: a started gather makes progress when it is waited for.
   bool overlaps_collectives() const override { return false; }
-  double micro_batch_overhead_seconds() const override { return c_.micro_batch.overhead; }
+  double micro_batch_overhead_seconds() const override { return c_.micro_batch_seconds; }
 
  private:
   double fitted(const std::string& prefix, const kernels::KernelCall& call) const {

@@ -9,7 +9,7 @@
 //                   link is NVLink (or PCIe), across nodes each GPU's share of the network)
 //   t(copy)       = bytes / PCIe;   t(host work) = bytes / host memory bandwidth
 // The CPU (cpu_model): every kernel's time from a calibration of this machine (calibration.h):
-//   t(kernel) = overhead(name, dtype) + units * seconds_per_unit(name, dtype)
+//   t(kernel) = curve(name, dtype)(units)      (time_curve.h: measured calls' medians per size class)
 // with units the flops of GEMM-like kernels and the bytes of the rest, measured on real runs.
 #pragma once
 #include <memory>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <stdexcept>
 
@@ -54,11 +55,16 @@ CheckedStep check_step(const std::string& flags, const DeviceModel& device, Comm
   return c;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+std::vector<CheckedStep> check_configurations(const DeviceModel& device, Communicator* world, int steps) {
+  std::vector<CheckedStep> checked;
+  for (const std::string& flags : checked_configurations(world ? world->world_size() : 1)) {
+    checked.push_back(check_step(flags, device, world, steps));
+    const CheckedStep& c = checked.back();
+    if (world == nullptr || world->rank() == 0)
+      std::printf("%-70s predicted %8.2f ms  measured %8.2f ms  error %+6.1f%%\n", flags.c_str(), c.predicted_s * 1e3,
+                  c.measured_s * 1e3, 100.0 * c.error());
+  }
+  return checked;
 }
 
 double spearman(const std::vector<double>& a, const std::vector<double>& b) {

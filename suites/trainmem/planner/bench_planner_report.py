@@ -1,7 +1,10 @@
 """How the report (reports/trainmem_report) presents bench_planner (bench_planner.cpp): the planner's
 predicted step times against steps measured on this CPU, their agreement, and how long a plan takes."""
+import statistics
+
+from reports.trainmem_report.document import Table
 from reports.trainmem_report.presentation import Suite, args, plain
-from reports.trainmem_report.results import Benchmark
+from reports.trainmem_report.results import Benchmark, ResultFolder
 
 
 # BM_PredictedStep/ranks:<N>/config:<flags>, BM_PredictionAgreement/ranks:<N>, BM_Plan/<model>/<gpu>/N<ranks>.
@@ -20,8 +23,41 @@ def _setting(b: Benchmark) -> str:
     return args(b).get("config", "all configurations")
 
 
+def _ranks(values: list[float]) -> list[int]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0] * len(values)
+    for rank, i in enumerate(order):
+        ranks[i] = rank
+    return ranks
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Spearman's rank correlation, 1 - 6 sum d^2 / (n (n^2 - 1)), as bench_planner computes it
+    per rank count (planner/prediction_check.h); here over the runs of every rank count together."""
+    n = len(a)
+    d2 = sum((x - y) ** 2 for x, y in zip(_ranks(a), _ranks(b)))
+    return 1 - 6 * d2 / (n * (n * n - 1))
+
+
+def agreement_table(folder: ResultFolder, suite: Suite) -> list[Table]:
+    """The agreement over every checked configuration, one process and mpirun's ranks together:
+    the set the planner's target (median |error| <= 15%, Spearman >= 0.9) is stated for."""
+    steps = [b for b in folder.runs(suite.bench) if b.name.startswith("BM_PredictedStep/")
+             and "predicted_step_ms" in b.counters and b.counters.get("measured_step_ms", 0) > 0]
+    if len(steps) < 3:
+        return []
+    predicted = [b.counters["predicted_step_ms"] for b in steps]
+    measured = [b.counters["measured_step_ms"] for b in steps]
+    error = statistics.median(abs(p - m) / m for p, m in zip(predicted, measured))
+    ranks = sorted({args(b).get("ranks", "?") for b in steps})
+    return [Table(["configurations", "rank counts", "median |error|", "Spearman", "target"],
+                  [[str(len(steps)), ", ".join(ranks), f"{100 * error:.1f}%", f"{spearman(predicted, measured):.3f}",
+                    "15%, 0.9"]],
+                  caption="Predicted against measured step time over every configuration checked, all rank counts together")]
+
+
 SUITE = Suite(
-    "planner", "The planner (`trainmem plan`)", "bench_planner",
+    "planner", "The planner: trainmem plan", "bench_planner",
     "each configuration's step time as `trainmem plan` predicts it (its meta run's kernels, copies and "
     "collectives timed by this machine's calibration) beside the step measured on the CPU backend "
     "(the time column); the agreement over them (median |error|, target 15%; Spearman's rank "
@@ -33,4 +69,5 @@ SUITE = Suite(
              ("mixes", "mixes", "number"), ("meta_runs", "meta runs", "number"),
              ("best_predicted_step_ms", "best predicted step (ms)", "number")],
     rank_by_time=False,
+    tables=agreement_table,
     order=13)

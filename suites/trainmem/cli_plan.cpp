@@ -210,7 +210,10 @@ int run_plan(PlanFlags& f) {
   }
   // One row per outcome: candidates with the same time and memory as the row above (bf16 and fp16
   // on a card as fast in both, flash and cuDNN while they share one efficiency) are named under it.
-  std::printf("%4s %10s %12s %12s %12s  %s\n", "rank", "step ms", "tokens/s", "reserved", "allocated", "flags");
+  // What the techniques cost in time, per row: the kernels (recompute adds to them), the
+  // communication the kernels wait for (sharding), the host's part (offload), in ms of a step.
+  std::printf("%4s %10s %12s %12s %12s %9s %9s %9s  %s\n", "rank", "step ms", "tokens/s", "reserved", "allocated", "kernels",
+              "comm", "offload", "flags");
   const std::size_t rows = f.show_all ? plan.fitting.size() : f.top;
   std::size_t shown = 0;
   for (std::size_t i = 0; i < plan.fitting.size();) {
@@ -220,16 +223,20 @@ int run_plan(PlanFlags& f) {
     for (; same < plan.fitting.size() && same_figures(plan.fitting[same], c); ++same)
       alternatives.push_back(flags_not_in(plan.fitting[same].flags, c.flags));
     if (shown++ == rows) break;
-    std::printf("%4zu %10.2f %12.0f %12s %12s  %s\n", shown, c.time.seconds * 1e3, tokens_per_step(c, q.world_size) / c.time.seconds,
-                gib(c.peak_reserved).c_str(), gib(c.peak_allocated).c_str(), c.flags.c_str());
+    std::printf("%4zu %10.2f %12.0f %12s %12s %9.2f %9.2f %9.2f  %s\n", shown, c.time.seconds * 1e3,
+                tokens_per_step(c, q.world_size) / c.time.seconds, gib(c.peak_reserved).c_str(), gib(c.peak_allocated).c_str(),
+                (c.time.compute + c.time.memory) * 1e3, c.time.exposed_communication * 1e3, c.time.offload * 1e3,
+                c.flags.c_str());
     if (!alternatives.empty()) {
       std::string line;
       for (const std::string& a : alternatives) line += (line.empty() ? "" : "; ") + a;
-      std::printf("%56s  the same figures with: %s\n", "", line.c_str());
+      std::printf("%86s  the same figures with: %s\n", "", line.c_str());
     }
     i = same;
   }
   const planner::Candidate& best = plan.fitting.front();
+  std::printf("(kernels: the kernels' time, recompute included; comm: the communication they wait for; offload: "
+              "PCIe copies and the host's optimizer; ms a step)\n");
   std::printf("\nbest: %.2f ms per step (compute %.2f, memory-bound %.2f, communication %.2f of which exposed %.2f, "
               "offload %.2f, host %.2f)\n  %s\n",
               best.time.seconds * 1e3, best.time.compute * 1e3, best.time.memory * 1e3, best.time.communication * 1e3,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/tests/command_runner.h"
+#include "common/tests/sanitizers.h"
 #include "suites/trainmem/estimator/meta_run.h"
 #include "suites/trainmem/planner/calibration.h"
 #include "suites/trainmem/planner/cpu_timing.h"
@@ -116,6 +117,7 @@ TEST(TimeCurve, KnotsAreEachSizeClasssMediansJoinedByLines) {
 // than its calibration): a round that misses is measured once more, calibration included, and
 // the second round must pass. A wrong model misses both.
 TEST(StepTime, PredictedFromTheMetaRunAgainstMeasuredOnThisCpu) {
+  TRAINMEM_SKIP_UNDER_SANITIZERS("the same test in ci/test's first ctest: it times steps, and here it would time the sanitizer");
   Agreement a;
   std::vector<CheckedStep> steps;
   for (int round = 1; round <= 2; ++round) {

@@ -216,13 +216,13 @@ int run_plan(PlanFlags& f) {
               "comm", "offload", "flags");
   const std::size_t rows = f.show_all ? plan.fitting.size() : f.top;
   std::size_t shown = 0;
-  for (std::size_t i = 0; i < plan.fitting.size();) {
+  for (std::size_t i = 0; i < plan.fitting.size() && shown < rows;) {
     const planner::Candidate& c = plan.fitting[i];
     std::size_t same = i + 1;
     std::vector<std::string> alternatives;
     for (; same < plan.fitting.size() && same_figures(plan.fitting[same], c); ++same)
       alternatives.push_back(flags_not_in(plan.fitting[same].flags, c.flags));
-    if (shown++ == rows) break;
+    ++shown;
     std::printf("%4zu %10.2f %12.0f %12s %12s %9.2f %9.2f %9.2f  %s\n", shown, c.time.seconds * 1e3,
                 tokens_per_step(c, q.world_size) / c.time.seconds, gib(c.peak_reserved).c_str(), gib(c.peak_allocated).c_str(),
                 (c.time.compute + c.time.memory) * 1e3, c.time.exposed_communication * 1e3, c.time.offload * 1e3,

@@ -15,6 +15,7 @@
 #include "common/device/device.h"
 #include "common/util/output_file.h"
 #include "suites/trainmem/planner/cpu_timing.h"
+#include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
 
 namespace trainmem::planner {
@@ -123,11 +124,12 @@ Calibration calibrate_this_machine(Communicator* world) {
   const int ranks = world ? world->world_size() : 1;
   RecordingLog log;
   for (const std::string& flags : workloads()) {
-    if (world && ranks > 1 && flags.find("--zero") == std::string::npos)
+    const TrainingSetup alone = cli::setup_from_train_flags(flags);
+    if (world && ranks > 1 && registered_techniques().sharding(alone) == nullptr)
       run_timed_on_cpu(cli::setup_from_train_flags(flags + " --zero 0", DeviceKind::cpu, static_cast<std::size_t>(ranks)),
                        world, kSteps, &log);
     else
-      run_timed_on_cpu(cli::setup_from_train_flags(flags), nullptr, kSteps, &log);
+      run_timed_on_cpu(alone, nullptr, kSteps, &log);
   }
   if (world && ranks > 1)
     for (const std::string& flags : sharded_workloads())

@@ -91,7 +91,22 @@ Agreement agreement(const std::vector<CheckedStep>& steps) {
     measured.push_back(s.measured_s);
     errors.push_back(std::abs(s.error()));
   }
-  return {median(errors), spearman(predicted, measured)};
+  return {median(errors), spearman(predicted, measured), steps.size()};
+}
+
+Agreement agreement_on_this_machine(Communicator* world, const AgreementBound& bound) {
+  const bool rank0 = world == nullptr || world->rank() == 0;
+  Agreement a;
+  for (int round = 1; round <= 2; ++round) {
+    const auto model = cpu_model(calibrate_this_machine(world));
+    a = agreement(check_configurations(*model, world, 5));
+    if (rank0)
+      std::printf("round %d: median |error| %.1f%%, Spearman %.3f over %zu configurations on %d rank(s)\n", round,
+                  100 * a.median_abs_error, a.spearman, a.configurations, world ? world->world_size() : 1);
+    const double missed = rank0 && !bound.met_by(a) ? 1.0 : 0.0;
+    if ((world ? world->all_reduce_max(missed) : missed) == 0.0) break;
+  }
+  return a;
 }
 
 }  // namespace trainmem::planner

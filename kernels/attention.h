@@ -55,9 +55,11 @@ template <typename T = float>
 inline void attention_forward(const Stream& s, Out<T> out, Out<T> preatt, Out<T> att, In<T> qkv, std::size_t B,
                               std::size_t Tn, std::size_t C, std::size_t NH, std::size_t NKV = 0) {
   check_kv_heads(NH, NKV, "attention_forward");  // on meta too: a shape no backend can run
-  // Q K^T and P V under the causal mask; writes the scores and probabilities, B*H*Tn^2 each
+  // Q K^T and P V under the causal mask. Its B*H*Tn^2 matrices go through device memory (the
+  // kernel_cost.h convention): the scores written by Q K^T and read back by the softmax, the
+  // probabilities written by it and read back by P V (4 of them); qkv read, out written.
   const double qkv_elements = double(B) * Tn * (NH + 2 * kv_heads_or_all(NH, NKV)) * (C / NH), scores = double(B) * NH * Tn * Tn;
-  KernelCost cost(s, attention_call<T>("attention_forward", B, Tn, NH, C / NH, true, 2, qkv_elements + 2 * scores + double(B) * Tn * C));
+  KernelCost cost(s, attention_call<T>("attention_forward", B, Tn, NH, C / NH, true, 2, qkv_elements + 4 * scores + double(B) * Tn * C));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::attention_forward<T>(out, preatt, att, qkv, B, Tn, C, NH, NKV);
   TRAINMEM_CUDA_KERNEL("attention_forward",
@@ -68,9 +70,12 @@ inline void attention_backward(const Stream& s, Out<T> dqkv, Out<T> dscores, In<
                                std::size_t B, std::size_t Tn, std::size_t C, std::size_t NH,
                                std::size_t NKV = 0) {
   check_kv_heads(NH, NKV, "attention_backward");
-  // dP = dout V^T, dV = P^T dout, dQ = dS K, dK = dS^T Q; reads the probabilities, writes and reads dscores
+  // dP = dout V^T, dV = P^T dout, dQ = dS K, dK = dS^T Q. Its B*H*Tn^2 matrices through device
+  // memory: the probabilities read by dV's product and by the softmax's backward (2); dscores
+  // written by dP's product, read and rewritten in place by the softmax's backward, read by dQ's
+  // and dK's products (5). qkv and dout read, dqkv written.
   const double qkv_elements = double(B) * Tn * (NH + 2 * kv_heads_or_all(NH, NKV)) * (C / NH), scores = double(B) * NH * Tn * Tn;
-  KernelCost cost(s, attention_call<T>("attention_backward", B, Tn, NH, C / NH, true, 4, 2 * qkv_elements + 3 * scores + double(B) * Tn * C));
+  KernelCost cost(s, attention_call<T>("attention_backward", B, Tn, NH, C / NH, true, 4, 2 * qkv_elements + 7 * scores + double(B) * Tn * C));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu) return cpu::attention_backward<T>(dqkv, dscores, dout, qkv, att, B, Tn, C, NH, NKV);
   TRAINMEM_CUDA_KERNEL("attention_backward",

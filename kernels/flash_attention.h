@@ -79,7 +79,10 @@ void attention_reference_backward(T* dqkv, const T* dout, const T* qkv, const At
 }  // namespace cpu
 
 namespace cuda {
-using Half16 = kernels::Half16;  // 16-bit element type of qkv, out, dout, dqkv (stored as uint16_t)
+using Half16 = kernels::Half16;
+
+// The head dims the CUDA kernels are written for (their tiles hold a whole head row).
+constexpr bool flash_attention_takes_head_dim(std::size_t D) { return D == 64 || D == 128; }  // 16-bit element type of qkv, out, dout, dqkv (stored as uint16_t)
 
 // The kernel versions, kept side by side as teaching steps (1 = simplest). Every version
 // computes the same thing; later ones are faster.

@@ -11,8 +11,11 @@ std::vector<std::string> default_oom_advice(const OomReport& r) {
   std::vector<std::string> advice;
   auto bytes_of = [&](MemoryCategory c) { return r.category_bytes[index_of(c)]; };
 
-  // Fragmentation first: the cache had enough free bytes in total, but no piece big enough.
-  if (r.reserved_unallocated_bytes() >= r.rounded_bytes) {
+  // Fragmentation first: the cache had enough free bytes in total, but no piece big enough. (Not
+  // when the run's live tensors alone exceed the device: better packing cannot close that gap.)
+  if (r.live_tensors_exceed_device) {
+    // (the estimator's own lines say what does)
+  } else if (r.reserved_unallocated_bytes() >= r.rounded_bytes) {
     if (r.expandable_segments) {
       advice.push_back("the allocator holds " + format_bytes(r.reserved_unallocated_bytes()) +
                        " reserved but unallocated, more than the request, yet no block of " +

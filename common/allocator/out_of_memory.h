@@ -40,6 +40,10 @@ struct OomReport {
   std::size_t largest_free_block = 0;  // largest cached free block (after releasing the cache)
   std::array<std::int64_t, kNumMemoryCategories> category_bytes{};  // allocated bytes per category
   bool expandable_segments = false;    // the allocator already ran with expandable_segments:True
+  // Known to the advisor that knows the run (the estimator's): the tensors the run holds at once
+  // (its peak allocated on an unlimited device) exceed what the device can give. Then no allocator
+  // setting can make it fit, and the fragmentation advice is left out.
+  bool live_tensors_exceed_device = false;
   RemediesInEffect in_effect;          // left out of the advice
   std::vector<std::string> advice;     // what would help, most specific first
 

@@ -162,6 +162,8 @@ std::string explain_validation(const std::string& what) {
   // A check whose message names its flag itself ("--fsdp-prefetch takes on|off ..."): CLI11's
   // "--fsdp-prefetch: " before it would say the name twice.
   if (name_rest && starts_with(name_rest->second, name_rest->first + " ")) return name_rest->second;
+  // A hidden flag's check (CLI11 names it ""): its message names the flag.
+  if (name_rest && name_rest->first.empty()) return name_rest->second;
   if (set == std::string::npos || !name_rest || !ends_with(what, "}") || set < name_rest->first.size() + 2) return what;
   const std::size_t value_at = name_rest->first.size() + 2;
   return name_rest->first + " takes " + one_of(what.substr(set + 8)) + ", not '" + what.substr(value_at, set - value_at) + "'";

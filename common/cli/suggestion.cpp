@@ -20,6 +20,14 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::vector<std::string> nearest_names(std::string_view word, const std::vector<std::string>& names) {
+  // A name the word begins, up to one of its dashes: the card or model without its size ("h100" is
+  // h100-80gb, "rtx4090" is rtx4090-24gb). These come before any misspelling.
+  std::vector<std::string> extended;
+  for (const std::string& name : names)
+    if (!word.empty() && name.size() > word.size() && name.compare(0, word.size(), word) == 0 && name[word.size()] == '-')
+      extended.push_back(name);
+  if (!extended.empty()) return extended;
+
   std::vector<std::string> nearest;
   std::size_t best = 0;
   for (const std::string& name : names) {

@@ -15,8 +15,9 @@ namespace trainmem::cli {
 // "model", where plain Levenshtein counts 2.
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
-// The names nearest to `word`, all at the smallest distance, when that distance is at most a
-// third of the longer of the two (at least 1): a typo, not another word. Empty when none is near.
+// The names nearest to `word`: those it begins up to a dash ("h100" for h100-80gb) if any; else
+// all at the smallest distance, when that distance is at most a third of the longer of the two
+// (at least 1): a typo, not another word. Empty when none is near.
 std::vector<std::string> nearest_names(std::string_view word, const std::vector<std::string>& names);
 
 // "; did you mean --model?", "; did you mean --zero or --seed?", or "" when no name is near.

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -126,9 +127,18 @@ std::optional<std::string> cuda_unavailable_reason() {
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     cudaGetLastError();
+    // A machine with no GPU either has no NVIDIA driver loaded (the runtime then says "CUDA driver
+    // version is insufficient", which reads as if a driver needed updating) or a driver that
+    // finds no device: both are "no GPU found". A loaded driver older than the runtime is not.
+    const bool driver_loaded = std::ifstream("/proc/driver/nvidia/version").good();
+    if (status == cudaErrorNoDevice || (status == cudaErrorInsufficientDriver && !driver_loaded))
+      return std::string("no GPU found");
+    if (status == cudaErrorInsufficientDriver)
+      return "the NVIDIA driver is older than this CUDA runtime (" + std::to_string(CUDART_VERSION / 1000) + "." +
+             std::to_string(CUDART_VERSION % 1000 / 10) + "): update the driver";
     return std::string(cudaGetErrorString(status));
   }
-  if (count == 0) return std::string("no CUDA device found");
+  if (count == 0) return std::string("no GPU found");
   const int index = cuda_device_for_this_process();
   int mode = cudaComputeModeDefault;
   status = cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, index);

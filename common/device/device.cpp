@@ -101,7 +101,7 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
 
   // One line that says which device was taken and, for auto falling back to cpu, why.
   //   device: cuda:0 (NVIDIA H100 80GB HBM3, 79.19 GiB)
-  //   device: cpu (auto: no usable CUDA device: <reason>) with a 16.00 GiB device-memory budget
+  //   device: cpu (auto: no GPU found) with a 16.00 GiB device-memory budget (or auto: <why not>)
   if (log) {
     const DeviceInfo& i = device->info_;
     if (kind == DeviceKind::cuda) {
@@ -112,7 +112,7 @@ std::unique_ptr<Device> Device::open(const DeviceOptions& options, std::ostream*
            << format_bytes(i.device_memory_bytes) << " device-memory budget\n";
     } else {
       const std::string why =
-          choice == DeviceChoice::automatic ? "auto: no usable CUDA device: " + no_cuda.value_or("") : std::string("chosen");
+          choice == DeviceChoice::automatic ? "auto: " + no_cuda.value_or("") : std::string("chosen");
       *log << "device: cpu (" << why << ") with a " << format_bytes(i.device_memory_bytes)
            << " device-memory budget\n";
     }

@@ -1,5 +1,6 @@
 #include "common/model/gpt.h"
 
+#include "common/device/device_ops.h"
 #include "common/model/storage_type.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"

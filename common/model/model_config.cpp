@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cli/suggestion.h"
 #include "common/model/parameter_table.h"
 #include "common/util/checked_math.h"
 
@@ -60,6 +61,7 @@ nlohmann::json ModelConfig::to_json() const {
     j["rope_theta"] = rope_theta;
     j["norm_eps"] = norm_eps;
   }
+  if (!origin.empty()) j["origin"] = origin;
   return j;
 }
 
@@ -72,7 +74,14 @@ struct Preset {
   double rope_theta = 0, norm_eps = 0;
 
   ModelConfig config() const {
-    ModelConfig c{name, arch, vocab, seq, layers, heads, dim};
+    ModelConfig c;
+    c.name = name;
+    c.arch = arch;
+    c.vocab = vocab;
+    c.seq = seq;
+    c.layers = layers;
+    c.heads = heads;
+    c.dim = dim;
     if (arch == Arch::llama) {
       c.kv_heads = kv_heads;
       c.ffn_dim = ffn_dim;
@@ -144,8 +153,26 @@ ModelConfig model_preset(const std::string& name) {
   for (const Preset& p : kPresets) known += std::string(known.empty() ? "" : ", ") + p.name;
   std::string aliases;
   for (const auto& [alias, preset] : kAliases) aliases += std::string(aliases.empty() ? "" : ", ") + std::string(alias) + "=" + std::string(preset);
-  throw ModelConfigError("unknown model '" + name + "' (presets: " + known + ", in any case; aliases " + aliases +
-                       "; or give --layers --heads --dim --seq --vocab)");
+  std::vector<std::string> names = model_preset_names();
+  for (const auto& [alias, preset] : kAliases) names.emplace_back(alias);
+  throw ModelConfigError("unknown model '" + name + "'" + cli::did_you_mean(wanted, names) + " (presets: " + known +
+                         ", in any case; aliases " + aliases +
+                       "; or describe a shape of your own with --layers --heads --dim, and --arch --seq --vocab "
+                       "--kv-heads --ffn-dim --rope-theta --norm-eps)");
+}
+
+std::string ModelConfig::label() const {
+  return name + " (" + to_string(arch) + (origin.empty() ? "" : "; " + origin) + ")";
+}
+
+FamilyDefaults family_defaults(Arch arch) {
+  if (arch == Arch::llama) return {4096, 32000, 10000, 1e-5, "Llama 2's"};
+  return {1024, 50257, 10000, 1e-5, "GPT-2's"};  // (a GPT has no rotary embeddings nor RMSNorm)
+}
+
+std::size_t llama_ffn_dim(std::size_t dim) {
+  const std::size_t two_thirds_of_4c = 2 * (4 * dim) / 3;
+  return (two_thirds_of_4c + 255) / 256 * 256;
 }
 
 std::string ModelConfig::shape_summary() const {

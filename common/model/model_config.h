@@ -49,6 +49,10 @@ struct ModelConfig {
   std::size_t ffn_dim = 176; // F, SwiGLU's hidden size
   double rope_theta = 10000; // the rotary embedding's base
   double norm_eps = 1e-5;    // RMSNorm's epsilon
+  // Where the shape came from when it is not a preset as it stands: what the user gave and what
+  // was filled in, from where ("as given: --layers 24 --heads 16 --dim 1024; filled in: T=1024 (GPT-2's; no --seq), ...").
+  // Empty for a preset. Printed in every command's first line (label()).
+  std::string origin;
 
   std::size_t head_dim() const { return dim / heads; }                               // D
   std::size_t num_kv_heads() const { return arch == Arch::llama ? kv_heads : heads; }  // Hkv
@@ -65,6 +69,9 @@ struct ModelConfig {
   // The shape in one line, as every command prints it: "L=2 H=4 C=64 T=64 V=256, padded to Vp=256";
   // a Llama's adds its family's own sizes, "L=2 H=4 Hkv=2 C=64 F=176 T=64 V=256, padded to Vp=256".
   std::string shape_summary() const;
+  // The model as every command's first line names it: "gpt2-124m (gpt)", or with its origin,
+  // "custom (gpt; --layers --heads --dim as given, ...)".
+  std::string label() const;
 
   // Throws ModelConfigError saying what to change (e.g. dim not divisible by heads).
   void validate() const;
@@ -80,6 +87,20 @@ struct ModelConfigError : std::invalid_argument {
 // (B*T*4C, the logits B*T*Vp, the attention scores B*H*T*T, at 4 bytes an element). Every other
 // size a run computes is a smaller product of the same factors, so none of them can wrap around.
 void check_run_sizes(const ModelConfig& config, std::size_t batch);
+
+// The usual values of a family for the fields a shape of one's own leaves out (T, V and the
+// Llama constants), and whose they are: GPT-2's 1024 and 50257; Llama 2's 4096, 32000, theta
+// 10000 and eps 1e-5.
+struct FamilyDefaults {
+  std::size_t seq, vocab;
+  double rope_theta, norm_eps;
+  const char* whose;  // "GPT-2's"
+};
+FamilyDefaults family_defaults(Arch arch);
+
+// Llama's MLP width for a width C when none is given: 2/3 of 4C, rounded up to a multiple of 256
+// (Meta's reference code, multiple_of = 256: C = 4096 gives Llama 2 7B's 11008).
+std::size_t llama_ffn_dim(std::size_t dim);
 
 // GPT: tiny (tests), small (CPU demo), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, tiny-hd64,
 // tiny-hd128. Llama: llama-tiny, llama-small, llama-tiny-hd64 (tests and CPU runs), llama2-7b, llama3-8b,

@@ -133,7 +133,9 @@ void FlatUnit::start_gather() {
                         MemoryCategory::parameters, layout_.name + ".params");
   const void* send = value_shard_.data();
   if (parameters_ == Keep::host_shard) {  // offload: into this rank's slice, then gathered in place
-    copy_host_to_device(device, my_slice(full_values_), host_value_shard_.data(), host_value_shard_.size());
+    // (host_shard_bytes_, not the host vector's size: on meta the vector is never made, and the
+    // copy must still be declared, with its bytes, for the planner's time)
+    copy_host_to_device(device, my_slice(full_values_), host_value_shard_.data(), host_shard_bytes_);
     send = my_slice(full_values_);
   }
   pending_ = comm_.start_all_gather(send, full_values_.data(), layout_.shard_numel, dtype_, MemoryCategory::parameters);

@@ -117,6 +117,12 @@ TEST(ByteSize, FormatsLikePyTorch) {
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");
   EXPECT_EQ(format_bytes(20 * MiB), "20.00 MiB");
   EXPECT_EQ(format_bytes(16 * GiB), "16.00 GiB");
+  // Issue 40, item 8: "4516419.50 GiB" reads better as 4.31 PiB.
+  EXPECT_EQ(format_bytes(1023 * GiB), "1023.00 GiB");
+  EXPECT_EQ(format_bytes(1024 * GiB), "1.00 TiB");
+  EXPECT_EQ(format_bytes(static_cast<std::uint64_t>(4516419.5 * GiB)), "4.31 PiB");
+  EXPECT_EQ(format_bytes(std::uint64_t{1} << 62), "4.00 EiB");
+  EXPECT_EQ(format_bytes(~std::uint64_t{0}), "16.00 EiB");
 }
 
 }  // namespace

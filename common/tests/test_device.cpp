@@ -2,6 +2,7 @@
 // from, and the errors a user sees for a device that cannot be had.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -71,7 +72,7 @@ TEST(Device, AutoPicksCudaOnlyWhenAGpuAnswersAndSaysWhy) {
   if (reason) {
     EXPECT_EQ(device->kind(), DeviceKind::cpu);
     EXPECT_NE(log.str().find("device: cpu"), std::string::npos) << log.str();
-    EXPECT_NE(log.str().find("auto: no usable CUDA device: " + *reason), std::string::npos) << log.str();
+    EXPECT_NE(log.str().find("(auto: " + *reason + ")"), std::string::npos) << log.str();
     EXPECT_NE(log.str().find("256.00 MiB device-memory budget"), std::string::npos) << log.str();
   } else {
     EXPECT_EQ(device->kind(), DeviceKind::cuda);
@@ -80,6 +81,17 @@ TEST(Device, AutoPicksCudaOnlyWhenAGpuAnswersAndSaysWhy) {
     EXPECT_EQ(device->info().device_memory_bytes, 256 * MiB);
     EXPECT_GT(device->info().sm_count, 0);
   }
+}
+
+// Issue 40, item 9: on a machine with no GPU (and so no NVIDIA driver), auto said "CUDA driver
+// version is insufficient for CUDA runtime version", which reads as if a driver needed updating.
+TEST(Device, AMachineWithNoDriverHasNoGpuFound) {
+  if (!cuda_compiled()) GTEST_SKIP() << "built without CUDA: the reason is the build's";
+  if (std::ifstream("/proc/driver/nvidia/version").good()) GTEST_SKIP() << "an NVIDIA driver is loaded here";
+  EXPECT_EQ(cuda_unavailable_reason(), std::optional<std::string>("no GPU found"));
+  std::ostringstream log;
+  Device::open(DeviceOptions{}, &log);
+  EXPECT_NE(log.str().find("device: cpu (auto: no GPU found) with a"), std::string::npos) << log.str();
 }
 
 TEST(Device, AskingForCudaWithoutAGpuIsAClearError) {

@@ -32,13 +32,17 @@ AdamWOptimizer::StepOutcome AdamWOptimizer::step(double loss_scale) {
   for (Parameter& p : params) squares.add(p.grad.data(), static_cast<std::size_t>(p.grad.numel()), p.grad.dtype());
   const UnscaledStep unscaled = unscale(std::sqrt(squares.total()), loss_scale, max_grad_norm_);
   StepOutcome outcome{unscaled.grad_norm, unscaled.skipped};
-  if (unscaled.skipped) return outcome;
+  // Adam's moments appear at the first step, skipped or not. So the allocation sequence is the
+  // same whatever the gradients hold, and a meta run (which computes nothing, so never skips)
+  // follows a run whose first fp16 steps overflow to the byte. (PyTorch's Adam makes them at the
+  // first step() GradScaler does not skip: the same bytes, later in the sequence.)
   if (m_.empty()) {
     for (Parameter& p : params) {
       m_.push_back(make_adam_moment(device, p.value.shape(), p.name + ".adam_m"));
       v_.push_back(make_adam_moment(device, p.value.shape(), p.name + ".adam_v"));
     }
   }
+  if (unscaled.skipped) return outcome;
   const float grad_scale = unscaled.grad_scale;  // g = grad * grad_scale
   ++step_;
   const auto stream = kernel_stream(device);

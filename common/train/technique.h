@@ -128,7 +128,7 @@ enum class DatasetHome {
 };
 
 // A small configuration that exercises a technique's options, written as a user writes it after
-// `trainmem train`: "--recompute every:2 --layers 4 --precision fp16". It may name other flags
+// `trainmem train`: "--recompute every:2 --model tiny --layers 4 --precision fp16". It may name other flags
 // where the combination is the point (the tiny model with one layer more, a precision). The tests
 // parse it with train's own flags and run it in one process: a sharding technique's samples run
 // on a world of one rank (test_estimate_ranks runs more).

@@ -1,5 +1,6 @@
 #include "common/train/trainer.h"
 
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -117,7 +118,34 @@ StepResult Trainer::step() {
   r.reserved_bytes = s.reserved_bytes[0].current;
   r.peak_allocated_bytes = s.allocated_bytes[0].peak;
   r.peak_reserved_bytes = s.reserved_bytes[0].peak;
+  stop_if_every_step_is_skipped(r);
   return r;
+}
+
+// One overflowing batch skips one step, and fp16's loss scaler backs off after each skip until the
+// gradients fit. But steps skipped in a row at a scale that no longer falls (none: fp32 and bf16;
+// fp16's at its floor) fail on the weights, not on a batch: every later step would be skipped
+// too, and the run would go on changing nothing. It stops after kMaxSkippedStepsAtOneScale of
+// them, naming the cause.
+void Trainer::stop_if_every_step_is_skipped(const StepResult& r) {
+  if (!r.skipped) {
+    skipped_in_a_row_ = 0;
+    return;
+  }
+  const bool backed_off = skipped_in_a_row_ > 0 && r.loss_scale < scale_of_last_skip_;
+  skipped_in_a_row_ = backed_off ? 1 : skipped_in_a_row_ + 1;
+  scale_of_last_skip_ = r.loss_scale;
+  if (skipped_in_a_row_ < kMaxSkippedStepsAtOneScale) return;
+  char text[160];
+  std::snprintf(text, sizeof text, "loss %g, gradient norm %g, loss scale %g; --lr %g, --weight-decay %g", r.loss,
+                r.grad_norm, r.loss_scale, static_cast<double>(options_.adam.lr),
+                static_cast<double>(options_.adam.weight_decay));
+  const long first = step_ - skipped_in_a_row_ + 1;
+  throw DivergedError("steps " + std::to_string(first) + " to " + std::to_string(step_) +
+                      " were all skipped, their gradients inf or NaN (" + text + "): " +
+                      (std::isfinite(r.loss) ? "the backward pass overflows" : "the forward pass overflows with these weights") +
+                      ", and no later step would train. Use a smaller --lr or --weight-decay, or --grad-clip; with "
+                      "--precision fp16 a smaller --loss-scale (or --precision bf16)");
 }
 
 }  // namespace trainmem

@@ -41,9 +41,12 @@ struct StepResult {
 };
 
 // An update left inf or NaN in the weights: the run cannot go on (exit 1, saying what to change).
+// Also: kMaxSkippedStepsAtOneScale steps skipped in a row at a loss scale that did not fall
+// (Trainer::step): no later step would train.
 struct DivergedError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+constexpr long kMaxSkippedStepsAtOneScale = 10;
 
 class Trainer {
  public:
@@ -62,6 +65,7 @@ class Trainer {
  private:
   double micro_step(std::size_t micro, double loss_scale);
   double loss_scale();  // the product of the strategies' factors
+  void stop_if_every_step_is_skipped(const StepResult& r);  // DivergedError (trainer.cpp)
   template <typename Hook>
   void each(Hook&& hook);
 
@@ -74,6 +78,8 @@ class Trainer {
   Optimizer* optimizer_;
   Tensor tokens_, targets_;  // the device's copy of the current micro-batch (category data)
   long step_ = 0;
+  long skipped_in_a_row_ = 0;       // steps skipped in a row, since the loss scale last fell
+  double scale_of_last_skip_ = 0;
 };
 
 }  // namespace trainmem

@@ -136,8 +136,19 @@ std::string format_bytes(std::uint64_t bytes) {
     std::snprintf(buf, sizeof buf, "%.2f KiB", static_cast<double>(bytes) / KiB);
   } else if (bytes < GiB) {
     std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / MiB);
-  } else {
+  } else if (bytes < GiB * 1024) {
     std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / GiB);
+  } else {
+    // Past PyTorch's largest unit: TiB, PiB, EiB (a 70B model's activations at a long context, a
+    // limit the flags state), not "4516419.50 GiB".
+    const char* units[] = {"TiB", "PiB", "EiB"};
+    double value = static_cast<double>(bytes) / GiB / 1024;
+    std::size_t unit = 0;
+    while (value >= 1024 && unit + 1 < std::size(units)) {
+      value /= 1024;
+      ++unit;
+    }
+    std::snprintf(buf, sizeof buf, "%.2f %s", value, units[unit]);
   }
   return buf;
 }

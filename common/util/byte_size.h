@@ -39,7 +39,7 @@ std::string byte_size_units();
 std::string exact_byte_size(std::uint64_t bytes);
 
 // Human-readable, as PyTorch's format_size does: bytes below 1 KiB, else KiB/MiB/GiB with two
-// decimals, e.g. "20.00 MiB".
+// decimals, e.g. "20.00 MiB"; from 1 TiB on, TiB/PiB/EiB ("4.31 TiB").
 std::string format_bytes(std::uint64_t bytes);
 
 }  // namespace trainmem

@@ -94,7 +94,7 @@ void check_version(int version, const char* op) {
 }
 
 void check_shape(const AttentionShape& shape, const char* op) {
-  if (shape.D != 64 && shape.D != 128)
+  if (!flash_attention_takes_head_dim(shape.D))
     throw std::invalid_argument(std::string(op) + ": head dim D = " + std::to_string(shape.D) +
                                 " (flash attention kernels exist for 64 and 128)");
   check_kv_heads(shape.H, shape.Hkv, op);

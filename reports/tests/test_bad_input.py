@@ -165,3 +165,26 @@ def test_a_group_too_large_to_rank_is_listed_as_not_compared(fixture_copy, tmp_p
     rows = compare.ranking_differences(folders, suite_for("bench_baseline"))
     assert rows == [["Baseline training step", "train step", "not compared", "-", "-",
                      f"{count} settings, more than the {compare.MAX_RANKED} whose rankings are compared"]]
+
+
+def test_a_run_with_null_losses_is_named_and_the_other_runs_are_shown(fixture_copy):
+    """`trainmem train --json` writes a NaN loss as null. One run with null losses names the run and
+    the field; every run keeps its row in "Training runs", the loss curves are drawn (issue 40, item 19)."""
+    path = fixture_copy / "train-precision-fp16.json"
+    run = json.loads(path.read_text())
+    run["steps"][0]["loss"] = None
+    run["steps"][4]["loss"] = None
+    run["memory"]["peak_allocated_bytes"] = "lots"
+    path.write_text(json.dumps(run))
+    assert main(["render", str(fixture_copy)]) == 0
+    summary = (fixture_copy / "summary.md").read_text()
+    [(header, rows)] = section_tables(summary, "Training runs (trainmem train)")
+    names = sorted(p.stem[len("train-"):] for p in fixture_copy.glob("train-*.json"))
+    assert sorted(r[0] for r in rows) == names
+    fp16 = next(r for r in rows if r[0] == "precision-fp16")
+    assert fp16[1:5] == [str(len(run["steps"])), "-", f"{run['steps'][-1]['loss']:.4f}", "-"]
+    missing = missing_section(fixture_copy)
+    assert "train-precision-fp16.json: steps[0].loss is null (and 1 more of its 10 steps)" in missing
+    assert "train-precision-fp16.json: memory.peak_allocated_bytes is a string" in missing
+    assert "training runs: could not be drawn" not in missing
+    assert (fixture_copy / "plots" / "precision-loss.png").stat().st_size > 2000

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from conftest import section_tables
+from conftest import FIXTURE, section_tables
 from reports.trainmem_report import claims, noise
 from reports.trainmem_report.__main__ import main
 from reports.trainmem_report.results import load_folder
@@ -138,3 +138,52 @@ def test_a_full_run_carries_no_quick_notice(tmp_path):
     folder = write_folder(tmp_path / "r", {"bench_checkpointing": checkpointing([45, 46, 47], [60, 61, 62])}, run)
     assert main(["render", str(folder)]) == 0
     assert "a quick run" not in (folder / "summary.md").read_text()
+
+
+# --- issue 40, item 7: a clean report has nothing missing; a claim cell says one thing ---------------
+
+def test_a_counter_that_is_zero_in_every_repetition_is_not_missing_data(tmp_path):
+    """Google Benchmark's "cv" aggregate is stddev / mean: NaN (0 / 0) for a counter that is 0 in
+    every repetition. There is no variation to measure, nothing is missing: no problem is listed, and
+    the counter is the median's 0."""
+    entries = repeated("BM_Recompute/small/L4/none", [45, 46, 47], peak_allocated_bytes=100 * MiB, host_bytes=0)
+    case = entries[0]["run_name"]
+    entries.append({"name": f"{case}_cv", "run_name": case, "run_type": "aggregate", "aggregate_name": "cv",
+                    "aggregate_unit": "percentage", "repetitions": 3, "real_time": 0.02, "cpu_time": 0.02,
+                    "time_unit": "ms", "peak_allocated_bytes": 0.0, "host_bytes": math.nan})
+    folder = write_folder(tmp_path / "r", {"bench_checkpointing": entries}, run={"quick": False})
+    loaded = load_folder(folder)
+    assert loaded.problems == []
+    assert loaded.runs("bench_checkpointing")[0].counters["host_bytes"] == 0
+    assert main(["render", str(folder)]) == 0
+    missing = (folder / "summary.md").read_text().split("## Missing from these results", 1)[1]
+    assert "host" not in missing and "nan" not in missing
+
+
+def test_the_committed_clean_run_lists_no_problem():
+    """The fixture is a whole `ci/suite --quick` run: its NaN "cv" aggregates (counters that are 0 in
+    every repetition) were 49 lines of "missing" data."""
+    assert load_folder(FIXTURE).problems == []
+
+
+def test_a_claim_with_a_verdict_does_not_also_say_it_is_not_resolved():
+    """Every claim of the committed run: a verdict (holds, does not hold, not measurable on CPU) says
+    nothing of the noise; "not resolved at this noise" is said only where it is the verdict."""
+    for c in claims.evaluate(load_folder(FIXTURE)):
+        if c.verdict == noise.NOT_RESOLVED:
+            assert noise.NOT_RESOLVED in c.measured, c  # and why
+        else:
+            assert noise.NOT_RESOLVED not in c.measured, c
+
+
+def test_a_failing_part_decides_and_the_noise_of_another_is_not_mentioned(tmp_path):
+    """Two depths: at L4 the memory saving fails (10%), at L8 the time is within the noise. The claim
+    does not hold, resolved by L4's memory alone: the cell says so and nothing else."""
+    entries = (repeated("BM_Recompute/small/L4/none", [44.5, 45, 45.5], peak_allocated_bytes=100 * MiB) +
+               repeated("BM_Recompute/small/L4/full", [50.5, 51, 51.5], peak_allocated_bytes=90 * MiB) +
+               repeated("BM_Recompute/small/L8/none", [30, 45, 60], peak_allocated_bytes=100 * MiB) +
+               repeated("BM_Recompute/small/L8/full", [50, 66, 80], peak_allocated_bytes=60 * MiB))
+    c = verdict_of(write_folder(tmp_path / "r", {"bench_checkpointing": entries}), "Activation checkpointing saves")
+    assert c.verdict == claims.FAILS
+    assert "not resolved" not in c.measured and "standard deviations" not in c.measured, c.measured
+    assert "small L8: memory -40.0%, time +46.7%" in c.measured  # the numbers are still shown

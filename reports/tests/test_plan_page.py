@@ -232,7 +232,6 @@ BAD = [
     (_set("candidates.2.predicted_step_ms", DELETE), "candidates[2].predicted_step_ms is missing"),
     (_set("candidates.2.predicted_step_ms", None), "candidates[2].predicted_step_ms is null"),
     (_set("candidates.0.peak_reserved_bytes", "lots"), "candidates[0].peak_reserved_bytes is a string, not a number"),
-    (_set("candidates.0.peak_reserved_bytes", math.nan), "candidates[0].peak_reserved_bytes is nan, not a finite number"),
     (_set("candidates.4.accumulation", 0), "candidates[4].accumulation is 0, not a whole number of at least 1"),
     (_set("candidates.1.flags", 7), "candidates[1].flags is a number, not a string"),
     (_set("candidates.1.fits", False), "candidates[1].fits is false: candidates are the configurations that fit"),
@@ -283,6 +282,34 @@ def test_the_command_line_shows_no_traceback(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
     assert run.stderr == "trainmem report: error: bad.json: device is missing\n"
+
+
+# --- a bad prediction is named, the rest is shown (issue 40, item 19) ------------------------------
+
+@pytest.mark.parametrize("value,shown", [(1e308, "1e+308"), (1.7e308, "1.7e+308"), (math.inf, "inf"), (math.nan, "nan"),
+                                         (10**400, "too large for a float"), (-5, "-5")],
+                         ids=["1e308", "1.7e308", "inf", "nan", "10**400", "-5"])
+def test_a_prediction_the_page_cannot_show_is_named_and_the_rest_is_shown(tmp_path, value, shown):
+    doc = plan_json()
+    doc["candidates"][3]["predicted_step_ms"] = value
+    doc["candidates"][5]["time_ms"]["compute"] = value
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    assert main(["plan", str(tmp_path / "plan.json"), "-o", str(tmp_path / "page")]) == 0
+    summary = md_text((tmp_path / "page" / "summary.md").read_text())
+    top = summary.split("\n## ", 1)[0]
+    for name in ("candidates[3].predicted_step_ms", "candidates[5].time_ms.compute"):
+        assert f"plan.json: {name} is {shown}: not a prediction (a number from 0 to 2^62): shown as -" in top
+    [(_, rows), _] = section_tables((tmp_path / "page" / "summary.md").read_text(), "Candidates")
+    assert len(rows) == len(doc["candidates"])
+    assert rows[3][4] == "-" and rows[3][-1] == "no"  # no step time: not on the front
+    assert rows[2][4] == f"{doc['candidates'][2]['predicted_step_ms']:.1f}"
+    listed = summary.split("## Not in the plot\n", 1)[1]
+    assert f"candidates[3] ({doc['candidates'][3]['flags']}): no predicted step time" in listed
+    plan = check_plan(doc)
+    # without rank 4, rank 5 is on the front (nothing faster is smaller), rank 7 is beaten by rank 6
+    assert [x.on_front for x in plan.candidates] == [True, True, False, False, True, True, False, True]
+    assert len(plot_points(plan)) == 8  # the 7 other candidates, and the one not fitting with a prediction
+    assert (tmp_path / "page" / "plots" / PLOT_NAME).stat().st_size > 10_000
 
 
 # --- whole or nothing ------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ measured" when the results it needs are absent, "not resolved at this noise" whe
 the criterion turns on is within the spread of the repetitions (noise.py states the rule), and "not
 measurable on CPU" for a claim about hardware the CPU backend does not have (pinned host memory,
 16-bit tensor cores): its numbers are shown, no verdict drawn. Nothing here knows the answer in
-advance.
+advance. A claim says one thing: the measured text says why it is not resolved only when that is its
+verdict (noise_note), never beside "holds" or "does not hold".
 
 The claims themselves are a suite's: each is declared in the suite's presentation file
 (<folder>/<benchmark>_report.py, suites.py), with `@claim(text, SUITE, criterion)`. This module holds
@@ -12,6 +13,7 @@ what they share: the Claim, the verdicts and the helpers their checks use.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .noise import NOT_RESOLVED, why_unresolved
@@ -44,6 +46,7 @@ def claim(text: str, suite: Suite, criterion: str):
             except (TypeError, ValueError, ArithmeticError, KeyError, IndexError, AttributeError) as e:
                 c.verdict, c.numbers = NOT_MEASURED, {}
                 c.measured = f"results malformed: {type(e).__name__}: {e}"
+            c.measured = _settle_noise_notes(c.measured, keep=c.verdict == NOT_RESOLVED)
             return c
         run.__name__ = check.__name__
         suite.claims.append(run)
@@ -89,9 +92,23 @@ def all_hold(oks: list[bool | None]) -> bool | None:
     return None if any(ok is None for ok in oks) else True
 
 
+# A check writes its noise notes while it builds `measured`, before the claim's verdict is known, so
+# each note is bracketed by this character (never kept in the text) until claim() settles it.
+_NOTE = "\x00"
+
+
 def noise_note(ok: bool | None, *cases: Benchmark) -> str:
-    """" (not resolved at this noise: why)" after a comparison that is not resolved, else ""."""
-    return f" ({why_unresolved(*cases)})" if ok is None else ""
+    """" (not resolved at this noise: why)" after a comparison that is not resolved, else "". It is
+    shown only if the claim's verdict is "not resolved at this noise": a claim that holds or does not
+    hold (one part's failure decides it) says that alone."""
+    if ok is not None:
+        return ""
+    return f"{_NOTE} ({why_unresolved(*cases).replace(_NOTE, '')}){_NOTE}"
+
+
+def _settle_noise_notes(measured: str, keep: bool) -> str:
+    """`measured` with its noise notes kept (unbracketed) or dropped."""
+    return re.sub(f"{_NOTE}([^{_NOTE}]*){_NOTE}", r"\1" if keep else "", measured).replace(_NOTE, "")
 
 
 def on_cpu(f: ResultFolder) -> bool:

@@ -15,7 +15,10 @@ that fit, best first: the fastest predicted step first; exactly one "chosen") an
 
 The document is checked whole before anything is written (check_plan): a file that is not a plan,
 lacks a key the page needs, has a value of the wrong type, or has no candidate is a PlanError
-naming the file and the key; the command line prints it in one line and exits 2. Each file is then
+naming the file and the key; the command line prints it in one line and exits 2. A configuration's
+predicted figure that is a number but not one a prediction can be (NaN, infinite, negative, above
+2^62) is named at the top of the page and shown as "-"; a configuration left without its step time
+or peak reserved stays in the tables, out of the plot and the Pareto front. Each file is then
 written whole or not at all (output_file.write_file), as the folder report's are.
 """
 from __future__ import annotations
@@ -33,6 +36,10 @@ from .result_schema import PEAK_ALLOCATED, PEAK_RESERVED
 from .results import finite_number
 
 GiB = 2.0**30
+# The largest predicted figure the page shows: trainmem bounds every size it computes by 2^62 bytes
+# (suites/trainmem/README.md), and no step time in ms or rate per second of a plan comes near it. A
+# larger one (1e308) is a broken prediction, and would overflow the plot's axes.
+LARGEST_PREDICTION = 2.0**62
 PLOT_NAME = "plan-memory-time.png"
 # The parts of a predicted step time (a candidate's "time_ms"), in the order the header lists them.
 TIME_PARTS = ("compute", "memory", "communication", "exposed_communication", "offload", "host")
@@ -74,6 +81,7 @@ class Plan:
     search: dict
     candidates: list[Configuration]
     not_fitting: list[Configuration]
+    bad: list[str] = field(default_factory=list)  # the predictions left out, each named ("<file>: <key> is ...")
 
     @property
     def chosen(self) -> Configuration:
@@ -115,6 +123,7 @@ class _Checker:
 
     def __init__(self, source: str):
         self.source = source
+        self.bad: list[str] = []  # the predictions left out (prediction()), each named
 
     def error(self, text: str) -> PlanError:
         return PlanError(f"{self.source}: {text}")
@@ -155,6 +164,22 @@ class _Checker:
             raise self.error(f"{name} is {value!r}, not a {'positive' if positive else 'non-negative'} number")
         return x
 
+    def prediction(self, obj: dict, key: str, where: str, required: bool) -> float | None:
+        """A configuration's predicted figure: a number (else PlanError, as number()). One that is not a
+        prediction (not finite, negative, above LARGEST_PREDICTION) is named in self.bad and left out (None):
+        one bad value does not hide the rest of the plan."""
+        name, value = self.get(obj, key, where, required)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(f"{name} is {_type_name(value)}, not a number")
+        x = finite_number(value)
+        if x is None or not 0 <= x <= LARGEST_PREDICTION:
+            shown = "too large for a float" if x is None and isinstance(value, int) else f"{value:g}"
+            self.bad.append(f"{self.source}: {name} is {shown}: not a prediction (a number from 0 to 2^62): shown as -")
+            return None
+        return x
+
     def count(self, obj: dict, key: str, where: str = "", required: bool = True) -> int | None:
         name, value = self.get(obj, key, where, required)
         if value is None:
@@ -180,7 +205,7 @@ class _Checker:
                                 "not_fitting holds the configurations that do not fit"))
         time_ms = {}
         for key, value in self.object(obj, "time_ms", where, required=False).items():
-            x = self.number({key: value}, key, f"{where}.time_ms", required=False)
+            x = self.prediction({key: value}, key, f"{where}.time_ms", required=False)
             if x is not None:
                 time_ms[key] = x
         chosen = self.flag(obj, "chosen", where, False)
@@ -190,10 +215,10 @@ class _Checker:
             where=where, flags=self.text(obj, "flags", where), fits=fits,
             micro_batch=self.count(obj, "micro_batch", where, required=fits),
             accumulation=self.count(obj, "accumulation", where, required=fits),
-            step_ms=self.number(obj, "predicted_step_ms", where, required=fits),
-            tokens_per_s=self.number(obj, "predicted_tokens_per_s", where, required=False),
-            reserved_bytes=self.number(obj, PEAK_RESERVED, where, required=fits),
-            allocated_bytes=self.number(obj, PEAK_ALLOCATED, where, required=fits),
+            step_ms=self.prediction(obj, "predicted_step_ms", where, required=fits),
+            tokens_per_s=self.prediction(obj, "predicted_tokens_per_s", where, required=False),
+            reserved_bytes=self.prediction(obj, PEAK_RESERVED, where, required=fits),
+            allocated_bytes=self.prediction(obj, PEAK_ALLOCATED, where, required=fits),
             command=self.text(obj, "command", where, required=False),
             describe=self.text(obj, "describe", where, required=False),
             chosen=chosen, reason=self.text(obj, "reason", where, required=not fits), time_ms=time_ms)
@@ -236,14 +261,21 @@ def check_plan(data: object, source: str = "plan") -> Plan:
                 gpus_per_node=c.count(data, "gpus_per_node", required=False),
                 global_batch=c.count(data, "global_batch"), seq=c.count(data, "seq"), search=search,
                 candidates=[c.configuration(x, f"candidates[{i}]", True) for i, x in enumerate(candidates)],
-                not_fitting=[c.configuration(x, f"not_fitting[{i}]", False) for i, x in enumerate(not_fitting)])
+                not_fitting=[c.configuration(x, f"not_fitting[{i}]", False) for i, x in enumerate(not_fitting)],
+                bad=c.bad)
     chosen = [x.where for x in plan.candidates if x.chosen]
     if len(chosen) != 1:
         raise c.error("no candidate is chosen (one has \"chosen\": true)" if not chosen else
                       f"{len(chosen)} candidates are chosen ({', '.join(chosen)}): one is")
-    for x, on in zip(plan.candidates, pareto_front([(x.step_ms, x.reserved_bytes) for x in plan.candidates])):
+    drawn = [x for x in plan.candidates if in_plot(x)]
+    for x, on in zip(drawn, pareto_front([(x.step_ms, x.reserved_bytes) for x in drawn])):
         x.on_front = on
     return plan
+
+
+def in_plot(x: Configuration) -> bool:
+    """Whether the configuration has the two figures the plot (and the Pareto front) place it by."""
+    return x.step_ms is not None and x.reserved_bytes is not None
 
 
 def read_plan(path: pathlib.Path) -> Plan:
@@ -323,9 +355,8 @@ def not_fitting_table(plan: Plan) -> Table:
 def plot_points(plan: Plan) -> list[plots.PlanPoint]:
     points = [plots.PlanPoint(x.step_ms, x.reserved_bytes, True, x.on_front, x.chosen,
                               x.flags if x.chosen else f"#{i}" if x.on_front else "")
-              for i, x in enumerate(plan.candidates, 1)]
-    return points + [plots.PlanPoint(x.step_ms, x.reserved_bytes, False) for x in plan.not_fitting
-                     if x.step_ms is not None and x.reserved_bytes is not None]
+              for i, x in enumerate(plan.candidates, 1) if in_plot(x)]
+    return points + [plots.PlanPoint(x.step_ms, x.reserved_bytes, False) for x in plan.not_fitting if in_plot(x)]
 
 
 def build(plan: Plan, out: pathlib.Path) -> Document:
@@ -333,6 +364,7 @@ def build(plan: Plan, out: pathlib.Path) -> Document:
     title = f"{plan.model['name']} on {plan.world_size} × {plan.device['name']}"
     doc = Document(f"trainmem plan: {title}", header(plan), missing_title="Not in the plot",
                    nothing_missing="Nothing: every configuration of the plan is in the plot.")
+    doc.notice += plan.bad
     front = sum(x.on_front for x in plan.candidates)
     figure = plots.plan_scatter(plot_points(plan), plan.device["capacity_bytes"], f"{title}: predicted memory vs time",
                                 out / "plots" / PLOT_NAME)
@@ -347,11 +379,11 @@ def build(plan: Plan, out: pathlib.Path) -> Document:
     else:
         section.paragraphs.append("The plan lists no configuration that does not fit.")
     doc.sections.append(section)
-    for x in plan.not_fitting:
+    for x in plan.candidates + plan.not_fitting:
         lacks = [what for what, v in (("predicted step time", x.step_ms), ("peak reserved", x.reserved_bytes))
                  if v is None]
         if lacks:
-            doc.missing.append(f"{x.where} ({x.flags}): no {' and no '.join(lacks)} in the plan")
+            doc.missing.append(f"{x.where} ({x.flags}): no {' and no '.join(lacks)}")
     return doc
 
 

@@ -11,7 +11,7 @@ from . import noise, plots
 from .document import FORMATTERS, Document, Figure, Section, Table, fmt_bytes, fmt_ms, fmt_spread
 from .errors import OutputError
 from .peers import peer_section
-from .results import Benchmark, ResultFolder, finite_number
+from .results import Benchmark, ResultFolder, finite_number, not_a_number
 from .snapshot import snapshot_to_pickle
 from .suites import Suite, presentations, safe_split, suite_for, suites_of
 from .timeline import CATEGORIES, step_timeline
@@ -226,18 +226,46 @@ def snapshot_section(folder: ResultFolder, out: pathlib.Path) -> Section:
                    links=[("memory-snapshot.pickle", pickle_path), ("memory-snapshot.json", folder.snapshot_path)])
 
 
-def training_section(folder: ResultFolder, out: pathlib.Path) -> Section:
+def _losses(file: str, steps: list, problems: list[str]) -> list[float | None]:
+    """Each step's loss, None where it is not a number (`trainmem train --json` writes a NaN or infinite
+    loss as null); those are named in `problems` once per run: the first, and how many more."""
+    losses = [finite_number(st.get("loss")) if isinstance(st, dict) else None for st in steps]
+    bad = [i for i, loss in enumerate(losses) if loss is None]
+    if bad:
+        first = steps[bad[0]]
+        if not isinstance(first, dict):
+            what = f"steps[{bad[0]}] is not an object"
+        else:
+            what = f"steps[{bad[0]}].loss is " + ("missing" if "loss" not in first else not_a_number(first["loss"]))
+        more = f" (and {len(bad) - 1} more of its {len(steps)} steps)" if len(bad) > 1 else ""
+        problems.append(f"{file}: {what}{more}: left out")
+    return losses
+
+
+def _peak(file: str, memory: dict, key: str, problems: list[str]) -> float | None:
+    """memory[key] as a number; None if absent, or if not a number, named in `problems`."""
+    peak = finite_number(memory.get(key))
+    if peak is None and memory.get(key) is not None:
+        problems.append(f"{file}: memory.{key} is {not_a_number(memory[key])}: left out")
+    return peak
+
+
+def training_section(folder: ResultFolder, out: pathlib.Path, problems: list[str]) -> Section:
+    """A row per run and the loss curves per precision. A value that is not a number is named in
+    `problems` and shown as "-" (left out of its curve): the rest of its run, and every other run, is shown."""
     s = Section("Training runs (trainmem train)")
-    rows = []
+    rows, curves = [], {}
     for name, run in folder.train_runs.items():
-        steps, memory = run["steps"], run["memory"]
-        rows.append([name, str(len(steps)), f"{steps[0]['loss']:.4f}", f"{steps[-1]['loss']:.4f}",
-                     fmt_bytes(memory.get(PEAK_ALLOCATED)), fmt_bytes(memory.get(PEAK_RESERVED))])
+        file, steps = f"train-{name}.json", run["steps"]
+        losses = _losses(file, steps, problems)
+        first_last = [losses[0], losses[-1]] if losses else [None, None]
+        rows.append([name, str(len(steps))] + ["-" if loss is None else f"{loss:.4f}" for loss in first_last] +
+                    [fmt_bytes(_peak(file, run["memory"], key, problems)) for key in (PEAK_ALLOCATED, PEAK_RESERVED)])
+        if name.startswith("precision-"):  # the n-th entry of "steps" is step n
+            curves[name[len("precision-"):]] = [(n, loss) for n, loss in enumerate(losses, 1) if loss is not None]
     s.tables.append(Table(["run", "steps", "first loss", "last loss", "peak allocated", "peak reserved"], rows))
-    losses = {name[len("precision-"):]: [(st["step"], st["loss"]) for st in run["steps"]]
-              for name, run in folder.train_runs.items() if name.startswith("precision-")}
-    if losses:
-        s.figures.append(Figure(plots.loss_curves(losses, "loss by precision (tiny)", out / "precision-loss.png"),
+    if curves:
+        s.figures.append(Figure(plots.loss_curves(curves, "loss by precision (tiny)", out / "precision-loss.png"),
                                 "Training loss per step for each precision: 16-bit should track fp32."))
     return s
 
@@ -285,7 +313,7 @@ def build(folder: ResultFolder, out: pathlib.Path) -> Document:
     for label, comparison in folder.peers.items():  # none: no section and nothing missing (PyTorch is optional)
         _guarded(doc, f"peer-torch-{label}.json", peer_section, label, comparison)
     if folder.train_runs:
-        _guarded(doc, "training runs", training_section, folder, plots_dir)
+        _guarded(doc, "training runs", training_section, folder, plots_dir, doc.missing)
     else:
         doc.missing.append("train-*.json: no `trainmem train --json` runs: no loss curves, no attention-vs-T runs")
     return doc

@@ -36,6 +36,11 @@ _MS_PER_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 # setting, so dropped ("BM_Zero/small/N2/zero3/offload_none/iterations:5/real_time").
 _RUN_OPTIONS = re.compile(r"(/(iterations|repeats|threads|min_time|min_warmup_time):[^/]*|/real_time|/manual_time)+$")
 
+# The aggregates of a case's repetitions the report reads (_one_case). The others are not read, so
+# not checked: "mean", and "cv" (stddev / mean), which is NaN for a counter that is 0 in every
+# repetition (0 / 0: no variation to measure, not missing data).
+_AGGREGATES_READ = {"median", "stddev"}
+
 # Keys of a benchmark entry that are not counters.
 _NOT_COUNTERS = {
     "name", "family_index", "per_family_instance_index", "run_name", "run_type", "repetitions",
@@ -125,6 +130,14 @@ def _not_finite(value: object) -> str:
     return "too large for a float" if isinstance(value, int) else f"{value}, not a finite number"
 
 
+def not_a_number(value: object) -> str:
+    """Why `value` is not a finite number, for a problem's line: "null", "a string", "nan, not a finite
+    number", "too large for a float"."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _json_type(value)
+    return _not_finite(value)
+
+
 def parse_benchmark(entry: dict, problems: list[str], where: str) -> Benchmark | None:
     """A Google Benchmark entry, or None for aggregates (mean/median of repetitions: see
     parse_entry). A counter that is not a finite number is left out, with a line in `problems`
@@ -181,6 +194,8 @@ def _load_benchmark_file(path: pathlib.Path, folder: ResultFolder) -> None:
     for entry in data["benchmarks"]:
         if not isinstance(entry, dict):
             folder.problems.append(f"{path.name}: a benchmark entry is not an object")
+            continue
+        if entry.get("run_type") == "aggregate" and entry.get("aggregate_name") not in _AGGREGATES_READ:
             continue
         if entry.get("error_occurred"):
             folder.problems.append(f"{path.name}: {entry.get('name')} failed: {entry.get('error_message', '?')}")

@@ -79,8 +79,8 @@ class CheckpointingTechnique : public Technique {
             {"--recompute selective"},
             {"--recompute sqrt"},
             {"--recompute every:2"},
-            {"--recompute sqrt --layers 5"},
-            {"--recompute every:2 --layers 4 --precision fp16"},
+            {"--recompute sqrt --model tiny --layers 5"},
+            {"--recompute every:2 --model tiny --layers 4 --precision fp16"},
             {"--model small --batch 8 --precision bf16 --recompute selective"},
             {"--model llama-tiny --recompute selective --precision bf16"},
             {"--model llama-small --batch 2 --recompute sqrt --attention flash"}};

@@ -5,6 +5,7 @@
 
 #include "common/cli/enum_flag.h"
 #include "common/model/attention_kind.h"
+#include "kernels/flash_attention.h"
 
 namespace trainmem {
 
@@ -15,8 +16,29 @@ class FlashAttentionTechnique : public Technique {
   std::string name() const override { return "flash_attention"; }
 
   void add_flags(CLI::App& command, TrainingSetup& setup) const override {
+    AttentionDefault& choice = setup.option<AttentionDefault>();
     cli::add_enum_flag(command, kAttentionKinds, setup.attention,
-                       "naive (saves B*H*T^2 probabilities), flash (saves O and a log-sum-exp per row), cudnn (GPU, bf16/fp16)");
+                       "naive (saves B*H*T^2 probabilities), flash (saves O and a log-sum-exp per row), cudnn (GPU, "
+                       "bf16/fp16). Default: naive on the CPU; on a GPU flash where its kernels run (bf16/fp16, head "
+                       "dim 64 or 128), as PyTorch's scaled_dot_product_attention picks its flash kernel")
+        ->default_str("naive on the CPU, flash on a GPU")
+        ->each([&choice](const std::string&) { choice.given = true; });
+  }
+
+  // Not given: what a PyTorch user gets by default. On a GPU, scaled_dot_product_attention runs
+  // its flash kernel for 16-bit tensors (ANCHORS.md); trainmem's CUDA flash kernels take bf16/fp16
+  // and head dims 64 and 128, so those runs default to flash, the others keep naive and say why.
+  // The CPU keeps naive (its flash is a reference, slower than naive's BLAS products).
+  void complete(TrainingSetup& setup, const Techniques&) const override {
+    AttentionDefault& choice = setup.option<AttentionDefault>();
+    if (choice.given || setup.backend != DeviceKind::cuda) return;
+    if (setup.precision == Precision::fp32)
+      choice.why_naive = "trainmem's flash runs in bf16/fp16 on a GPU";
+    else if (!kernels::cuda::flash_attention_takes_head_dim(setup.model.head_dim()))
+      choice.why_naive = "head dim " + std::to_string(setup.model.head_dim()) + ": the GPU flash kernels take 64 and 128";
+    else
+      setup.attention = AttentionKind::flash;
+    choice.defaulted_on_gpu = true;
   }
 
   // The model's own refusals (GPT::GPT), found before anything is built.
@@ -28,7 +50,13 @@ class FlashAttentionTechnique : public Technique {
       throw std::invalid_argument("--attention cudnn needs a CUDA device; on the CPU use --attention flash");
   }
 
-  std::string describe(const TrainingSetup& setup) const override { return "attention=" + to_string(setup.attention); }
+  std::string describe(const TrainingSetup& setup) const override {
+    const AttentionDefault& choice = setup.option<AttentionDefault>();
+    std::string text = "attention=" + to_string(setup.attention);
+    if (choice.defaulted_on_gpu)
+      text += choice.why_naive.empty() ? " (the GPU default, as PyTorch's SDPA)" : " (the GPU default here: " + choice.why_naive + ")";
+    return text;
+  }
   void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override {
     config["attention"] = to_string(setup.attention);
   }

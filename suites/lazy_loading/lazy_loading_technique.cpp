@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <stdexcept>
+#include <utility>
 
 #include "common/allocator/allocator_config.h"
 #include "common/cli/enum_flag.h"
@@ -28,8 +29,21 @@ class LazyLoadingTechnique : public Technique {
                        "lazy (host, shuffled batches prefetched by a background thread)");
     command.add_option("--prefetch", choice.prefetch, "lazy: device batch buffers filled ahead (0: synchronous)")
         ->capture_default_str()
-        ->check(cli::whole_number(0, kMaxPrefetch));
-    command.add_option("--pinned", choice.pinned, "lazy: pinned host staging memory (GPU only)")->capture_default_str();
+        ->check(cli::whole_number(0, kMaxPrefetch))
+        ->each([&choice](const std::string&) { choice.prefetch_given = true; });
+    command.add_option("--pinned", choice.pinned, "lazy: pinned host staging memory (GPU only)")
+        ->capture_default_str()
+        ->each([&choice](const std::string&) { choice.pinned_given = true; });
+  }
+
+  // The lazy loader's own flags mean nothing to the others: refused, not ignored.
+  void validate(const TrainingSetup& setup, const Techniques&) const override {
+    const LoaderChoice& choice = setup.option<LoaderChoice>();
+    if (choice.loader == Loader::lazy) return;
+    for (const auto& [given, flag] : {std::pair{choice.prefetch_given, "--prefetch"}, {choice.pinned_given, "--pinned"}})
+      if (given)
+        throw std::invalid_argument(std::string(flag) + " is the lazy loader's: add --loader lazy, or drop " + flag +
+                                    " (--loader " + to_string(choice.loader) + " has no " + flag + ")");
   }
 
   std::unique_ptr<BatchSource> make_loader(const TrainingSetup& s, Device& device, HostTokens& tokens, std::size_t rank,

@@ -26,6 +26,7 @@ struct LoaderChoice {
   Loader loader = Loader::sequential;
   std::size_t prefetch = 2;  // lazy: device batch buffers in the ring
   bool pinned = true;        // lazy: pinned host staging
+  bool prefetch_given = false, pinned_given = false;  // the flags were given (refused without lazy)
 };
 
 const Technique& lazy_loading_technique();

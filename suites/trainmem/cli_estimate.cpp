@@ -16,10 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/comm/communicator.h"
+#include "common/comm/rank_agreement.h"
 #include "common/data/dataset_check.h"
 #include "common/data/token_file.h"
 #include "common/util/byte_size.h"
 #include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/command_settings.h"
 #include "suites/trainmem/estimator/estimate_report.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
@@ -38,6 +40,7 @@ struct EstimateFlags {
   std::string gpu;
   bool json = false;                  // --json without a FILE: print JSON
   std::vector<std::string> ignored;   // the flags given that change no memory, with their values
+  Settings settings;                  // what the ranks of mpirun compare first (rank_agreement.h)
 };
 
 // The device kind whose allocation pattern to predict: --pattern when given; else --gpu and
@@ -98,6 +101,9 @@ std::string ignored_line(const std::vector<std::string>& ignored) {
 }
 
 int run_estimate(const EstimateFlags& f) {
+  // Under mpirun, ranks started with different flags stop here, naming the flag: each rank would
+  // answer for its own flags, and only rank 0's answer would be printed.
+  require_same_settings_on_every_rank(f.settings);
   // What train refuses, estimate refuses, with train's checks: the device flags (--pattern goes
   // with --device meta), every technique's rules (training_setup) and the data (its size for one
   // global batch, its tokens within the vocabulary; read without keeping it).
@@ -151,6 +157,7 @@ void add_estimate_command(CLI::App& app, Command& run) {
       if (option == nullptr || option->count() == 0 || (name == "--json" && flags->json)) continue;
       flags->ignored.push_back(name + " " + option->results().front());
     }
+    flags->settings = command_settings(*cmd);
     run = [flags] { return run_estimate(*flags); };
   });
 }

@@ -36,7 +36,7 @@ struct InfoFlags {
 };
 
 void print_model(const ModelConfig& c) {
-  std::cout << "model " << c.name << " (" << to_string(c.arch) << ")\n"
+  std::cout << "model " << c.label() << "\n"
             << "  " << std::left << std::setw(20) << "parameters" << c.num_parameters() << '\n'
             << "  " << std::setw(20) << "shape" << c.shape_summary() << '\n';
   if (c.arch == Arch::llama)

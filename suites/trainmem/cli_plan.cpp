@@ -1,22 +1,32 @@
 // trainmem plan: the fastest mix of techniques that fits, for a model, a device and a global
 // batch (planner/plan_search.h), with the command that runs it.
+//
+// Every argument is checked before any work (the calibration, the search): a wrong question costs
+// nothing. Under mpirun the ranks first agree on their settings (common/comm/rank_agreement.h),
+// and rank 0's calibration cache decides for every rank whether they measure the machine.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/cli/flag_ranges.h"
+#include "common/cli/output_flags.h"
 #include "common/comm/communicator.h"
+#include "common/comm/rank_agreement.h"
 #include "common/device/device.h"
 #include "common/util/byte_size.h"
 #include "common/util/output_file.h"
 #include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/command_settings.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/planner/calibration.h"
 #include "suites/trainmem/planner/device_model.h"
@@ -27,22 +37,12 @@ namespace trainmem::cli {
 
 namespace {
 
-// The model flags a plan passes on to every candidate: those add_model_flags declares (the shape),
-// but --batch, which is the plan's to choose.
-std::vector<std::string> model_flag_names() {
-  CLI::App probe;
-  TrainFlags unused;
-  add_model_flags(probe, unused);
-  std::vector<std::string> names;
-  for (const CLI::Option* option : probe.get_options())
-    for (const std::string& name : option->get_lnames())
-      if (name != "batch" && name != "help") names.push_back("--" + name);
-  return names;
-}
+// --json with no FILE (or "-"): print the JSON to standard output instead of the table.
+constexpr const char* kJsonToStdout = "-";
 
 struct PlanFlags {
   TrainFlags train;
-  std::string model_flags;
+  std::vector<std::string> run_args;  // what every candidate runs with, as train's arguments (the model, the allocator)
   std::string gpu;
   std::size_t world_size = 1;
   bool world_size_given = false;
@@ -52,21 +52,37 @@ struct PlanFlags {
   std::size_t top = 10;
   bool show_all = false;
   bool calibrate = false;
-  bool json_to_stdout = false;
-  std::string json_file;
+  std::string json;  // kJsonToStdout: JSON instead of the table; else the file to write it to
+  bool json_given = false;
+  Settings settings;  // what the ranks of mpirun compare first
 };
 
-std::string gib(std::size_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(1ull << 30));
+// One argument as a POSIX shell reads it back: as it is when it holds only characters no shell
+// treats specially, else in single quotes (a ' inside as '\'').
+std::string shell_quoted(const std::string& arg) {
+  const bool plain = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || std::string_view("-_./:=,+@%").find(ch) != std::string_view::npos;
+  });
+  if (plain) return arg;
+  std::string quoted = "'";
+  for (const char ch : arg) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return quoted + "'";
+}
+
+std::string shell_words(const std::vector<std::string>& args) {
+  std::string text;
+  for (const std::string& a : args) {
+    if (!text.empty()) text += ' ';
+    text += shell_quoted(a);
+  }
   return text;
 }
 
 std::string command_of(const PlanFlags& f, const planner::Candidate& c, std::size_t world_size) {
   std::string cmd = world_size > 1 ? "mpirun -np " + std::to_string(world_size) + " trainmem train" : "trainmem train";
-  cmd += " " + f.model_flags + " " + c.flags;
+  cmd += " " + shell_words(f.run_args) + " " + c.flags;
   if (f.gpu.empty()) cmd += " --device cpu";
-  if (!f.train.device.device_memory.empty()) cmd += " --device-memory " + f.train.device.device_memory;
+  if (!f.train.device.device_memory.empty()) cmd += " --device-memory " + shell_quoted(f.train.device.device_memory);
   return cmd;
 }
 
@@ -121,7 +137,8 @@ nlohmann::json candidate_json(const PlanFlags& f, const planner::Candidate& c, s
   return j;
 }
 
-int run_plan(PlanFlags& f) {
+// The question, every argument checked (exit 2 with what to change): nothing has run yet.
+planner::PlanQuestion checked_question(PlanFlags& f) {
   if (f.batch_given)
     throw std::invalid_argument("--batch: plan chooses the micro-batch; give --global-batch (sequences per step)");
   // Checked here, not by CLI11's required(): a mistyped flag is then named once, as the typo.
@@ -135,52 +152,100 @@ int run_plan(PlanFlags& f) {
     f.world_size = launched_world_size();
   }
   planner::PlanQuestion q;
-  q.model_flags = f.model_flags;
+  q.run_args = f.run_args;
   q.global_batch = f.global_batch;
   q.world_size = f.world_size;
-  planner::check_global_batch(q);  // before a calibration: a wrong question costs nothing
-  std::unique_ptr<planner::DeviceModel> model;
-  std::string device_name, device_description;
   if (!f.gpu.empty()) {
     if (f.train.device.device == "cpu") throw std::invalid_argument("--gpu names a GPU: drop --device cpu (or drop --gpu)");
     const estimator::GpuSpec& g = estimator::find_gpu(f.gpu);
     q.backend = DeviceKind::cuda;
     q.capacity = f.train.device.device_memory.empty() ? g.usable_bytes() : parse_device_memory(f.train.device.device_memory);
-    model = planner::gpu_model(g, static_cast<int>(f.gpus_per_node));
-    device_name = g.name;
-    device_description = g.description;
   } else {
     if (f.train.device.device != "cpu")
       throw std::invalid_argument("plan needs the device to plan for: --gpu NAME (a card of the catalog) or --device cpu");
     q.backend = DeviceKind::cpu;
     q.capacity = f.train.device.device_memory.empty() ? kDefaultDeviceMemory : parse_device_memory(f.train.device.device_memory);
-    // This machine's speed: the cached calibration for this many ranks, or measured now (every
-    // rank of mpirun at once: they share the machine as the planned run will).
-    const int ranks = static_cast<int>(launched_by_mpirun() ? launched_world_size() : 1);
-    const std::string cache = planner::calibration_cache_path(static_cast<int>(f.world_size));
-    std::optional<planner::Calibration> cal = f.calibrate ? std::nullopt : planner::read_calibration(cache);
-    if (!cal) {
-      if (ranks != static_cast<int>(f.world_size))
-        throw std::invalid_argument("no calibration of this machine for " + std::to_string(f.world_size) +
-                                    " ranks yet: run 'mpirun -np " + std::to_string(f.world_size) +
-                                    " trainmem plan --device cpu ...' once (it measures, then plans)");
-      DeviceOptions options;
-      options.choice = "cpu";
-      auto device = Device::open(options);
-      std::unique_ptr<Communicator> world = ranks > 1 ? make_communicator(*device) : nullptr;
-      if (launched_rank() == 0) std::cerr << "calibrating this machine (" << ranks << " rank(s)), once: " << cache << "\n";
-      cal = planner::calibrate_this_machine(world.get());
-      if (launched_rank() == 0) planner::write_calibration(*cal, cache);
+  }
+  planner::check_question(q);  // the global batch's shares, the model
+  if (f.json_given && f.json.empty())
+    throw std::invalid_argument("--json: needs the path of the file to write; an empty path names no file (--json alone "
+                                "prints to standard output)");
+  if (!f.json.empty() && f.json != kJsonToStdout && launched_rank() == 0) check_output_path(f.json, "--json");
+  return q;
+}
+
+// This machine's speed for `world_size` ranks: the cached calibration, or measured now by every
+// rank of mpirun at once (they share the machine as the planned run will). Rank 0's cache decides
+// for every rank, so that all measure or none do (a rank measuring alone would wait for the others
+// forever). Every rank calls it; only rank 0's answer is used.
+planner::Calibration this_machines_calibration(const PlanFlags& f, std::size_t world_size) {
+  const bool rank0 = launched_rank() == 0;
+  const int ranks = static_cast<int>(launched_by_mpirun() ? launched_world_size() : 1);
+  const std::string cache = planner::calibration_cache_path(static_cast<int>(world_size));
+  std::optional<planner::Calibration> cal;
+  std::string problem;
+  if (rank0 && !f.calibrate) cal = planner::read_calibration(cache, static_cast<int>(world_size), &problem);
+  if (rank0 && !problem.empty())
+    std::cerr << "trainmem: the cached calibration " << cache << " cannot serve (" << problem << "): measuring again\n";
+  if (!cal && ranks != static_cast<int>(world_size))
+    throw std::invalid_argument("no calibration of this machine for " + std::to_string(world_size) +
+                                " ranks yet: run 'mpirun -np " + std::to_string(world_size) +
+                                " trainmem plan --device cpu ...' once (it measures, then plans)");
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Communicator> world;
+  if (ranks > 1) {
+    DeviceOptions options;
+    options.choice = "cpu";
+    device = Device::open(options);
+    world = make_communicator(*device);
+  }
+  const bool measure = world ? world->all_reduce_max(rank0 && !cal ? 1.0 : 0.0) > 0 : !cal;
+  if (!measure) return rank0 ? *cal : planner::Calibration{};
+  if (rank0) std::cerr << "calibrating this machine (" << ranks << " rank(s)), once: " << cache << "\n";
+  planner::Calibration measured = planner::calibrate_this_machine(world.get());
+  if (rank0) {
+    try {
+      planner::write_calibration(measured, cache);
+    } catch (const OutputFileError& e) {
+      // The plan is as good without the file: only the next plan measures again.
+      std::cerr << "trainmem: the calibration was not saved (" << e.what()
+                << "): the next plan measures again; set TRAINMEM_CACHE_DIR to a folder you can write\n";
     }
-    model = planner::cpu_model(*cal);
+  }
+  return measured;
+}
+
+// --show-all's list of the mixes that do not fit, each with why and what it held when it failed.
+void print_not_fitting(const planner::Plan& plan, const planner::PlanQuestion& q) {
+  std::printf("\ndo not fit (reserved and allocated when the request failed, the request included; each rank has %s):\n",
+              format_bytes(q.capacity).c_str());
+  for (const planner::Candidate& c : plan.not_fitting)
+    std::printf("  %s: %s; %s reserved, %s allocated\n", c.flags.c_str(), c.reason.c_str(),
+                format_bytes(c.peak_reserved).c_str(), format_bytes(c.peak_allocated).c_str());
+}
+
+int run_plan(PlanFlags& f) {
+  require_same_settings_on_every_rank(f.settings);  // under mpirun: before any collective
+  const planner::PlanQuestion q = checked_question(f);
+  std::unique_ptr<planner::DeviceModel> model;
+  std::string device_name, device_description;
+  if (!f.gpu.empty()) {
+    const estimator::GpuSpec& g = estimator::find_gpu(f.gpu);
+    model = planner::gpu_model(g, static_cast<int>(f.gpus_per_node));
+    device_name = g.name;
+    device_description = g.description;
+  } else {
+    planner::Calibration cal = this_machines_calibration(f, q.world_size);
     device_name = "cpu";
-    device_description = cal->machine;
+    device_description = cal.machine;
+    model = planner::cpu_model(std::move(cal));
   }
   if (launched_rank() != 0) return 0;
   const planner::Plan plan = planner::make_plan(q, *model);
+  const std::string run_words = shell_words(f.run_args);
 
   nlohmann::json j = {{"command", "plan"},
-                      {"model", {{"name", f.train.model}, {"flags", f.model_flags}}},
+                      {"model", {{"name", f.train.model}, {"flags", run_words}}},
                       {"device", {{"name", device_name}, {"description", device_description},
                                   {"capacity_bytes", q.capacity}, {"kind", f.gpu.empty() ? "cpu" : "gpu"},
                                   {"model", model->describe()}}},
@@ -193,19 +258,21 @@ int run_plan(PlanFlags& f) {
   j["not_fitting"] = nlohmann::json::array();
   for (const planner::Candidate& c : plan.not_fitting) j["not_fitting"].push_back(candidate_json(f, c, q.world_size, false));
   if (!plan.fitting.empty()) j["seq"] = plan.fitting.front().setup.seq();
-  if (!f.json_file.empty()) write_output_file(f.json_file, j.dump(1) + "\n", "--json");
-  if (f.json_to_stdout) {
+  if (!f.json.empty() && f.json != kJsonToStdout) write_output_file(f.json, j.dump(1) + "\n", "--json");
+  if (f.json == kJsonToStdout) {
     std::cout << j.dump(2) << '\n';
     return plan.fitting.empty() ? 1 : 0;
   }
 
-  std::cout << "plan: " << f.model_flags << ", global batch " << q.global_batch << " over " << q.world_size
-            << (q.world_size == 1 ? " rank" : " ranks") << " of " << device_name << " (" << gib(q.capacity) << " each)\n"
-            << "device model: " << model->describe() << "\n"
-            << "searched " << plan.mixes << " mixes with " << plan.meta_runs << " meta runs in " << plan.seconds << " s; "
-            << plan.fitting.size() << " fit, " << plan.not_fitting.size() << " do not\n\n";
+  // The table goes through printf alone: mixed with std::cout its lines came out of order.
+  std::printf("plan: %s, global batch %zu over %zu %s of %s (%s each)\ndevice model: %s\n"
+              "searched %zu mixes with %zu meta runs in %g s; %zu fit, %zu do not\n\n",
+              run_words.c_str(), q.global_batch, q.world_size, q.world_size == 1 ? "rank" : "ranks", device_name.c_str(),
+              format_bytes(q.capacity).c_str(), model->describe().c_str(), plan.mixes, plan.meta_runs, plan.seconds,
+              plan.fitting.size(), plan.not_fitting.size());
   if (plan.fitting.empty()) {
-    std::cout << "nothing fits: more ranks (--world-size), a smaller --global-batch or --seq, or a larger device\n";
+    std::printf("nothing fits: more ranks (--world-size), a smaller --global-batch or --seq, or a larger device\n");
+    if (f.show_all) print_not_fitting(plan, q);
     return 1;
   }
   // One row per outcome: candidates with the same time and memory as the row above (bf16 and fp16
@@ -224,9 +291,9 @@ int run_plan(PlanFlags& f) {
       alternatives.push_back(flags_not_in(plan.fitting[same].flags, c.flags));
     ++shown;
     std::printf("%4zu %10.2f %12.0f %12s %12s %9.2f %9.2f %9.2f  %s\n", shown, c.time.seconds * 1e3,
-                tokens_per_step(c, q.world_size) / c.time.seconds, gib(c.peak_reserved).c_str(), gib(c.peak_allocated).c_str(),
-                (c.time.compute + c.time.memory) * 1e3, c.time.exposed_communication * 1e3, c.time.offload * 1e3,
-                c.flags.c_str());
+                tokens_per_step(c, q.world_size) / c.time.seconds, format_bytes(c.peak_reserved).c_str(),
+                format_bytes(c.peak_allocated).c_str(), (c.time.compute + c.time.memory) * 1e3,
+                c.time.exposed_communication * 1e3, c.time.offload * 1e3, c.flags.c_str());
     if (!alternatives.empty()) {
       std::string line;
       for (const std::string& a : alternatives) line += (line.empty() ? "" : "; ") + a;
@@ -242,11 +309,23 @@ int run_plan(PlanFlags& f) {
               best.time.seconds * 1e3, best.time.compute * 1e3, best.time.memory * 1e3, best.time.communication * 1e3,
               best.time.exposed_communication * 1e3, best.time.offload * 1e3, best.time.overhead * 1e3,
               command_of(f, best, q.world_size).c_str());
-  if (f.show_all) {
-    std::cout << "\ndo not fit:\n";
-    for (const planner::Candidate& c : plan.not_fitting) std::cout << "  " << c.flags << ": " << c.reason << "\n";
-  }
+  if (f.show_all) print_not_fitting(plan, q);
   return 0;
+}
+
+// plan's --device: only cpu (this machine, calibrated); a card is --gpu's. So --help offers no
+// device plan refuses, and a wrong one says where to go.
+void add_plan_device_flags(CLI::App& cmd, DeviceFlags& device) {
+  cmd.add_option("--device", device.device,
+                 "cpu: plan for this machine's CPU, calibrated (under mpirun: its ranks); for a GPU give --gpu NAME")
+      ->type_name("cpu")
+      ->check(CLI::Validator(
+          [](const std::string& value) {
+            return value == "cpu" ? std::string()
+                                  : "--device takes cpu for plan (this machine), not " + value + "; for a card of the catalog give --gpu NAME";
+          },
+          ""));
+  add_memory_flags(cmd, device);
 }
 
 }  // namespace
@@ -255,8 +334,10 @@ void add_plan_command(CLI::App& app, Command& run) {
   auto flags = std::make_shared<PlanFlags>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "The fastest mix of techniques that fits: memory exact (meta runs), time from the runs' own kernels");
-  add_device_flags(*cmd, flags->train.device);
+  add_plan_device_flags(*cmd, flags->train.device);
   add_model_flags(*cmd, flags->train);
+  // --batch is the plan's to choose: kept out of --help, and refused saying so (run_plan).
+  cmd->get_option("--batch")->group("");
   add_gpu_flag(*cmd, flags->gpu, "Plan for this card");
   cmd->add_option("--world-size", flags->world_size, "Ranks of data parallelism (GPUs) to plan for")
       ->capture_default_str()
@@ -269,22 +350,33 @@ void add_plan_command(CLI::App& app, Command& run) {
   cmd->add_option("--top", flags->top, "Rows to print (candidates with the same figures share one)")->capture_default_str()->check(whole_number(1, 1 << 20));
   cmd->add_flag("--show-all", flags->show_all, "Print every candidate, and those that do not fit with the reason");
   cmd->add_flag("--calibrate", flags->calibrate, "--device cpu: measure this machine again (else the cached calibration)");
-  cmd->add_option("--json", flags->json_file, "Print JSON instead of the table (--json FILE: write it there too)")
+  add_output_flag(*cmd, "--json", flags->json,
+                  "--json alone (or --json -): print JSON instead of the table; --json FILE: write it there, and "
+                  "print the table")
       ->expected(0, 1)
+      ->default_str(kJsonToStdout)
       ->type_name("[FILE]");
   cmd->callback([flags, cmd, &run] {
     flags->batch_given = cmd->count("--batch") > 0;
     flags->global_batch_given = cmd->count("--global-batch") > 0;
     flags->world_size_given = cmd->count("--world-size") > 0;
-    flags->json_to_stdout = cmd->count("--json") > 0 && flags->json_file.empty();
-    flags->model_flags.clear();
-    for (const std::string& name : model_flag_names()) {
-      const CLI::Option* option = cmd->get_option_no_throw(name);
+    flags->json_given = cmd->count("--json") > 0;
+    // Every model flag given, then the allocator's settings: each flag and its value one argument
+    // (a value is never split into words: a model name is a name).
+    CLI::App model_flags;
+    TrainFlags unused;
+    add_model_flags(model_flags, unused);
+    flags->run_args.clear();
+    for (const CLI::Option* declared : model_flags.get_options()) {
+      if (declared->get_lnames().empty() || declared->check_lname("batch")) continue;
+      const CLI::Option* option = cmd->get_option_no_throw("--" + declared->get_lnames().front());
       if (option == nullptr || option->count() == 0) continue;
-      if (!flags->model_flags.empty()) flags->model_flags += ' ';
-      flags->model_flags += name + " " + option->results().front();
+      flags->run_args.insert(flags->run_args.end(), {"--" + declared->get_lnames().front(), option->results().front()});
     }
-    if (flags->model_flags.empty()) flags->model_flags = "--model tiny";
+    if (flags->run_args.empty()) flags->run_args = {"--model", "tiny"};
+    if (cmd->count("--allocator-config") > 0)
+      flags->run_args.insert(flags->run_args.end(), {"--allocator-config", flags->train.device.allocator_config});
+    flags->settings = command_settings(*cmd);
     run = [flags] { return run_plan(*flags); };
   });
 }

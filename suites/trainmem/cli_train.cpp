@@ -32,6 +32,8 @@
 #include "common/train/training_run.h"
 #include "generated/result_schema.h"
 #include "suites/trainmem/cli_common.h"
+#include "common/cli/flag_ranges.h"
+#include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/command_settings.h"
 #include "suites/trainmem/estimator/meta_run.h"
 #include "suites/trainmem/estimator/oom_advice.h"
@@ -204,7 +206,7 @@ void print_run_header(const TrainingSetup& setup, const Communicator* world, lon
               << (sharded ? sharded->scheme : std::string("no sharding")) << ", global batch " << ranks * setup.batch
               << " = " << ranks << " x " << setup.batch << " rows\n";
   }
-  std::cerr << "model: " << config.name << " (" << to_string(config.arch) << "), " << config.num_parameters()
+  std::cerr << "model: " << config.label() << ", " << config.num_parameters()
             << " parameters (" << config.shape_summary() << "), batch " << setup.batch << " x " << setup.accum
             << " accumulation steps, " << steps << " steps\n";
 }
@@ -336,6 +338,25 @@ void add_train_command(CLI::App& app, Command& run) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* train = app.add_subcommand("train", "Train a model (GPT or Llama) and watch its memory");
   add_train_flags(*train, *flags);
+  // --gpu NAME is estimate's, plan's and max-batch's: a card this machine does not have. train runs
+  // on the device it has; asked for a card, it says how to give a run that card's memory here.
+  // (Hidden: train's --help lists no flag it refuses.)
+  train->add_option_function<std::string>("--gpu", [](const std::string&) {})
+      ->group("")
+      ->check(parses_with([](const std::string& name) {
+        const estimator::GpuSpec& g = [&]() -> const estimator::GpuSpec& {
+          try {
+            return estimator::find_gpu(name);
+          } catch (const std::invalid_argument& e) {  // (a hidden flag's check is not named by CLI11)
+            throw std::invalid_argument(std::string("--gpu: ") + e.what());
+          }
+        }();
+        throw std::invalid_argument(
+            "--gpu is for estimate, plan and max-batch: train runs on this machine's device. To train within " + g.name +
+            "'s memory here, give --device-memory " + std::to_string(g.usable_bytes()) + "B (its usable " +
+            format_bytes(g.usable_bytes()) + "); to ask whether a run fits " + g.name +
+            " without training, trainmem estimate --gpu " + g.name + " (same flags)");
+      }));
   train->callback([flags, train, &run] {
     // What the ranks of mpirun compare first: every flag but the output paths, which may differ.
     Settings settings = command_settings(*train);

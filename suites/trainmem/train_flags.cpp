@@ -1,6 +1,8 @@
 #include "suites/trainmem/train_flags.h"
 
 #include <limits>
+#include <sstream>
+#include <utility>
 
 #include "common/allocator/memory_snapshot.h"
 #include "common/data/dataset_check.h"
@@ -12,41 +14,135 @@
 
 namespace trainmem::cli {
 
+namespace {
+
+// " --layers 2 --seq 128": the shape flags given, as written.
+struct GivenShape {
+  std::string flags;     // " --layers 24 --heads 16"
+  bool dimensions = false;  // one of L, H, C, Hkv, F: a shape, not a preset's variant
+};
+GivenShape given_shape(const TrainFlags& f) {
+  GivenShape g;
+  auto add = [&g](const char* flag, const auto& value, bool dimension) {
+    if (!value) return;
+    std::ostringstream text;
+    text << ' ' << flag << ' ' << *value;
+    g.flags += text.str();
+    g.dimensions = g.dimensions || dimension;
+  };
+  add("--layers", f.layers, true);
+  add("--heads", f.heads, true);
+  add("--kv-heads", f.kv_heads, true);
+  add("--dim", f.dim, true);
+  add("--ffn-dim", f.ffn_dim, true);
+  add("--seq", f.seq, false);
+  add("--vocab", f.vocab, false);
+  add("--rope-theta", f.rope_theta, false);
+  add("--norm-eps", f.norm_eps, false);
+  return g;
+}
+
+// A shape of one's own (shape flags and no --model): L, H and C as given, nothing of a preset's.
+// What is not given and changes the answer is filled with the family's usual value, and said:
+// T and V (GPT-2's 1024 and 50257, Llama 2's 4096 and 32000), a Llama's K/V heads (= H, multi-head
+// attention, as transformers' LlamaConfig) and F (Meta's rule from C); the Llama constants change
+// no memory and no time.
+ModelConfig custom_shape(const TrainFlags& f, const GivenShape& given) {
+  std::string missing;
+  for (const auto& [value, flag] : {std::pair{f.layers, "--layers"}, {f.heads, "--heads"}, {f.dim, "--dim"}})
+    if (!value) missing += std::string(missing.empty() ? "" : ", ") + flag;
+  if (!missing.empty())
+    throw ModelConfigError("a shape of your own needs --layers, --heads and --dim (missing: " + missing +
+                           "); or start from a preset with --model NAME and change what differs");
+  ModelConfig c;
+  c.name = "custom";
+  c.arch = f.arch.value_or(Arch::gpt);
+  const FamilyDefaults usual = family_defaults(c.arch);
+  c.layers = *f.layers;
+  c.heads = *f.heads;
+  c.dim = *f.dim;
+  c.seq = f.seq.value_or(usual.seq);
+  c.vocab = f.vocab.value_or(usual.vocab);
+  c.kv_heads = f.kv_heads.value_or(c.heads);
+  c.ffn_dim = f.ffn_dim.value_or(llama_ffn_dim(c.dim));
+  c.rope_theta = f.rope_theta.value_or(usual.rope_theta);
+  c.norm_eps = f.norm_eps.value_or(usual.norm_eps);
+
+  std::vector<std::string> filled;  // "T=1024 (GPT-2's; no --seq)"
+  if (!f.seq) filled.push_back("T=" + std::to_string(c.seq) + " (" + usual.whose + "; no --seq)");
+  if (!f.vocab) filled.push_back("V=" + std::to_string(c.vocab) + " (" + usual.whose + "; no --vocab)");
+  if (c.arch == Arch::llama) {
+    if (!f.kv_heads) filled.push_back("Hkv=H (multi-head attention; no --kv-heads)");
+    if (!f.ffn_dim) filled.push_back("F=" + std::to_string(c.ffn_dim) + " (Llama's 2/3 of 4C to a multiple of 256; no --ffn-dim)");
+  }
+  c.origin = "as given:" + given.flags;
+  if (!filled.empty()) {
+    c.origin += "; filled in: ";
+    for (std::size_t i = 0; i < filled.size(); ++i) c.origin += (i ? ", " : "") + filled[i];
+  }
+  return c;
+}
+
+}  // namespace
+
 ModelConfig model_config(const TrainFlags& f) {
-  const std::string preset = !f.model.empty() ? f.model : f.arch == Arch::llama ? "llama-tiny" : "tiny";
-  ModelConfig c = model_preset(preset);
-  if (f.arch && *f.arch != c.arch)
-    throw ModelConfigError("--arch " + to_string(*f.arch) + " but --model " + f.model + " is a " + to_string(c.arch) +
-                           ": drop --arch (a preset has its family) or choose a " + to_string(*f.arch) + " preset");
+  const GivenShape given = given_shape(f);
+  ModelConfig c;
+  if (f.model.empty() && given.dimensions) {
+    c = custom_shape(f, given);
+  } else {
+    const std::string preset = !f.model.empty() ? f.model : f.arch == Arch::llama ? "llama-tiny" : "tiny";
+    c = model_preset(preset);
+    if (f.arch && *f.arch != c.arch)
+      throw ModelConfigError("--arch " + to_string(*f.arch) + " but --model " + f.model + " is a " + to_string(c.arch) +
+                             ": drop --arch (a preset has its family) or choose a " + to_string(*f.arch) + " preset");
+    if (f.layers) c.layers = *f.layers;
+    if (f.heads) c.heads = *f.heads;
+    if (f.dim) c.dim = *f.dim;
+    if (f.seq) c.seq = *f.seq;
+    if (f.vocab) c.vocab = *f.vocab;
+    if (f.kv_heads) c.kv_heads = *f.kv_heads;
+    if (f.ffn_dim) c.ffn_dim = *f.ffn_dim;
+    if (f.rope_theta) c.rope_theta = *f.rope_theta;
+    if (f.norm_eps) c.norm_eps = *f.norm_eps;
+    if (!given.flags.empty()) {
+      // The preset's own name, not the alias; "custom (from ...)" only for a preset the user named.
+      c.origin = (f.model.empty() ? "the default model " + c.name + " (no --model)" : c.name) + " with" + given.flags;
+      c.name = f.model.empty() ? "custom" : "custom (from " + c.name + ")";
+    }
+  }
   if (c.arch != Arch::llama) {
-    for (const auto& [given, flag] : {std::pair{f.kv_heads.has_value(), "--kv-heads"}, {f.ffn_dim.has_value(), "--ffn-dim"},
-                                      {f.rope_theta.has_value(), "--rope-theta"}, {f.norm_eps.has_value(), "--norm-eps"}})
-      if (given)
+    for (const auto& [given_flag, flag] : {std::pair{f.kv_heads.has_value(), "--kv-heads"}, {f.ffn_dim.has_value(), "--ffn-dim"},
+                                           {f.rope_theta.has_value(), "--rope-theta"}, {f.norm_eps.has_value(), "--norm-eps"}})
+      if (given_flag)
         throw ModelConfigError(std::string(flag) + " is the Llama family's: add --arch llama (or a llama --model), or drop " +
                                flag);
   }
-  if (f.layers) c.layers = *f.layers;
-  if (f.heads) c.heads = *f.heads;
-  if (f.dim) c.dim = *f.dim;
-  if (f.seq) c.seq = *f.seq;
-  if (f.vocab) c.vocab = *f.vocab;
-  if (f.kv_heads) c.kv_heads = *f.kv_heads;
-  if (f.ffn_dim) c.ffn_dim = *f.ffn_dim;
-  if (f.rope_theta) c.rope_theta = *f.rope_theta;
-  if (f.norm_eps) c.norm_eps = *f.norm_eps;
-  if (f.layers || f.heads || f.dim || f.seq || f.vocab || f.kv_heads || f.ffn_dim || f.rope_theta || f.norm_eps)
-    c.name += "+custom";  // the preset's own name, not the alias
   c.validate();
   check_run_sizes(c, f.setup.batch);  // every size the run computes stays below 2^62 bytes
   return c;
 }
 
-TrainingSetup setup_from_train_flags(const std::string& flags, DeviceKind backend, std::size_t world_size) {
+namespace {
+// train's parser on `line` (CLI11's App::parse: a command line's text, or its words last first),
+// then the setup it describes.
+template <typename... Line>
+TrainingSetup parsed_train_setup(DeviceKind backend, std::size_t world_size, Line&&... line) {
   CLI::App command{"", "trainmem train"};
   TrainFlags parsed;
   add_train_flags(command, parsed);
-  command.parse(flags, false);
+  command.parse(std::forward<Line>(line)...);
   return training_setup(parsed, backend, 0, world_size);
+}
+}  // namespace
+
+TrainingSetup setup_from_train_flags(const std::string& flags, DeviceKind backend, std::size_t world_size) {
+  return parsed_train_setup(backend, world_size, flags, false);
+}
+
+TrainingSetup setup_from_train_flags(const std::vector<std::string>& words, DeviceKind backend, std::size_t world_size) {
+  std::vector<std::string> reversed(words.rbegin(), words.rend());  // CLI11 takes them last first
+  return parsed_train_setup(backend, world_size, reversed);
 }
 
 TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::size_t dataset_tokens,
@@ -85,16 +181,16 @@ void add_model_flags(CLI::App& command, TrainFlags& flags) {
                    "preset has its own"),
                kArchs);
   using L = FlagLimits;
-  command.add_option("--layers", flags.layers, "Override the preset's number of layers L")->check(whole_number(1, L::max_layers));
-  command.add_option("--heads", flags.heads, "Override the number of attention heads H")->check(whole_number(1, L::max_heads));
+  command.add_option("--layers", flags.layers, "The number of layers L: changes --model's; with --heads and --dim and no --model, a shape of your own (T and V then GPT-2's or Llama 2's unless given)")->check(whole_number(1, L::max_layers));
+  command.add_option("--heads", flags.heads, "The attention heads H (changes --model's)")->check(whole_number(1, L::max_heads));
   command.add_option("--kv-heads", flags.kv_heads, "Override the K/V heads of grouped-query attention (llama; = --heads: "
                      "multi-head attention)")->check(whole_number(1, L::max_heads));
-  command.add_option("--dim", flags.dim, "Override the width C")->check(whole_number(1, L::max_dim));
+  command.add_option("--dim", flags.dim, "The width C (changes --model's)")->check(whole_number(1, L::max_dim));
   command.add_option("--ffn-dim", flags.ffn_dim, "Override the MLP's hidden size F (llama's SwiGLU; a GPT's is 4C)")
       ->check(whole_number(1, L::max_ffn_dim));
   command.add_option("--seq", flags.seq, "Override the context length T (also the training sequence length)")
       ->check(whole_number(1, L::max_seq));
-  command.add_option("--vocab", flags.vocab, "Override the vocabulary size V (at most 65536: token files hold uint16 ids; a preset may be larger, e.g. Llama 3's 128256, whose ids above 65535 never occur in training)")->check(whole_number(L::min_vocab, L::max_vocab));
+  command.add_option("--vocab", flags.vocab, "Override the vocabulary size V (Llama 3's is 128256; training on a .tok file holds ids below 65536, its uint16 limit)")->check(whole_number(L::min_vocab, L::max_vocab));
   command.add_option("--rope-theta", flags.rope_theta, "Override the rotary embeddings' base theta (llama)")
       ->check(real_number<double>(1, Bound::exclusive, kNoMax, Bound::inclusive));
   command.add_option("--norm-eps", flags.norm_eps, "Override RMSNorm's epsilon (llama)")

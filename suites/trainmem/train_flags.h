@@ -29,7 +29,7 @@ struct FlagLimits {
   static constexpr std::uint64_t max_ffn_dim = 4 * max_dim;  // a GPT's 4C; Llama-3 405B's F: 53248
   static constexpr std::uint64_t max_seq = 1 << 20;        // a 1M-token context
   static constexpr std::uint64_t min_vocab = 2;
-  static constexpr std::uint64_t max_vocab = 65536;        // tokens are uint16 (common/data/token_file.h)
+  static constexpr std::uint64_t max_vocab = kMaxVocab;    // (token files hold uint16 ids: train says so, common/data/token_file.h)
   static constexpr std::uint64_t max_batch = 1 << 20;
   static constexpr std::uint64_t max_steps = 1000000000;
   static constexpr std::uint64_t max_world_size = 1 << 20;  // estimate --world-size
@@ -40,7 +40,10 @@ struct TrainFlags {
   DeviceFlags device;
 
   // --- the model (add_model_flags); a size not given is the preset's (0 is a value, refused)
-  std::string model;          // the preset; none given: tiny, or llama-tiny with --arch llama
+  // The shape: a preset (--model) with any of the shape flags changing it, or with no --model the
+  // shape flags alone (--layers --heads --dim at least: model_config says what it filled in), or
+  // neither: tiny (llama-tiny with --arch llama).
+  std::string model;
   std::optional<Arch> arch;   // --arch: the family (a preset has its own; they must agree)
   std::optional<std::size_t> layers, heads, dim, seq, vocab;
   std::optional<std::size_t> kv_heads, ffn_dim;   // the Llama family's shape
@@ -83,6 +86,10 @@ TrainingSetup training_setup(const TrainFlags& flags, DeviceKind backend, std::s
 // pattern: FLAGS read by train's parser (CLI::ParseError), then completed and validated by every
 // technique (std::invalid_argument). The planner builds its candidates with it; the tests their samples.
 TrainingSetup setup_from_train_flags(const std::string& flags, DeviceKind backend = DeviceKind::cpu,
+                                     std::size_t world_size = 1);
+// The same from the words of a command line, each one argument ("tiny --zero 3" is one word: a
+// model name, never flags): how `trainmem plan` builds its candidates.
+TrainingSetup setup_from_train_flags(const std::vector<std::string>& words, DeviceKind backend = DeviceKind::cpu,
                                      std::size_t world_size = 1);
 
 // --data checked as `trainmem train` checks it (check_dataset, common/data/dataset_check.h) for a

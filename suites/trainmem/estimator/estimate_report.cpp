@@ -78,7 +78,7 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
   const TrainingSetup& s = e.setup;
   std::string out;
   char line[512];
-  out += "model " + s.model.name + " (" + to_string(s.model.arch) + "): " + std::to_string(e.num_parameters) +
+  out += "model " + s.model.label() + ": " + std::to_string(e.num_parameters) +
          " parameters (" + s.model.shape_summary() + ")\n";
   std::snprintf(line, sizeof line, "setup: %s, allocator %s\n", describe_setup(s).c_str(), s.allocator.to_string().c_str());
   out += line;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <stdexcept>
+#include <vector>
+
+#include "common/cli/suggestion.h"
 
 namespace trainmem::estimator {
 
@@ -139,8 +142,10 @@ const GpuSpec& find_gpu(const std::string& name) {
   for (const GpuSpec& g : gpu_catalog())
     if (g.name == lower_case(name)) return g;
   // (CLI11 puts "--gpu: " before this: the message does not name the flag again)
+  std::vector<std::string> names;
+  for (const GpuSpec& g : gpu_catalog()) names.emplace_back(g.name);
   throw std::invalid_argument("must be one of " + gpu_names() + " (any case; or give --device-memory SIZE), not '" +
-                              name + "'");
+                              name + "'" + cli::did_you_mean(lower_case(name), names));
 }
 
 }  // namespace trainmem::estimator

@@ -71,8 +71,12 @@ std::vector<FittingRemedy> remedies_that_fit(const TrainingSetup& failed, std::s
 
 std::vector<std::string> estimator_oom_advice(const TrainingSetup& failed, std::size_t capacity, const OomReport& report) {
   std::vector<std::string> advice;
+  OomReport known = report;
+  known.in_effect = remedies_in_effect(failed);  // the generic advice leaves out what the run already does
   try {
-    const std::size_t before = run_on_meta(failed, 0, 0, PeakMoment::skip).peak_reserved;
+    const MetaRun unlimited = run_on_meta(failed, 0, 0, PeakMoment::skip);
+    const std::size_t before = unlimited.peak_reserved;
+    known.live_tensors_exceed_device = unlimited.peak_allocated > capacity;
     const std::vector<FittingRemedy> fixes = remedies_that_fit(failed, capacity);
     if (!fixes.empty()) {
       const FittingRemedy& best = fixes.front();
@@ -90,8 +94,6 @@ std::vector<std::string> estimator_oom_advice(const TrainingSetup& failed, std::
   } catch (const std::exception& e) {
     advice.push_back(std::string("(the estimator could not advise: ") + e.what() + ")");
   }
-  OomReport known = report;
-  known.in_effect = remedies_in_effect(failed);  // the generic advice leaves out what the run already does
   for (std::string& line : default_oom_advice(known)) advice.push_back(std::move(line));
   return advice;
 }

@@ -88,7 +88,7 @@ void BM_PredictionAgreement(benchmark::State& state) {
 
 struct PlanCase {
   const char* name;
-  const char* model_flags;
+  std::vector<std::string> run_args;  // the model, as train's arguments
   const char* gpu;
   std::size_t world_size;
   std::size_t global_batch;
@@ -98,7 +98,7 @@ void BM_Plan(benchmark::State& state, PlanCase c) {
   const estimator::GpuSpec& gpu = estimator::find_gpu(c.gpu);
   const auto model = gpu_model(gpu, 8);
   PlanQuestion q;
-  q.model_flags = c.model_flags;
+  q.run_args = c.run_args;
   q.global_batch = c.global_batch;
   q.world_size = c.world_size;
   q.backend = DeviceKind::cuda;
@@ -131,8 +131,8 @@ void register_benchmarks(int ranks) {
       ->Unit(benchmark::kMillisecond);
   if (ranks > 1) return;  // a plan is a meta computation: the same on every rank
   static const PlanCase plans[] = {
-      {"gpt2-1.5b/h100-80gb/N8", "--model gpt2-1.5b", "h100-80gb", 8, 64},
-      {"llama3-70b/h100-80gb/N64", "--model llama3-70b --seq 4096", "h100-80gb", 64, 64},
+      {"gpt2-1.5b/h100-80gb/N8", {"--model", "gpt2-1.5b"}, "h100-80gb", 8, 64},
+      {"llama3-70b/h100-80gb/N64", {"--model", "llama3-70b", "--seq", "4096"}, "h100-80gb", 64, 64},
   };
   for (const PlanCase& c : plans)
     benchmark::RegisterBenchmark((std::string("BM_Plan/") + c.name).c_str(), BM_Plan, c)

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "common/device/cost_log.h"
 #include "common/device/device.h"
 #include "common/util/output_file.h"
+#include "suites/trainmem/estimator/meta_run.h"
 #include "suites/trainmem/planner/cpu_timing.h"
 #include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
@@ -61,6 +63,27 @@ const std::vector<std::string>& sharded_workloads() {
 }
 constexpr int kSteps = 3;  // the first is left out (warm-up: first touches, Adam's state)
 
+// One workload as the calibration runs it among `ranks` ranks: its setup, and whether the ranks run
+// it together (a data-parallel or sharded run over all of them) or each alone.
+struct Workload {
+  TrainingSetup setup;
+  bool together = false;
+};
+std::vector<Workload> workloads_for(int ranks) {
+  std::vector<Workload> list;
+  for (const std::string& flags : workloads()) {
+    TrainingSetup alone = cli::setup_from_train_flags(flags);
+    if (ranks > 1 && registered_techniques().sharding(alone) == nullptr)
+      list.push_back({cli::setup_from_train_flags(flags + " --zero 0", DeviceKind::cpu, static_cast<std::size_t>(ranks)), true});
+    else
+      list.push_back({std::move(alone), false});
+  }
+  if (ranks > 1)
+    for (const std::string& flags : sharded_workloads())
+      list.push_back({cli::setup_from_train_flags(flags, DeviceKind::cpu, static_cast<std::size_t>(ranks)), true});
+  return list;
+}
+
 // Keeps every entry of the steps after the first with its measured time.
 class RecordingLog : public CostLog {
  public:
@@ -70,7 +93,7 @@ class RecordingLog : public CostLog {
 
   void kernel(const kernels::KernelCall& c, double s) override {
     add(key_of("", c), units_of(c), s);
-    if (step_ >= 2) kinds.push_back({std::string(kernels::to_string(c.kind)) + "/" + kernels::to_string(c.dtype), units_of(c), s});
+    if (timing_) kinds.push_back({std::string(kernels::to_string(c.kind)) + "/" + kernels::to_string(c.dtype), units_of(c), s});
   }
   void host_work(const kernels::KernelCall& c, double s) override { add(key_of("host:", c), units_of(c), s); }
   void copy(CopyDirection, double bytes, double s) override { add("copy", bytes, s); }
@@ -81,10 +104,11 @@ class RecordingLog : public CostLog {
   void begin_micro_batch(long step, std::size_t micro) override {
     if (micro == 0) timed_ = 0, micro_count_ = 0;
     ++micro_count_;
-    step_ = step;
+    timing_ = step >= 2;
   }
   void begin_optimizer(long) override {}
   void end_step(long step, double seconds) override {
+    timing_ = false;  // what a run does after its steps (the meta run's own bookkeeping) is not a step's
     if (step < 2 || micro_count_ == 0) return;
     const double per_micro = std::max(0.0, seconds - timed_) / static_cast<double>(micro_count_);
     micro_batches.push_back({"micro", 1.0, per_micro});
@@ -98,44 +122,18 @@ class RecordingLog : public CostLog {
     return c.kind == kernels::KernelClass::memory ? c.bytes : c.flops;
   }
   void add(const std::string& key, double units, double seconds) {
-    if (step_ < 2) return;
+    if (!timing_) return;
     calls.push_back({key, units, seconds});
     timed_ += seconds;
   }
-  long step_ = 0;
+  bool timing_ = false;  // within a step after the first, from its first micro-batch to its end
   double timed_ = 0;
   std::size_t micro_count_ = 0;
 };
 
-std::string machine_description(int ranks) {
-  const DeviceInfo cpu = query_cpu_device_info();
-  const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
-  const char* threads = std::getenv("TRAINMEM_CPU_THREADS");
-  std::ostringstream text;
-  text << cpu.name << ", " << std::thread::hardware_concurrency() << " hardware threads, OPENBLAS_NUM_THREADS="
-       << (blas ? blas : "-") << " TRAINMEM_CPU_THREADS=" << (threads ? threads : "-") << ", " << ranks
-       << (ranks == 1 ? " rank" : " ranks");
-  return text.str();
-}
-
-}  // namespace
-
-Calibration calibrate_this_machine(Communicator* world) {
-  const int ranks = world ? world->world_size() : 1;
-  RecordingLog log;
-  for (const std::string& flags : workloads()) {
-    const TrainingSetup alone = cli::setup_from_train_flags(flags);
-    if (world && ranks > 1 && registered_techniques().sharding(alone) == nullptr)
-      run_timed_on_cpu(cli::setup_from_train_flags(flags + " --zero 0", DeviceKind::cpu, static_cast<std::size_t>(ranks)),
-                       world, kSteps, &log);
-    else
-      run_timed_on_cpu(alone, nullptr, kSteps, &log);
-  }
-  if (world && ranks > 1)
-    for (const std::string& flags : sharded_workloads())
-      run_timed_on_cpu(cli::setup_from_train_flags(flags, DeviceKind::cpu, static_cast<std::size_t>(ranks)), world,
-                       kSteps, &log);
-
+// The curves of every call the log kept (calibration.h): by kernel, by kind of work, copies,
+// collectives; and the median residual of a micro-batch.
+Calibration curves_of_log(const RecordingLog& log, int ranks) {
   std::map<std::string, std::vector<TimedCall>> by_key, by_kind;
   for (const TimedCall& c : log.calls) by_key[c.key].push_back(c);
   for (const TimedCall& c : log.kinds) by_kind[c.key].push_back(c);
@@ -155,6 +153,74 @@ Calibration calibrate_this_machine(Communicator* world) {
   return cal;
 }
 
+}  // namespace
+
+std::string machine_description(int ranks) {
+  const DeviceInfo cpu = query_cpu_device_info();
+  const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
+  const char* threads = std::getenv("TRAINMEM_CPU_THREADS");
+  std::ostringstream text;
+  text << cpu.name << ", " << std::thread::hardware_concurrency() << " hardware threads, OPENBLAS_NUM_THREADS="
+       << (blas ? blas : "-") << " TRAINMEM_CPU_THREADS=" << (threads ? threads : "-") << ", " << ranks
+       << (ranks == 1 ? " rank" : " ranks");
+  return text.str();
+}
+
+Calibration calibrate_this_machine(Communicator* world) {
+  const int ranks = world ? world->world_size() : 1;
+  RecordingLog log;
+  for (const Workload& w : workloads_for(ranks)) run_timed_on_cpu(w.setup, w.together ? world : nullptr, kSteps, &log);
+  return curves_of_log(log, ranks);
+}
+
+Calibration expected_curves(int ranks) {
+  RecordingLog log;
+  for (const Workload& w : workloads_for(ranks))
+    estimator::run_on_meta(w.setup, 0, 0, estimator::PeakMoment::skip, &log);
+  return curves_of_log(log, ranks);
+}
+
+namespace {
+
+// Why a curve cannot give times ("" when it can): see calibration_problem.
+std::string curve_problem(const TimeCurve& c) {
+  if (c.knots.empty()) return "no knots";
+  if (c.calls < c.knots.size()) return "more knots than calls";
+  for (std::size_t i = 0; i < c.knots.size(); ++i) {
+    const TimeCurve::Knot& k = c.knots[i];
+    if (!std::isfinite(k.units) || k.units < 0) return "a knot's size is negative or not finite";
+    if (!std::isfinite(k.seconds) || !(k.seconds > 0)) return "a knot takes no time, a negative one or one not finite";
+    if (i > 0 && !(k.units > c.knots[i - 1].units)) return "knots out of order";
+  }
+  return "";
+}
+
+// The first curve of `expected` that `given` lacks or cannot use: "kernel matmul_forward/bf16: no knots".
+std::optional<std::string> curves_problem(const char* what, const std::map<std::string, TimeCurve>& given,
+                                          const std::map<std::string, TimeCurve>& expected) {
+  for (const auto& [key, _] : expected) {
+    const auto it = given.find(key);
+    if (it == given.end()) return std::string(what) + " " + key + ": missing";
+    if (const std::string why = curve_problem(it->second); !why.empty()) return std::string(what) + " " + key + ": " + why;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> calibration_problem(const Calibration& c, int ranks) {
+  if (c.ranks != ranks) return "measured for " + std::to_string(c.ranks) + " rank(s), not " + std::to_string(ranks);
+  if (c.machine != machine_description(ranks)) return "measured on " + c.machine + ", not " + machine_description(ranks);
+  if (!std::isfinite(c.micro_batch_seconds) || c.micro_batch_seconds < 0) return "a micro-batch's residual is negative or not finite";
+  const Calibration expected = expected_curves(ranks);
+  if (auto why = curves_problem("kernel", c.kernels, expected.kernels)) return why;
+  if (auto why = curves_problem("kind of work", c.classes, expected.classes)) return why;
+  if (auto why = curves_problem("collective", c.collectives, expected.collectives)) return why;
+  if (!expected.copy.knots.empty())
+    if (const std::string why = curve_problem(c.copy); !why.empty()) return "copy: " + why;
+  return std::nullopt;
+}
+
 // ---- the cache -------------------------------------------------------------------------------
 
 namespace {
@@ -166,13 +232,8 @@ nlohmann::json to_json(const TimeCurve& c) {
 TimeCurve curve_of(const nlohmann::json& j) {
   TimeCurve c;
   c.calls = j.at("calls").get<std::size_t>();
-  for (const nlohmann::json& k : j.at("knots")) {
-    const TimeCurve::Knot knot{k.at(0).get<double>(), k.at(1).get<double>()};
-    if (!(knot.units >= 0) || !(knot.seconds >= 0) || (!c.knots.empty() && !(knot.units > c.knots.back().units)))
-      throw std::invalid_argument("a knot out of order or negative");
-    c.knots.push_back(knot);
-  }
-  return c;
+  for (const nlohmann::json& k : j.at("knots")) c.knots.push_back({k.at(0).get<double>(), k.at(1).get<double>()});
+  return c;  // its figures are checked by calibration_problem
 }
 nlohmann::json curves_to_json(const std::map<std::string, TimeCurve>& curves) {
   nlohmann::json j = nlohmann::json::object();
@@ -199,13 +260,18 @@ std::string calibration_cache_path(int ranks) {
   return name.str();
 }
 
-std::optional<Calibration> read_calibration(const std::string& path) {
+std::optional<Calibration> read_calibration(const std::string& path, int ranks, std::string* problem) {
+  auto unusable = [problem](const std::string& why) -> std::optional<Calibration> {
+    if (problem) *problem = why;
+    return std::nullopt;
+  };
   std::ifstream in(path);
-  if (!in) return std::nullopt;
+  if (!in) return unusable("");
+  Calibration c;
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
-    if (j.at("format").get<int>() != kFormat) return std::nullopt;
-    Calibration c;
+    if (const int format = j.at("format").get<int>(); format != kFormat)
+      return unusable("format " + std::to_string(format) + ", not " + std::to_string(kFormat));
     c.machine = j.at("machine").get<std::string>();
     c.ranks = j.at("ranks").get<int>();
     c.kernels = curves_of(j.at("kernels"));
@@ -213,12 +279,11 @@ std::optional<Calibration> read_calibration(const std::string& path) {
     c.collectives = curves_of(j.at("collectives"));
     c.copy = curve_of(j.at("copy"));
     c.micro_batch_seconds = j.at("micro_batch_s").get<double>();
-    if (!(c.micro_batch_seconds >= 0)) return std::nullopt;
-    if (c.machine != machine_description(c.ranks)) return std::nullopt;  // another machine's file
-    return c;
-  } catch (const std::exception&) {
-    return std::nullopt;  // a damaged or partial file: measured again
+  } catch (const std::exception& e) {
+    return unusable(std::string("damaged: ") + e.what());  // a partial or hand-edited file
   }
+  if (auto why = calibration_problem(c, ranks)) return unusable(*why);
+  return c;
 }
 
 void write_calibration(const Calibration& c, const std::string& path) {

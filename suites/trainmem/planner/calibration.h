@@ -40,11 +40,28 @@ struct Calibration {
 // rank calls it. Throws std::runtime_error when a workload fails.
 Calibration calibrate_this_machine(Communicator* world);
 
+// What a calibration of this machine for `ranks` is keyed by and records in its `machine`: the CPU,
+// its hardware threads, the thread settings (OPENBLAS_NUM_THREADS, TRAINMEM_CPU_THREADS) and the ranks.
+std::string machine_description(int ranks);
+
+// Every curve a calibration for `ranks` must hold, with no time in it: the workloads run on the
+// meta device (nothing runs; each call is declared) into the log calibrate_this_machine reads, so
+// the kernels, host work, copies and collectives are exactly those a measurement records.
+Calibration expected_curves(int ranks);
+
+// Why `c` cannot serve as this machine's calibration for `ranks` (nullopt: it can): another
+// machine, thread setting or rank count; a curve of expected_curves(ranks) missing; a curve with no
+// knots, a knot not finite, negative, without time or out of order; more knots than calls.
+std::optional<std::string> calibration_problem(const Calibration& c, int ranks);
+
 // Where the calibration of this machine, with these thread settings and `ranks`, is cached:
 // $TRAINMEM_CACHE_DIR, else $XDG_CACHE_HOME/trainmem, else ~/.cache/trainmem.
 std::string calibration_cache_path(int ranks);
-// Reads a cached calibration (nullopt: none, or one from another version of the format).
-std::optional<Calibration> read_calibration(const std::string& path);
-void write_calibration(const Calibration& c, const std::string& path);  // whole or not at all
+// Reads the cached calibration for `ranks` ranks. nullopt when there is none or it cannot serve:
+// another version of the format, a damaged or partial file, or calibration_problem; `problem`
+// (if given) then says which ("" when there is no file).
+std::optional<Calibration> read_calibration(const std::string& path, int ranks, std::string* problem = nullptr);
+// Whole or not at all (common/util/output_file.h). Throws OutputFileError when it cannot be written.
+void write_calibration(const Calibration& c, const std::string& path);
 
 }  // namespace trainmem::planner

@@ -1,8 +1,11 @@
 #include "suites/trainmem/planner/plan_search.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <tuple>
 
@@ -39,19 +42,36 @@ bool no_slower(const std::vector<std::size_t>& a, const std::vector<std::size_t>
 
 }  // namespace
 
-void check_global_batch(const PlanQuestion& q) {
+namespace {
+
+// Every rank's share of the global batch, as one micro-batch, with no technique chosen: the setup
+// the techniques' choices are read from (and the check that train takes the run's arguments).
+TrainingSetup base_setup(const PlanQuestion& q) {
   if (q.world_size < 1) throw std::invalid_argument("--world-size must be at least 1");
   if (q.global_batch < 1 || q.global_batch % q.world_size != 0)
     throw std::invalid_argument("--global-batch " + std::to_string(q.global_batch) + " must be a multiple of --world-size " +
                                 std::to_string(q.world_size) + " (every rank takes the same number of sequences)");
+  std::vector<std::string> args = q.run_args;
+  args.insert(args.end(), {"--batch", std::to_string(q.global_batch / q.world_size)});
+  return cli::setup_from_train_flags(args, q.backend, q.world_size);
 }
+
+// The run's arguments and a candidate's technique flags (words without spaces, the techniques'
+// own plan_choices), as one argument list.
+std::vector<std::string> candidate_args(const PlanQuestion& q, const std::string& technique_flags) {
+  std::vector<std::string> args = q.run_args;
+  std::istringstream words(technique_flags);
+  for (std::string word; words >> word;) args.push_back(word);
+  return args;
+}
+
+}  // namespace
+
+void check_question(const PlanQuestion& q) { base_setup(q); }
 
 Plan make_plan(const PlanQuestion& q, const DeviceModel& device) {
   const auto start = std::chrono::steady_clock::now();
-  check_global_batch(q);
-  const std::size_t per_rank = q.global_batch / q.world_size;
-  const TrainingSetup base =
-      cli::setup_from_train_flags(q.model_flags + " --batch " + std::to_string(per_rank), q.backend, q.world_size);
+  const TrainingSetup base = base_setup(q);
 
   std::vector<Dimension> dims;
   for (const Technique* t : registered_techniques()) {
@@ -84,7 +104,7 @@ Plan make_plan(const PlanQuestion& q, const DeviceModel& device) {
     Candidate c;
     c.flags = joined(parts);
     try {
-      c.setup = cli::setup_from_train_flags(q.model_flags + " " + c.flags, q.backend, q.world_size);
+      c.setup = cli::setup_from_train_flags(candidate_args(q, c.flags), q.backend, q.world_size);
     } catch (const std::exception&) {
       continue;  // a mix the techniques do not allow together
     }
@@ -105,6 +125,10 @@ Plan make_plan(const PlanQuestion& q, const DeviceModel& device) {
       plan.fitting.push_back(std::move(c));
       continue;
     }
+    // What it held when its request failed, the request included: above the capacity.
+    const OomReport& oom = *p.memory.oom;
+    c.peak_allocated = std::max(c.peak_allocated, oom.allocated_bytes + oom.rounded_bytes);
+    c.peak_reserved = std::max(c.peak_reserved, oom.reserved_bytes + oom.device_request_bytes);
     const bool in_setup = p.memory.oom_phase == "setup";
     c.reason = "out of memory " + std::string(in_setup ? "before the first step (the model states)" : "in " + p.memory.oom_phase) +
                " at " + format_bytes(p.memory.oom->requested_bytes) + " more";

@@ -25,7 +25,9 @@
 namespace trainmem::planner {
 
 struct PlanQuestion {
-  std::string model_flags;   // the model, as train's flags: "--model gpt2-1.5b --seq 1024"
+  // What every candidate runs with, as train's arguments, one word each (a value with spaces stays
+  // one): the model ({"--model", "gpt2-1.5b", "--seq", "1024"}) and the allocator's settings.
+  std::vector<std::string> run_args;
   std::size_t global_batch = 0;  // sequences per optimizer step, over all ranks
   std::size_t world_size = 1;
   DeviceKind backend = DeviceKind::cpu;  // whose allocation pattern (and kernels) the runs follow
@@ -38,6 +40,8 @@ struct Candidate {
   TrainingSetup setup;
   bool fits = false;
   std::string reason;    // why not, when it does not fit
+  // Its peaks; for one that does not fit, what it held when the request that failed was made,
+  // that request included (so above the capacity), not the peak it reached before.
   std::size_t peak_allocated = 0, peak_reserved = 0;
   StepTime time;
 };
@@ -50,11 +54,12 @@ struct Plan {
   double seconds = 0;
 };
 
-// Throws std::invalid_argument unless every rank can take the same share of the global batch.
-void check_global_batch(const PlanQuestion& question);
+// Checks the question before any work (a calibration, the search): every rank takes the same share
+// of the global batch, and train takes the run's arguments (the model). Throws
+// std::invalid_argument or ModelConfigError saying what to change.
+void check_question(const PlanQuestion& question);
 
-// Throws std::invalid_argument when the question is malformed (a global batch the world size
-// does not divide, model flags train rejects).
+// Throws as check_question does when the question is malformed.
 Plan make_plan(const PlanQuestion& question, const DeviceModel& device);
 
 }  // namespace trainmem::planner

@@ -94,19 +94,64 @@ Agreement agreement(const std::vector<CheckedStep>& steps) {
   return {median(errors), spearman(predicted, measured), steps.size()};
 }
 
-Agreement agreement_on_this_machine(Communicator* world, const AgreementBound& bound) {
+MachineNoise machine_noise(const std::vector<CheckedStep>& round1, const std::vector<CheckedStep>& round2) {
+  std::vector<double> spreads, measured1, measured2;
+  for (std::size_t i = 0; i < std::min(round1.size(), round2.size()); ++i) {
+    spreads.push_back(std::abs(round1[i].error() - round2[i].error()));
+    measured1.push_back(round1[i].measured_s);
+    measured2.push_back(round2[i].measured_s);
+  }
+  return {median(spreads), spearman(measured1, measured2)};
+}
+
+std::optional<std::string> too_noisy_to_judge(const MachineNoise& noise, const AgreementBound& bound,
+                                              const AgreementBound& target) {
+  const double error_margin = bound.median_abs_error - target.median_abs_error;
+  const double rank_margin = target.spearman - bound.spearman;
+  char text[512];
+  if (noise.error_spread > error_margin) {
+    std::snprintf(text, sizeof text,
+                  "this machine's own noise: the same configurations' errors differ by a median %.1f points between "
+                  "two rounds, more than the %.0f points the bound (%.0f%%) leaves above the target (%.0f%%); "
+                  "bench_planner records the figures",
+                  100 * noise.error_spread, 100 * error_margin, 100 * bound.median_abs_error, 100 * target.median_abs_error);
+    return std::string(text);
+  }
+  if (1 - noise.rank_agreement > rank_margin) {
+    std::snprintf(text, sizeof text,
+                  "this machine's own noise: it ranks the same steps with a Spearman of %.3f between two rounds, "
+                  "further from 1 than the %.1f the bound (%.2f) leaves below the target (%.2f); bench_planner "
+                  "records the figures",
+                  noise.rank_agreement, rank_margin, bound.spearman, target.spearman);
+    return std::string(text);
+  }
+  return std::nullopt;
+}
+
+RoundsOnThisMachine agreement_on_this_machine(Communicator* world, const AgreementBound& bound) {
   const bool rank0 = world == nullptr || world->rank() == 0;
-  Agreement a;
+  RoundsOnThisMachine r;
+  std::vector<CheckedStep> first_round;
   for (int round = 1; round <= 2; ++round) {
-    const auto model = cpu_model(calibrate_this_machine(world));
-    a = agreement(check_configurations(*model, world, 5));
+    r.calibration = calibrate_this_machine(world);
+    const auto model = cpu_model(r.calibration);
+    const std::vector<CheckedStep> checked = check_configurations(*model, world, 5);
+    r.agreement = agreement(checked);
     if (rank0)
       std::printf("round %d: median |error| %.1f%%, Spearman %.3f over %zu configurations on %d rank(s)\n", round,
-                  100 * a.median_abs_error, a.spearman, a.configurations, world ? world->world_size() : 1);
-    const double missed = rank0 && !bound.met_by(a) ? 1.0 : 0.0;
-    if ((world ? world->all_reduce_max(missed) : missed) == 0.0) break;
+                  100 * r.agreement.median_abs_error, r.agreement.spearman, r.agreement.configurations,
+                  world ? world->world_size() : 1);
+    if (round == 2) r.noise = machine_noise(first_round, checked);
+    const double missed = rank0 && !bound.met_by(r.agreement) ? 1.0 : 0.0;
+    r.met = (world ? world->all_reduce_max(missed) : missed) == 0.0;
+    if (r.met) break;
+    first_round = checked;
   }
-  return a;
+  if (rank0 && r.noise)
+    std::printf("the machine between the rounds: errors differ by a median %.1f points, measured times rank with "
+                "Spearman %.3f\n",
+                100 * r.noise->error_spread, r.noise->rank_agreement);
+  return r;
 }
 
 }  // namespace trainmem::planner

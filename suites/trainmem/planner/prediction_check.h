@@ -10,6 +10,7 @@
 // The ranking matters as much as the error: a plan is a choice among candidates.
 #pragma once
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,11 +60,35 @@ struct AgreementBound {
 inline constexpr AgreementBound kTarget{0.15, 0.9};
 inline constexpr AgreementBound kCiMargin{0.25, 0.8};
 
+// How repeatable this machine is, read off two rounds of the same check (each calibrated and
+// measured anew) with one model: what differs between them is the machine's doing.
+//   error_spread   median over the configurations of |error in round 1 - error in round 2|
+//   rank_agreement Spearman of round 1's measured times against round 2's (the machine ranking
+//                  the same steps twice)
+struct MachineNoise {
+  double error_spread = 0;
+  double rank_agreement = 1;
+};
+MachineNoise machine_noise(const std::vector<CheckedStep>& round1, const std::vector<CheckedStep>& round2);
+
+// Why `bound` cannot judge a model on a machine this noisy (nullopt: it can). A bound sits above
+// the target by a margin kept for the machine's noise (kCiMargin - kTarget: 10 points of error,
+// 0.1 of Spearman); a machine whose own rounds differ by more than that margin cannot tell a model
+// that meets the target from one that misses the bound. Derived from the two bounds, not fitted.
+std::optional<std::string> too_noisy_to_judge(const MachineNoise& noise, const AgreementBound& bound,
+                                              const AgreementBound& target = kTarget);
+
 // Calibrates this machine and checks every configuration (5 steps each), printing a round's
 // agreement on rank 0. A machine's own speed drifts (on a shared VM the same step measured 6.8
 // and 8.7 ms a minute apart, every step of a round 25% slower than its calibration), so a round
 // whose agreement misses `bound` is measured once more, calibration included; rank 0's agreement
-// decides, and the last round's is returned. Every rank of `world` (nullptr: one process) calls it.
-Agreement agreement_on_this_machine(Communicator* world, const AgreementBound& bound);
+// decides. Every rank of `world` (nullptr: one process) calls it.
+struct RoundsOnThisMachine {
+  Agreement agreement;                // the last round's
+  bool met = false;                   // whether a round met the bound
+  std::optional<MachineNoise> noise;  // when a second round ran: the two rounds compared
+  Calibration calibration;            // the last round's
+};
+RoundsOnThisMachine agreement_on_this_machine(Communicator* world, const AgreementBound& bound);
 
 }  // namespace trainmem::planner

@@ -689,10 +689,11 @@ TEST(CliModels, InfoNamesTheFamilyAndTheParameters) {
   const nlohmann::json info = nlohmann::json::parse(j.out);
   EXPECT_EQ(info["model"]["arch"], "gpt");
   EXPECT_EQ(info["model"]["parameters"], 124475904);
-  const CliRun custom = trainmem("info --device cpu --json --arch llama --kv-heads 1");
+  const CliRun custom = trainmem("info --device cpu --json --model llama-tiny --kv-heads 1");
   ASSERT_EQ(custom.exit_code, 0) << custom.err;
   const nlohmann::json tiny = nlohmann::json::parse(custom.out)["model"];
-  EXPECT_EQ(tiny["name"], "llama-tiny+custom");
+  EXPECT_EQ(tiny["name"], "custom (from llama-tiny)");
+  EXPECT_EQ(tiny["origin"], "llama-tiny with --kv-heads 1");
   EXPECT_EQ(tiny["kv_heads"], 1);
 }
 
@@ -701,7 +702,7 @@ TEST(CliModels, LlamaFlagsOnAGptAndAMismatchedArchAreRefused) {
   expect_input_error("train --rope-theta 500000", "--rope-theta is the Llama family's");
   expect_input_error("info --model llama2-7b --arch gpt", "--arch gpt but --model llama2-7b is a llama");
   expect_input_error("info --arch mamba", "--arch takes one of gpt, llama, not 'mamba'");
-  expect_input_error("info --arch llama --kv-heads 3", "--kv-heads 3");
+  expect_input_error("info --model llama-tiny --kv-heads 3", "--kv-heads 3");
 }
 
 // A Llama trains, and its result names the family: the config's arch, the parameters the
@@ -722,6 +723,158 @@ TEST(CliModels, ALlamaTrainsAndItsResultNamesTheFamily) {
   const CliRun e = trainmem("estimate --model llama3-8b --gpu h100-80gb --precision bf16 --json");
   ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_EQ(parse_json(e.out)["num_parameters"], 8030261248LL);  // Meta's published count
+}
+
+// --- Issue 40: a user's first hour
+
+// Item 1: a shape given by flags inherited tiny's T=64 and V=256 in silence ("largest micro-batch
+// that fits: 372" for a 300M model), and a 3.4B Llama was named llama-tiny+custom. Now the first
+// line says what came from where; T and V not given are the family's usual values, said so.
+TEST(CliShapes, AShapeOfYourOwnSaysWhatItFilledIn) {
+  const CliRun gpt = trainmem("estimate --layers 24 --dim 1024 --heads 16 --gpu rtx4090-24gb --precision bf16 --json");
+  ASSERT_EQ(gpt.exit_code, 0) << gpt.err;
+  const nlohmann::json model = parse_json(gpt.out)["config"]["model"];
+  EXPECT_EQ(model["name"], "custom");
+  EXPECT_EQ(model["seq"], 1024);
+  EXPECT_EQ(model["vocab"], 50257);
+  EXPECT_EQ(model["origin"], "as given: --layers 24 --heads 16 --dim 1024; filled in: T=1024 (GPT-2's; no --seq), "
+                             "V=50257 (GPT-2's; no --vocab)");
+  const CliRun table = trainmem("estimate --layers 24 --dim 1024 --heads 16 --seq 2048 --gpu rtx4090-24gb");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(table.out.rfind("model custom (gpt; as given: --layers 24 --heads 16 --dim 1024 --seq 2048; filled in: "
+                            "V=50257 (GPT-2's; no --vocab)): ", 0), 0u) << table.out;
+
+  // A Llama: K/V heads = heads (multi-head, as transformers' LlamaConfig), F by Meta's rule, T and V Llama 2's.
+  const CliRun llama = trainmem("info --device cpu --json --arch llama --layers 26 --dim 3200 --heads 32");
+  ASSERT_EQ(llama.exit_code, 0) << llama.err;
+  const nlohmann::json l = parse_json(llama.out)["model"];
+  EXPECT_EQ(l["name"], "custom");
+  EXPECT_EQ(l["seq"], 4096);
+  EXPECT_EQ(l["vocab"], 32000);
+  EXPECT_EQ(l["kv_heads"], 32);
+  EXPECT_EQ(l["ffn_dim"], 8704);  // 2/3 of 4 x 3200 = 8533, to a multiple of 256 (OpenLLaMA 3B's 8640 is its own)
+  EXPECT_EQ(llama_ffn_dim(4096), 11008u);  // Llama 2 7B's
+
+  // "custom (from P)" only for a preset the user named; the default model says it is the default.
+  const CliRun from = trainmem("info --device cpu --json --model GPT2 --layers 2 --seq 128");
+  ASSERT_EQ(from.exit_code, 0) << from.err;
+  EXPECT_EQ(parse_json(from.out)["model"]["name"], "custom (from gpt2-124m)");
+  EXPECT_EQ(parse_json(from.out)["model"]["origin"], "gpt2-124m with --layers 2 --seq 128");
+  const CliRun default_model = trainmem("info --device cpu --json --seq 32");
+  ASSERT_EQ(default_model.exit_code, 0) << default_model.err;
+  EXPECT_EQ(parse_json(default_model.out)["model"]["origin"], "the default model tiny (no --model) with --seq 32");
+
+  // L, H and C change everything: not given, they are asked for.
+  expect_input_error("estimate --layers 24 --dim 1024", "a shape of your own needs --layers, --heads and --dim (missing: --heads)");
+  expect_input_error("estimate --arch llama --kv-heads 1", "(missing: --layers, --heads, --dim)");
+}
+
+// Item 2: --vocab was refused above 65536 although the presets go beyond (Llama 3's 128256).
+TEST(CliShapes, AnyVocabularyIsEstimated) {
+  const CliRun r = trainmem("estimate --model llama-tiny --vocab 128256 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(parse_json(r.out)["config"]["model"]["vocab"], 128256);
+  const CliRun m = trainmem("max-batch --device meta --model llama-tiny --vocab 128256 --limit 2 --json");
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  EXPECT_EQ(parse_json(m.out)["max_batch"], 2);
+}
+
+// Item 3: misspelled names get the nearest ones, as flags do; the unknown-model message names every
+// shape flag; train --gpu says how to give a run a card's memory on this machine.
+TEST(CliShapes, AMisspelledNameGetsTheNearestOnes) {
+  expect_input_error("estimate --model lama3-8b", "unknown model 'lama3-8b'; did you mean llama3-8b?");
+  expect_input_error("estimate --model llama-3-8b", "; did you mean llama3-8b?");
+  expect_input_error("estimate --model gpt5", "--layers --heads --dim, and --arch --seq --vocab --kv-heads --ffn-dim");
+  expect_input_error("estimate --gpu h100", "not 'h100'; did you mean h100-80gb?");
+  expect_input_error("estimate --gpu RTX4090", "did you mean rtx4090-24gb?");
+  expect_input_error("train --gpu rtx4090-24gb", "--gpu is for estimate, plan and max-batch: train runs on this machine's device. To train within rtx4090-24gb's memory here, give --device-memory 25220349952B (its usable 23.49 GiB)");
+  const CliRun help = trainmem("train --help");
+  EXPECT_EQ(help.out.find("--gpu"), std::string::npos) << "train's --help lists no flag train refuses";
+}
+
+// Item 4: max-batch on a machine without a GPU ran real steps for hours, printing nothing
+// (gpt2-124m on 24 GiB). Now the meta runs answer first, the trials' time is said, and trials
+// expected to pass --trial-minutes are not run: it answers in seconds, pointing at estimate.
+TEST(CliShapes, MaxBatchNeverRunsForHoursUnannounced) {
+  TRAINMEM_SKIP_UNDER_SANITIZERS("the CPU's speed is probed; under ASan it is the sanitizer's");
+  const CliRun r = trainmem("max-batch --device cpu --model gpt2-124m --gpu rtx4090-24gb --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = parse_json(r.out);
+  EXPECT_FALSE(j["trials_run"].get<bool>()) << j.dump();
+  EXPECT_GT(j["expected_trial_seconds"].get<double>(), 600) << j.dump();
+  EXPECT_EQ(j["max_batch"], j["predicted_max_batch"]);
+  EXPECT_NE(r.err.find("the estimator (meta runs) says:"), std::string::npos) << r.err;
+  const CliRun text = trainmem("max-batch --device cpu --model gpt2-124m --gpu rtx4090-24gb");
+  EXPECT_NE(text.out.find("the real runs were not made"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("trainmem estimate"), std::string::npos) << text.out;
+}
+
+// Item 5: on a GPU the default attention is what PyTorch users get (SDPA's flash kernel), said in
+// the setup line; the CPU keeps naive; where the GPU flash kernels cannot run, naive and why.
+TEST(CliShapes, TheGpuDefaultAttentionIsPyTorchsFlash) {
+  const CliRun gpu = trainmem("estimate --model llama3-8b --gpu h100-80gb --precision bf16 --seq 4096 --batch 1");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  EXPECT_NE(gpu.out.find("attention=flash (the GPU default, as PyTorch's SDPA)"), std::string::npos) << gpu.out;
+  const CliRun fp32 = trainmem("estimate --model gpt2-124m --gpu h100-80gb --batch 1");
+  EXPECT_NE(fp32.out.find("attention=naive (the GPU default here: trainmem's flash runs in bf16/fp16 on a GPU)"),
+            std::string::npos) << fp32.out;
+  const CliRun cpu = trainmem("estimate --device cpu --model gpt2-124m --precision bf16 --batch 1 --json");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_EQ(parse_json(cpu.out)["config"]["attention"], "naive");
+  const CliRun chosen = trainmem("estimate --model llama3-8b --gpu h100-80gb --precision bf16 --attention naive --batch 1");
+  EXPECT_NE(chosen.out.find("attention=naive,"), std::string::npos) << chosen.out;
+}
+
+// Item 6: advice that cannot close the gap: the expandable-segments line for 155 MiB of
+// fragmentation when 20 GiB are missing (the live tensors alone exceed the card).
+TEST(CliShapes, AdviceThatCannotCloseTheGapIsLeftOut) {
+  const CliRun r = trainmem("estimate --model gpt2-1.5b --gpu rtx4090-24gb --precision bf16 --attention naive");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("fits: NO"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("expandable segments"), std::string::npos) << r.out;
+}
+
+// Item 15: --lr 1e30 skipped 1,000 steps (loss nan) and exited 0. The run stops after
+// kMaxSkippedStepsAtOneScale skipped steps in a row at a scale that does not fall, naming the cause.
+TEST(CliShapes, ARunWhoseEveryStepIsSkippedStops) {
+  for (const char* flags : {"--lr 1e30", "--weight-decay 3e38"}) {
+    SCOPED_TRACE(flags);
+    const CliRun r = trainmem(std::string("train --device cpu --model tiny --steps 1000 ") + flags);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("were all skipped"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("smaller --lr"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("step 1000/1000"), std::string::npos) << r.out;
+  }
+}
+
+// Item 17: estimate != train by 18-80 KB when fp16 overflow skipped the first steps (Adam's
+// moments came a step later). Over overflowing fp16 setups, estimate equals train to the byte.
+TEST(CliShapes, AnEstimateEqualsARunWhoseFirstStepsOverflow) {
+  for (const char* setup : {"--model small --seq 2 --batch 2 --precision fp16",
+                            "--model tiny-hd64 --seq 1 --vocab 123 --batch 1 --precision fp16",
+                            "--model tiny --precision fp16 --loss-scale 1e19"}) {
+    SCOPED_TRACE(setup);
+    const std::string json = temp_path("overflow_run.json");
+    const CliRun run = trainmem(std::string("train --device cpu --steps 2 --json ") + json + " " + setup);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const nlohmann::json trained = nlohmann::json::parse(read_text_file(json));
+    std::remove(json.c_str());
+    EXPECT_TRUE(trained["steps"][0]["skipped"].get<bool>()) << "no longer a case whose first step overflows";
+    const CliRun e = trainmem(std::string("estimate --device cpu --json ") + setup);
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    const nlohmann::json estimate = parse_json(e.out);
+    EXPECT_EQ(estimate["peak_allocated_bytes"], trained["memory"]["peak_allocated_bytes"]);
+    EXPECT_EQ(estimate["peak_reserved_bytes"], trained["memory"]["peak_reserved_bytes"]);
+  }
+}
+
+// Item 20: the lazy loader's flags without --loader lazy were accepted and ignored.
+TEST(CliShapes, TheLazyLoadersFlagsNeedTheLazyLoader) {
+  expect_input_error("train --prefetch 3", "--prefetch is the lazy loader's: add --loader lazy, or drop --prefetch");
+  expect_input_error("train --device cpu --pinned on", "--pinned is the lazy loader's");
+  expect_input_error("estimate --loader eager --prefetch 1", "(--loader eager has no --prefetch)");
+  const CliRun lazy = trainmem("estimate --device cpu --loader lazy --prefetch 3 --pinned off");
+  EXPECT_EQ(lazy.exit_code, 0) << lazy.err;
 }
 
 }  // namespace

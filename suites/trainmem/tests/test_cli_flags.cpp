@@ -337,7 +337,7 @@ TEST(ModelNames, AnyCaseAndTheUsualAliasesNameThePresets) {
   TrainFlags flags;
   flags.model = "GPT2-Medium";
   flags.layers = 2;
-  EXPECT_EQ(model_config(flags).name, "gpt2-350m+custom");
+  EXPECT_EQ(model_config(flags).name, "custom (from gpt2-350m)");
   try {
     model_preset("gpt5");
     ADD_FAILURE() << "gpt5 is no preset";

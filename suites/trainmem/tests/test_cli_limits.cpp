@@ -122,7 +122,7 @@ TEST(CliLimits, EstimateRefusesSizesThatWouldWrapAround) {
   expect_refused("estimate --world-size 4294967297 --zero 3", "--world-size: must be at most 1048576");
   expect_refused("estimate --layers 1000000000000", "--layers: must be at most 1024");  // did not answer in 65 s
   // Inside every flag's range, a product can still pass 2^62 bytes: refused, naming it.
-  expect_refused("estimate --seq 1048576 --batch 1048576 --heads 4096 --dim 65536",
+  expect_refused("estimate --seq 1048576 --batch 1048576 --layers 1 --heads 4096 --dim 65536",
                  "the attention scores (B x H x T x T x 4 bytes): 1048576 x 4096 x 1048576 x 1048576 x 4 is more than the "
                  "limit of 4611686018427387904 (2^62)");
 }

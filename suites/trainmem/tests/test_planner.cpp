@@ -8,7 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
 #include <map>
+#include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -19,6 +23,7 @@
 #include "suites/trainmem/planner/cpu_timing.h"
 #include "suites/trainmem/planner/prediction_check.h"
 #include "suites/trainmem/planner/step_time.h"
+#include "suites/trainmem/tests/synthetic_calibration.h"
 #include "suites/trainmem/tests/trainmem_program.h"
 #include "suites/trainmem/train_flags.h"
 
@@ -107,20 +112,104 @@ TEST(TimeCurve, KnotsAreEachSizeClasssMediansJoinedByLines) {
   EXPECT_EQ(fit_curve({}).seconds(1e6), 0.0);
 }
 
+// The calibration cache (calibration.h): a complete file is read back as written; a damaged one
+// is not (so it is measured again), the reader saying what it found. Before, each of these was
+// trusted: empty knot lists planned "0.00 ms per step, inf tokens/s", no kernel curves gave every
+// candidate one time, a 2-rank file under the 1-rank name planned one process with two ranks' rates.
+TEST(CalibrationCache, ACompleteFileIsReadBackAndADamagedOneIsNot) {
+  const std::string path = fixtures::cache_path_in(testing_support::scratch_path("calibration_cache"), 1);
+  const Calibration complete = fixtures::synthetic_calibration(1);
+  ASSERT_FALSE(complete.kernels.empty());
+  ASSERT_FALSE(complete.classes.empty());
+  write_calibration(complete, path);
+  const std::string written = testing_support::read_text_file(path);
+  std::string problem;
+  const std::optional<Calibration> read = read_calibration(path, 1, &problem);
+  ASSERT_TRUE(read.has_value()) << problem;
+  EXPECT_EQ(read->kernels.size(), complete.kernels.size());
+  EXPECT_EQ(read->machine, machine_description(1));
+
+  struct Damage {
+    const char* what;
+    std::function<void(nlohmann::json&)> edit;
+    const char* says;
+  };
+  const std::string first_kernel = complete.kernels.begin()->first;
+  const Damage damages[] = {
+      {"empty knot lists", [](nlohmann::json& j) { for (auto& [_, c] : j["kernels"].items()) c["knots"] = nlohmann::json::array(); },
+       ": no knots"},
+      {"no kernel curves", [](nlohmann::json& j) { j["kernels"] = nlohmann::json::object(); }, ": missing"},
+      {"no curves by kind of work", [](nlohmann::json& j) { j["classes"] = nlohmann::json::object(); }, "kind of work "},
+      {"a knot of no time", [&](nlohmann::json& j) { j["kernels"][first_kernel]["knots"][0][1] = 0.0; }, "takes no time"},
+      {"knots out of order",
+       [&](nlohmann::json& j) { j["kernels"][first_kernel]["knots"].push_back({1.0, 1e-3}); j["kernels"][first_kernel]["calls"] = 2; },
+       "out of order"},
+      {"a knot that is not a number", [&](nlohmann::json& j) { j["kernels"][first_kernel]["knots"][0][0] = nullptr; }, "damaged"},
+      {"another rank count in the file", [](nlohmann::json& j) { j["ranks"] = 2; }, "measured for 2 rank(s), not 1"},
+  };
+  for (const Damage& d : damages) {
+    nlohmann::json j = nlohmann::json::parse(written);
+    d.edit(j);
+    { std::ofstream(path) << j.dump(1); }
+    EXPECT_FALSE(read_calibration(path, 1, &problem).has_value()) << d.what;
+    EXPECT_NE(problem.find(d.says), std::string::npos) << d.what << ": " << problem;
+  }
+  // A 2-rank calibration, whole and valid for 2 ranks, under the 1-rank name.
+  write_calibration(fixtures::synthetic_calibration(2), path);
+  EXPECT_FALSE(read_calibration(path, 1, &problem).has_value());
+  EXPECT_NE(problem.find("measured for 2 rank(s), not 1"), std::string::npos) << problem;
+  { std::ofstream(path) << written.substr(0, written.size() / 2); }  // a partial file
+  EXPECT_FALSE(read_calibration(path, 1, &problem).has_value());
+  EXPECT_NE(problem.find("damaged"), std::string::npos) << problem;
+  std::remove(path.c_str());
+}
+
 // Predicted against measured on this machine, calibrated on other shapes (calibration.cpp's
 // workloads; the configurations: prediction_check.h). The benchmark records the agreement against
 // the target (kTarget: 15%, 0.9); this test, on a shared 2-core CI machine, allows for its noise:
 // every step timed is the median of four, the margin is kCiMargin (25%, 0.8), and a round that
-// misses is measured once more (agreement_on_this_machine). A mistake across the step fails both
-// rounds (mutation-checked: the memory-bound kernels left out, 25% and 29%); a small or local one
-// does not move the median (attention left out: 16.6%, passed), so the kernels' declared costs and
-// accumulation's micro-batch count have exact tests (KernelCosts.*, StepTime.AMicroBatchBeyond...).
+// misses is measured once more (agreement_on_this_machine); where both miss and differ by more than
+// the margin the bound keeps for noise, the machine cannot judge the model and the test skips,
+// saying so (too_noisy_to_judge). A mistake across the step fails both rounds on a quiet machine
+// (mutation-checked: the memory-bound kernels left out, 25% and 29%; on a loaded one 22.2%, passed);
+// a small or local one does not move the median (attention left out: 16.6%, passed), so the kernels'
+// declared costs and accumulation's micro-batch count have exact tests (KernelCosts.*,
+// StepTime.AMicroBatchBeyond...).
 TEST(StepTime, PredictedFromTheMetaRunAgainstMeasuredOnThisCpu) {
   TRAINMEM_SKIP_UNDER_SANITIZERS("the same test in ci/test's first ctest: it times steps, and here it would time the sanitizer");
-  const Agreement a = agreement_on_this_machine(nullptr, kCiMargin);
-  ASSERT_GE(a.configurations, 12u);
-  EXPECT_LE(a.median_abs_error, kCiMargin.median_abs_error);
-  EXPECT_GE(a.spearman, kCiMargin.spearman);
+  const RoundsOnThisMachine r = agreement_on_this_machine(nullptr, kCiMargin);
+  ASSERT_GE(r.agreement.configurations, 12u);
+  // What was measured is what the cache takes back (else `plan` would measure every time).
+  EXPECT_EQ(calibration_problem(r.calibration, 1), std::nullopt);
+  // Both rounds missed, and they differ by more than the margin the bound keeps for noise: this
+  // machine cannot judge the model now (other processes on it), so the test says so and skips.
+  if (!r.met && r.noise) {
+    if (const auto why = too_noisy_to_judge(*r.noise, kCiMargin)) GTEST_SKIP() << *why;
+  }
+  EXPECT_LE(r.agreement.median_abs_error, kCiMargin.median_abs_error);
+  EXPECT_GE(r.agreement.spearman, kCiMargin.spearman);
+}
+
+// The machine's noise, read off two rounds (prediction_check.h), on numbers worked by hand, and the
+// rule that skips a timing test: a bound 10 points of error (0.1 of Spearman) from the target
+// cannot judge a model on a machine whose own rounds differ by more.
+TEST(StepTime, AMachineWhoseRoundsDifferBeyondTheMarginCannotJudge) {
+  // Errors +12.5%, -25%, +100% then +0%, -12.5%, +75%: they differ by 12.5, 12.5, 25 points, median
+  // 12.5; measured 1, 2, 1.5 then 1, 2, 4: ranked (0 2 1) then (0 1 2), rho 0.5.
+  const std::vector<CheckedStep> round1 = {{"a", 1.125, 1.0}, {"b", 1.5, 2.0}, {"c", 3.0, 1.5}};
+  const std::vector<CheckedStep> round2 = {{"a", 1.0, 1.0}, {"b", 1.75, 2.0}, {"c", 7.0, 4.0}};
+  const MachineNoise noisy = machine_noise(round1, round2);
+  EXPECT_DOUBLE_EQ(noisy.error_spread, 0.125);
+  EXPECT_DOUBLE_EQ(noisy.rank_agreement, 0.5);
+  const auto why = too_noisy_to_judge(noisy, kCiMargin);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("differ by a median 12.5 points between two rounds, more than the 10 points the bound (25%) "
+                      "leaves above the target (15%)"),
+            std::string::npos)
+      << *why;
+  // Repeatable rounds: a miss is the model's.
+  EXPECT_EQ(too_noisy_to_judge({0.05, 0.95}, kCiMargin), std::nullopt);
+  EXPECT_NE(too_noisy_to_judge({0.05, 0.85}, kCiMargin).value_or("").find("Spearman of 0.850"), std::string::npos);
 }
 
 // A device on which every kernel, copy and collective takes 1 us: the step's time counts calls.
@@ -162,12 +251,20 @@ TEST(StepTime, AgreementIsTheMedianErrorAndSpearmansRho) {
 
 // The plan's answer, acted on: its figures are `estimate`'s for the same command, and the best
 // candidate trains on the CPU within the planned --device-memory.
+// Its cache folder cannot be made (a file stands where its parent should be): the plan goes on
+// all the same, saying the calibration was not saved and how to keep it (before: exit 1 after the
+// calibration, every time). One calibration serves both checks: CI's time is short.
 TEST(Plan, TheBestCandidateTrainsWithinThePlannedMemoryAndItsFiguresAreTheEstimates) {
-  const std::string cache = "TRAINMEM_CACHE_DIR=" + testing_support::scratch_path("plan_cache") + " ";
+  const std::string not_a_folder = testing_support::scratch_path("plan_cache_is_a_file");
+  { std::ofstream(not_a_folder) << "a file, not a folder\n"; }
+  const std::string cache = "TRAINMEM_CACHE_DIR=" + not_a_folder + "/cache ";
   const std::string json = testing_support::scratch_path("plan.json");
   const cli_test::CliRun r = cli_test::trainmem(
       "plan --device cpu --model small --global-batch 8 --device-memory 48MiB --json " + json, cache);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("the calibration was not saved ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("set TRAINMEM_CACHE_DIR to a folder you can write"), std::string::npos) << r.err;
+  std::remove(not_a_folder.c_str());
   const nlohmann::json plan = nlohmann::json::parse(testing_support::read_text_file(json));
   ASSERT_FALSE(plan["candidates"].empty());
   const nlohmann::json& best = plan["candidates"][0];
@@ -190,13 +287,15 @@ TEST(Plan, TheBestCandidateTrainsWithinThePlannedMemoryAndItsFiguresAreTheEstima
 }
 
 // A question plan cannot answer gets one line that says what to change (exit 2), before any
-// calibration; a question nothing answers says what would help (exit 1).
+// work: no calibration (its cache folder is empty), no search; a question nothing answers says
+// what would help (exit 1).
 TEST(Plan, BadQuestionsGetAnErrorThatSaysWhatToChange) {
   const std::string cache = "TRAINMEM_CACHE_DIR=" + testing_support::scratch_path("plan_cache_bad") + " ";
+  const std::string no_folder = testing_support::scratch_path("no_such_folder") + "/plan.json";
   struct Case {
-    const char* args;
+    std::string args;
     int exit_code;
-    const char* says;
+    std::string says;
   };
   const Case cases[] = {
       {"--device cpu --model tiny --global-batch 8 --batch 2", 2, "--batch: plan chooses the micro-batch; give --global-batch"},
@@ -206,15 +305,108 @@ TEST(Plan, BadQuestionsGetAnErrorThatSaysWhatToChange) {
       {"--device cpu --model tiny --global-batch 8 --world-size 3", 2, "--global-batch 8 must be a multiple of --world-size 3"},
       {"--gpu h100-80gb --device cpu --model tiny --global-batch 8", 2, "--gpu names a GPU: drop --device cpu"},
       {"--model tiny --global-batch 8", 2, "plan needs the device to plan for: --gpu NAME"},
+      {"--device cuda --model tiny --global-batch 8", 2, "--device takes cpu for plan (this machine), not cuda; for a card of the catalog give --gpu NAME"},
       {"--gpu h999 --model tiny --global-batch 8", 2, "--gpu: must be one of h100-80gb"},
+      // The model, the output file: checked before the calibration (before: after it, 20 s in).
+      {"--device cpu --model tinyy --global-batch 8", 2, "unknown model 'tinyy'"},
+      {"--device cpu --model tiny --global-batch 8 --json '" + no_folder + "'", 2, "--json " + no_folder + ": the folder"},
+      // An empty path names no file (before: the JSON went to standard output, exit 0).
+      {"--gpu h100-80gb --model tiny --global-batch 8 --json ''", 2,
+       "--json: needs the path of the file to write; an empty path names no file"},
+      // A model name is a name: the flags inside it are not obeyed (before: ZeRO-3 planned for tiny).
+      {"--device cpu --model 'tiny --zero 3' --global-batch 8", 2, "unknown model 'tiny --zero 3'"},
       {"--gpu h100-80gb --model gpt2-1.5b --global-batch 8 --device-memory 1GiB", 1,
        "nothing fits: more ranks (--world-size), a smaller --global-batch or --seq, or a larger device"},
   };
   for (const Case& c : cases) {
-    const cli_test::CliRun r = cli_test::trainmem(std::string("plan ") + c.args, cache);
+    const cli_test::CliRun r = cli_test::trainmem("plan " + c.args, cache);
     EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.err;
     EXPECT_NE((r.out + r.err).find(c.says), std::string::npos) << c.args << "\n" << r.out << r.err;
+    EXPECT_EQ(r.err.find("calibrating"), std::string::npos) << c.args << ": measured the machine first\n" << r.err;
+    if (c.exit_code == 2) {
+      EXPECT_EQ(r.out, "") << c.args;
+    }
   }
+}
+
+// plan --help offers only what plan takes: no --batch (the plan's to choose), no device but cpu
+// (a GPU is --gpu's), no --pattern.
+TEST(Plan, HelpListsNoFlagPlanRefuses) {
+  const cli_test::CliRun r = cli_test::trainmem("plan --help");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("--batch "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--pattern"), std::string::npos) << r.out;
+  const std::size_t device = r.out.find("--device ");
+  ASSERT_NE(device, std::string::npos) << r.out;
+  const std::string device_line = r.out.substr(device, r.out.find('\n', device) - device);
+  for (const char* refused : {"auto", "cuda", "meta"})
+    EXPECT_EQ(device_line.find(refused), std::string::npos) << device_line;
+  EXPECT_NE(r.out.find("--allocator-config"), std::string::npos) << r.out;  // honoured (Plan.HonoursTheAllocatorConfig)
+}
+
+// --allocator-config is every candidate's: its meta runs follow it (the figures are `estimate`'s
+// with it) and its command carries it, quoted for the shell (before: left out of both).
+TEST(Plan, HonoursTheAllocatorConfig) {
+  const std::string config = "backend: raw";  // one device allocation per request; a space, so quoted
+  const cli_test::CliRun r =
+      cli_test::trainmem("plan --gpu h100-80gb --model small --global-batch 8 --top 1 --json --allocator-config '" + config + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json plan = nlohmann::json::parse(r.out);
+  const cli_test::CliRun without = cli_test::trainmem("plan --gpu h100-80gb --model small --global-batch 8 --top 1 --json");
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  const nlohmann::json& best = plan["candidates"][0];
+  EXPECT_NE(best["peak_reserved_bytes"], nlohmann::json::parse(without.out)["candidates"][0]["peak_reserved_bytes"])
+      << "without the cache, reserved is allocated";
+  const std::string command = best["command"].get<std::string>();
+  EXPECT_NE(command.find("--allocator-config '" + config + "'"), std::string::npos) << command;
+  ASSERT_EQ(command.rfind("trainmem train ", 0), 0u) << command;
+  const cli_test::CliRun e = cli_test::trainmem("estimate --gpu h100-80gb --json " + command.substr(15));
+  ASSERT_EQ(e.exit_code, 0) << command << "\n" << e.err;
+  const nlohmann::json estimate = nlohmann::json::parse(e.out);
+  EXPECT_EQ(estimate["peak_reserved_bytes"], best["peak_reserved_bytes"]) << command;
+  EXPECT_EQ(estimate["peak_allocated_bytes"], best["peak_allocated_bytes"]) << command;
+}
+
+// A mix that does not fit shows what it held when its request failed, that request included: a
+// figure above the device, not the peak it reached before (which fits by definition). Sizes read
+// in the largest unit that reads well (TiB, not thousands of GiB).
+TEST(Plan, AMixThatDoesNotFitShowsThePeakAtWhichItFailed) {
+  const cli_test::CliRun r =
+      cli_test::trainmem("plan --gpu h100-80gb --model gpt2-1.5b --global-batch 8 --device-memory 1GiB --json");
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  const nlohmann::json plan = nlohmann::json::parse(r.out);
+  const std::size_t capacity = plan["device"]["capacity_bytes"].get<std::size_t>();
+  ASSERT_FALSE(plan["not_fitting"].empty());
+  for (const nlohmann::json& c : plan["not_fitting"])
+    EXPECT_GT(c["peak_reserved_bytes"].get<std::size_t>(), capacity) << c.dump();
+  const cli_test::CliRun huge = cli_test::trainmem(
+      "plan --gpu h100-80gb --model llama3-70b --seq 1048576 --global-batch 1 --device-memory 4EiB --show-all --top 1");
+  ASSERT_EQ(huge.exit_code, 0) << huge.err;
+  EXPECT_FALSE(std::regex_search(huge.out, std::regex("[0-9]{5}\\.[0-9]{2} GiB"))) << huge.out;
+}
+
+// Llama 3 8B at T = 4096 on an H100: naive attention writes and reads back its B*H*T^2 matrices
+// in HBM (kernels/attention.h), flash keeps its tiles on chip, so no naive mix may come before the
+// fastest flash one (ANCHORS.md: at T = 4k naive runs 133 TFLOP/s, FlashAttention-2 368). Before,
+// naive was ranked first: its scores were counted written but not read back, and ZeRO-3's offloaded
+// parameters were never copied to the GPU in the meta run, so a naive mix with them looked fastest.
+TEST(Plan, NaiveAttentionIsNotRankedAboveFlashForLlama3At4k) {
+  const cli_test::CliRun r = cli_test::trainmem("plan --gpu h100-80gb --model llama3-8b --seq 4096 --global-batch 8 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json plan = nlohmann::json::parse(r.out);
+  auto fastest = [&](const std::string& attention) {
+    for (const nlohmann::json& c : plan["candidates"])
+      if (c["flags"].get<std::string>().find("--attention " + attention) != std::string::npos) return c;
+    return nlohmann::json();
+  };
+  const nlohmann::json naive = fastest("naive"), flash = fastest("flash");
+  ASSERT_FALSE(flash.is_null()) << r.out;
+  if (!naive.is_null()) {
+    EXPECT_LE(flash["predicted_step_ms"].get<double>(), naive["predicted_step_ms"].get<double>())
+        << "naive: " << naive["flags"] << "\nflash: " << flash["flags"];
+  }
+  EXPECT_EQ(plan["candidates"][0]["flags"].get<std::string>().find("--attention naive"), std::string::npos)
+      << plan["candidates"][0]["flags"];
 }
 
 // Candidates with the same figures share one row of the table, their differences named under it.

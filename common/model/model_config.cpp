@@ -162,7 +162,8 @@ ModelConfig model_preset(const std::string& name) {
 }
 
 std::string ModelConfig::label() const {
-  return name + " (" + to_string(arch) + (origin.empty() ? "" : "; " + origin) + ")";
+  if (origin.empty()) return name + " (" + to_string(arch) + ")";
+  return "custom (" + to_string(arch) + ", " + origin + ")";  // the origin names the preset, if any
 }
 
 FamilyDefaults family_defaults(Arch arch) {

@@ -69,8 +69,8 @@ struct ModelConfig {
   // The shape in one line, as every command prints it: "L=2 H=4 C=64 T=64 V=256, padded to Vp=256";
   // a Llama's adds its family's own sizes, "L=2 H=4 Hkv=2 C=64 F=176 T=64 V=256, padded to Vp=256".
   std::string shape_summary() const;
-  // The model as every command's first line names it: "gpt2-124m (gpt)", or with its origin,
-  // "custom (gpt; --layers --heads --dim as given, ...)".
+  // The model as every command's first line names it: "gpt2-124m (gpt)", or a custom shape with
+  // its origin, "custom (gpt, from gpt2-124m with --layers 2)", "custom (gpt, as given: ...)".
   std::string label() const;
 
   // Throws ModelConfigError saying what to change (e.g. dim not divisible by heads).

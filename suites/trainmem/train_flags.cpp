@@ -107,7 +107,7 @@ ModelConfig model_config(const TrainFlags& f) {
     if (f.norm_eps) c.norm_eps = *f.norm_eps;
     if (!given.flags.empty()) {
       // The preset's own name, not the alias; "custom (from ...)" only for a preset the user named.
-      c.origin = (f.model.empty() ? "the default model " + c.name + " (no --model)" : c.name) + " with" + given.flags;
+      c.origin = "from " + (f.model.empty() ? "the default model " + c.name + " (no --model)" : c.name) + " with" + given.flags;
       c.name = f.model.empty() ? "custom" : "custom (from " + c.name + ")";
     }
   }

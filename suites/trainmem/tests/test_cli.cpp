@@ -693,7 +693,7 @@ TEST(CliModels, InfoNamesTheFamilyAndTheParameters) {
   ASSERT_EQ(custom.exit_code, 0) << custom.err;
   const nlohmann::json tiny = nlohmann::json::parse(custom.out)["model"];
   EXPECT_EQ(tiny["name"], "custom (from llama-tiny)");
-  EXPECT_EQ(tiny["origin"], "llama-tiny with --kv-heads 1");
+  EXPECT_EQ(tiny["origin"], "from llama-tiny with --kv-heads 1");
   EXPECT_EQ(tiny["kv_heads"], 1);
 }
 
@@ -741,7 +741,7 @@ TEST(CliShapes, AShapeOfYourOwnSaysWhatItFilledIn) {
                              "V=50257 (GPT-2's; no --vocab)");
   const CliRun table = trainmem("estimate --layers 24 --dim 1024 --heads 16 --seq 2048 --gpu rtx4090-24gb");
   ASSERT_EQ(table.exit_code, 0) << table.err;
-  EXPECT_EQ(table.out.rfind("model custom (gpt; as given: --layers 24 --heads 16 --dim 1024 --seq 2048; filled in: "
+  EXPECT_EQ(table.out.rfind("model custom (gpt, as given: --layers 24 --heads 16 --dim 1024 --seq 2048; filled in: "
                             "V=50257 (GPT-2's; no --vocab)): ", 0), 0u) << table.out;
 
   // A Llama: K/V heads = heads (multi-head, as transformers' LlamaConfig), F by Meta's rule, T and V Llama 2's.
@@ -759,10 +759,10 @@ TEST(CliShapes, AShapeOfYourOwnSaysWhatItFilledIn) {
   const CliRun from = trainmem("info --device cpu --json --model GPT2 --layers 2 --seq 128");
   ASSERT_EQ(from.exit_code, 0) << from.err;
   EXPECT_EQ(parse_json(from.out)["model"]["name"], "custom (from gpt2-124m)");
-  EXPECT_EQ(parse_json(from.out)["model"]["origin"], "gpt2-124m with --layers 2 --seq 128");
+  EXPECT_EQ(parse_json(from.out)["model"]["origin"], "from gpt2-124m with --layers 2 --seq 128");
   const CliRun default_model = trainmem("info --device cpu --json --seq 32");
   ASSERT_EQ(default_model.exit_code, 0) << default_model.err;
-  EXPECT_EQ(parse_json(default_model.out)["model"]["origin"], "the default model tiny (no --model) with --seq 32");
+  EXPECT_EQ(parse_json(default_model.out)["model"]["origin"], "from the default model tiny (no --model) with --seq 32");
 
   // L, H and C change everything: not given, they are asked for.
   expect_input_error("estimate --layers 24 --dim 1024", "a shape of your own needs --layers, --heads and --dim (missing: --heads)");

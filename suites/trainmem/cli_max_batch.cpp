@@ -284,7 +284,7 @@ int run_max_batch(const MaxBatchFlags& f) {
 
   // On the CPU, the trials' time first (a CPU trial of a GPT-2-sized model takes minutes).
   answer.trials_run = true;
-  if (device.backend == DeviceKind::cpu && f.train.device.device != "meta") {
+  if (device.backend == DeviceKind::cpu) {  // (a meta device's trials are meta runs: milliseconds)
     const CpuSpeed speed = measure_cpu_speed(setup);
     for (std::size_t b : answer.to_try) {
       TrainingSetup s = setup;

@@ -1,8 +1,9 @@
 """ci/gpu-bench-chunks: benchmarks run in chunks keep what they measured.
 
 A stand-in for a Google Benchmark binary (a Python script) lists five cases, writes a JSON file
-for the cases its --benchmark_filter selects, hangs on the case named "hang" and reports an
-error for the case named "error" when the environment asks it to.
+for the cases its --benchmark_filter selects, and when the environment asks it to hangs on the
+case named "hang" (FAKE_HANG), reports an error for the case named "error" (FAKE_ERROR) or fails
+every run (FAKE_FAIL).
 """
 import json
 import os
@@ -28,6 +29,8 @@ if args.get("--benchmark_list_tests") == "true":
     sys.exit(0)
 if os.environ.get("FAKE_HANG") and "hang" in chosen:
     time.sleep(60)
+if os.environ.get("FAKE_FAIL"):  # e.g. no usable GPU: exit 2 before any result
+    sys.exit(2)
 results = [{"name": c, "run_name": c, "real_time": 1.0} for c in chosen]
 for r in results:
     if os.environ.get("FAKE_ERROR") and r["name"] == "error":
@@ -103,3 +106,48 @@ def test_the_exact_filter_selects_each_name_alone():
     for n in names_:
         pattern = spec["exact_filter"]([n])
         assert [m for m in names_ + [n + "x", "x" + n] if re.search(pattern, m)] == [n]
+
+
+def test_a_selection_runs_only_its_cases(tmp_path, bench):
+    code, entry, status = run_entry(tmp_path, f"{bench}=T:")
+    assert (code, status) == (0, "ok")
+    assert names(entry) == ["a/T:1", "e/T:2"]
+
+
+def test_a_selection_may_leave_cases_out_by_a_lookahead(tmp_path, bench):
+    # The sweep step: everything but what the slice ran (ci/gpu-check).
+    code, entry, status = run_entry(tmp_path, f"{bench}=^(?!(hang|error|a/))")
+    assert (code, status) == (0, "ok")
+    assert names(entry) == ["b(x)+y.z", "e/T:2"]
+
+
+def test_a_selection_that_finds_nothing_fails_saying_so(tmp_path, bench):
+    code, entry, status = run_entry(tmp_path, f"{bench}=^nothing$")
+    assert code == 1
+    assert status == "failed: no case to run (selection '^nothing$')"
+
+
+def test_a_second_step_adds_to_the_merged_file(tmp_path, bench):
+    # slice, then sweep in the same call: benchmarks.json keeps both steps' cases, in order.
+    run_entry(tmp_path, f"{bench}=^a/")
+    code, entry, status = run_entry(tmp_path, f"{bench}=^e/")
+    assert (code, status) == (0, "ok")
+    assert names(entry) == ["a/T:1", "e/T:2"]
+
+
+def run_entry(tmp_path, entry):
+    merged, status = tmp_path / "benchmarks.json", tmp_path / "status.tsv"
+    cmd = [sys.executable, str(SCRIPT), "--device", "cuda", "--results", str(tmp_path / "r"),
+           "--merged", str(merged), "--status", str(status), "--log", str(tmp_path / "log"),
+           "--chunk", "2", "--timeout", "6", "--", entry]
+    done = subprocess.run(cmd, timeout=60)
+    statuses = dict(line.split("\t") for line in status.read_text().splitlines())
+    return done.returncode, json.loads(merged.read_text())["bench_fake"], statuses["bench_fake"]
+
+
+def test_a_binary_failing_every_chunk_is_said_in_one_short_line(tmp_path, bench):
+    # Every chunk fails: three named, the rest counted (the line ends up in the call's output tail).
+    code, entry, status = run(tmp_path, bench, "--chunk", "1", env={"FAKE_FAIL": "1"})
+    assert code == 1
+    assert status.count("exit 2") == 3 and "2 more chunk(s) failed" in status
+    assert status.endswith("5 of 5 case(s) not measured")

@@ -14,6 +14,7 @@
 
 #include "common/device/cuda_device_memory.h"
 #include "common/device/device.h"
+#include "common/device/device_timer.h"
 
 #ifdef TRAINMEM_WITH_CUDNN
 #include <cudnn.h>
@@ -375,5 +376,22 @@ std::unique_ptr<DeviceMemory> make_cuda_device_memory(int index, std::size_t bud
 }
 
 void cuda_synchronize() { TRAINMEM_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+// DeviceTimer's events (common/device/device_timer.h): with timing, unlike the allocator's.
+void* cuda_timing_event_create() {
+  cudaEvent_t event = nullptr;
+  TRAINMEM_CUDA_CHECK(cudaEventCreate(&event));
+  return event;
+}
+void cuda_timing_event_destroy(void* event) { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+void cuda_timing_event_record(void* event, void* stream) {
+  TRAINMEM_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+}
+double cuda_timing_seconds_between(void* start, void* stop) {
+  TRAINMEM_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(stop)));
+  float ms = 0;
+  TRAINMEM_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop)));
+  return ms / 1e3;
+}
 
 }  // namespace trainmem

@@ -118,13 +118,28 @@ inline void run_benchmarks_reporting_on_rank0(int rank) {
   }
 }
 
+// Whether Google Benchmark will only list the cases (--benchmark_list_tests[=true|1|yes]): read
+// before benchmark::Initialize, which keeps its flags to itself.
+inline bool only_listing_cases(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--benchmark_list_tests" || arg == "--benchmark_list_tests=true" ||
+        arg == "--benchmark_list_tests=1" || arg == "--benchmark_list_tests=yes")
+      return true;
+  }
+  return false;
+}
+
 // The main of every trainmem benchmark binary: takes --device=auto|cpu|cuda, opens that device
 // once to record its description as context (and print the choice), lets `register_benchmarks`
 // register what suits it (device choice, whether it is a GPU), and runs Google Benchmark.
-// The same flags for every binary, as nccl-tests does.
+// The same flags for every binary, as nccl-tests does. `--device=cuda --benchmark_list_tests`
+// lists the GPU cases even where no GPU answers (registering runs nothing): so a machine without
+// one checks the case names a GPU call will select (ci/gpu-check --dry-run).
 inline int benchmark_main(int argc, char** argv, const char* name,
                           const std::function<void(const std::string& device, bool gpu)>& register_benchmarks) {
   const std::string device_choice = take_device_flag(argc, argv);
+  const bool listing = only_listing_cases(argc, argv);
   const auto out = take_benchmark_out(argc, argv, name);
   if (!out) return 2;
   benchmark::Initialize(&argc, argv);
@@ -132,9 +147,15 @@ inline int benchmark_main(int argc, char** argv, const char* name,
   try {
     DeviceOptions options;
     options.choice = device_choice;
-    auto device = Device::open(options, &std::cerr);
-    add_benchmark_context(device->info(), device->allocator().config());
-    register_benchmarks(device_choice, device->kind() == DeviceKind::cuda);
+    std::unique_ptr<Device> device;
+    try {
+      device = Device::open(options, &std::cerr);
+    } catch (const DeviceError& e) {
+      if (!listing || device_choice != "cuda") throw;
+      std::cerr << name << ": " << e.what() << "; listing the GPU cases only\n";
+    }
+    if (device) add_benchmark_context(device->info(), device->allocator().config());
+    register_benchmarks(device_choice, device == nullptr || device->kind() == DeviceKind::cuda);
   } catch (const std::exception& e) {
     std::cerr << name << ": " << e.what() << '\n';
     return 2;

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
                                        "cannot be seen here")
 
 
-@pytest.mark.parametrize("module", ["torch_train", "compare_torch"])
+@pytest.mark.parametrize("module", ["torch_train", "compare_torch", "torch_attention"])
 def test_the_commands_say_that_torch_is_missing(module):
     run = subprocess.run([sys.executable, "-m", f"reports.peers.{module}", "--data", "x.tok"], cwd=REPO,
                          capture_output=True, text=True)

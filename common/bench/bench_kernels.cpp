@@ -146,7 +146,9 @@ void BM_Matmul(benchmark::State& state, bool backward, std::size_t N, std::size_
     const T* bias = b.random<T>(OC, -0.1f, 0.1f, 3);
     if (!backward) {
       T* out = b.empty<T>(N * OC);
-      run(state, b.device(), [&](const kernels::Stream& s) { kernels::matmul_forward<T>(s, out, inp, weight, bias, N, C, OC); });
+      run(state, b.device(), [&](const kernels::Stream& s) {
+        kernels::matmul_forward<T>(s, out, inp, weight, bias, N, C, OC);
+      });
       return;
     }
     const T* dout = b.random<T>(N * OC, -1, 1, 4);
@@ -226,7 +228,8 @@ void register_dtype(bool gpu) {
         BM_Matmul<T>, backward, N, C, F);
   if (gpu) add("matmul_forward/" + dtype + dims(4096, 4096) + "/OC:4096", BM_Matmul<T>, false, 4096, 4096, 4096);
   for (bool backward : {false, true})
-    add((backward ? "layernorm_backward/" : "layernorm_forward/") + dtype + dims(N, C), BM_LayerNorm<T>, backward, N, C);
+    add((backward ? "layernorm_backward/" : "layernorm_forward/") + dtype + dims(N, C), BM_LayerNorm<T>, backward, N,
+        C);
   for (bool backward : {false, true})
     add((backward ? "cross_entropy_backward/" : "cross_entropy_forward/") + dtype + "/N:" + std::to_string(N) +
             "/V:" + std::to_string(V),

@@ -17,7 +17,8 @@ __global__ void spin_for(long long cycles) {
 }
 
 TEST(DeviceTimerCuda, EventsTimeTheKernelAndStopWaitsForIt) {
-  if (auto reason = cuda_unavailable_reason()) GTEST_SKIP() << "GPU test skipped: no usable CUDA device (" << *reason << ")";
+  if (auto reason = cuda_unavailable_reason())
+    GTEST_SKIP() << "GPU test skipped: no usable CUDA device (" << *reason << ")";
   DeviceOptions options;
   options.choice = "cuda";
   auto device = Device::open(options);

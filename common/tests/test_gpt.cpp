@@ -36,8 +36,9 @@ using testing_support::random_batch;
 
 // The model's forward in double precision on the host, with the parameters laid out as
 // GPT::parameters() lays them out. Returns the mean loss.
-double reference_loss(const ModelConfig& cfg, const std::vector<double>& params, const std::vector<std::int32_t>& tokens,
-                      const std::vector<std::int32_t>& targets, std::size_t B, std::size_t T) {
+double gpt_reference_loss(const ModelConfig& cfg, const std::vector<double>& params,
+                          const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets,
+                          std::size_t B, std::size_t T) {
   namespace cpu = kernels::cpu;
   const std::size_t C = cfg.dim, V = cfg.vocab, Vp = padded_vocab(V), NH = cfg.heads, N = B * T;
   std::size_t offset = 0;
@@ -206,13 +207,15 @@ TEST(Gpt, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
   const double loss = forward_backward(model, batch);
   const std::vector<float> grads = model.gradient_values();
   std::vector<double> params(values.begin(), values.end());
-  const double ref = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
+  const double ref = gpt_reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
   EXPECT_NEAR(loss, ref, 1e-5 * std::abs(ref)) << "float model loss vs double reference";
 
   // A random sample of every tensor against central differences (model_step.h has the tolerance).
   const std::size_t checked = testing_support::expect_gradients_match_differences(
       model, grads, params,
-      [&](const std::vector<double>& p) { return reference_loss(cfg, p, batch.host_tokens, batch.host_targets, B, T); },
+      [&](const std::vector<double>& p) {
+        return gpt_reference_loss(cfg, p, batch.host_tokens, batch.host_targets, B, T);
+      },
       rng);
   EXPECT_EQ(checked, model.parameters().size() * 6);
 }

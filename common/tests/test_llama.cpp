@@ -46,8 +46,8 @@ Vec rmsnorm(const Vec& x, const double* w, std::size_t N, std::size_t C, double 
 }
 
 // The forward in double precision on the host, parameters laid out as parameter_table.h says.
-double reference_loss(const ModelConfig& cfg, const Vec& params, const std::vector<std::int32_t>& tokens,
-                      const std::vector<std::int32_t>& targets, std::size_t B, std::size_t T) {
+double llama_reference_loss(const ModelConfig& cfg, const Vec& params, const std::vector<std::int32_t>& tokens,
+                            const std::vector<std::int32_t>& targets, std::size_t B, std::size_t T) {
   const std::size_t C = cfg.dim, V = cfg.vocab, Vp = padded_vocab(V), H = cfg.heads, Hkv = cfg.kv_heads,
                     D = C / H, F = cfg.ffn_dim, N = B * T, QKV = (H + 2 * Hkv) * D;
   std::size_t offset = 0;
@@ -151,12 +151,12 @@ TEST(Llama, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
   const double loss = forward_backward(model, batch);
   const std::vector<float> grads = model.gradient_values();
   Vec params(values.begin(), values.end());
-  const double ref = reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
+  const double ref = llama_reference_loss(cfg, params, batch.host_tokens, batch.host_targets, B, T);
   EXPECT_NEAR(loss, ref, 1e-5 * std::abs(ref)) << "float model loss vs double reference";
 
   const std::size_t checked = testing_support::expect_gradients_match_differences(
       model, grads, params,
-      [&](const Vec& p) { return reference_loss(cfg, p, batch.host_tokens, batch.host_targets, B, T); }, rng);
+      [&](const Vec& p) { return llama_reference_loss(cfg, p, batch.host_tokens, batch.host_targets, B, T); }, rng);
   EXPECT_EQ(checked, model.parameters().size() * 6);
 }
 

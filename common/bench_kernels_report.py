@@ -1,6 +1,7 @@
 """How the report (reports/trainmem_report) presents bench_kernels (bench/bench_kernels.cpp): the
 kernels of a GPT-2 124M step one at a time, fp32 beside bf16, in TFLOP/s (the GEMMs) and GB/s (the
-memory-bound rest), counted from what each kernel's dispatcher declares (kernels/kernel_cost.h)."""
+memory-bound rest), counted from what each kernel's dispatcher declares (kernels/kernel_cost.h); and
+on the CPU a whole step split by kernel (BM_StepByKernel)."""
 from reports.trainmem_report.presentation import Suite, args, words
 
 
@@ -16,5 +17,12 @@ SUITE = Suite(
     "(the bytes a kernel must read and write) for the rest, which memory bandwidth bounds",
     group=_group, setting=lambda b: words(b)[1],
     columns=[("TFLOP_per_s", "TFLOP/s", "number"), ("GB_per_s", "GB/s", "number")],
+    details=[("A CPU training step by kernel (ms a step)", "BM_StepByKernel/",
+              [("step_ms", "step", "number"), ("gemm_ms", "GEMMs", "number"), ("attention_ms", "attention", "number"),
+               ("memory_ms", "memory-bound kernels", "number"), ("matmul_forward_ms", "matmul fwd", "number"),
+               ("matmul_backward_ms", "matmul bwd", "number"),
+               ("cross_entropy_forward_ms", "cross-entropy fwd", "number"),
+               ("cross_entropy_backward_ms", "cross-entropy bwd", "number"),
+               ("adamw_update_ms", "AdamW", "number"), ("outside_kernels_ms", "outside kernels", "number")])],
     rank_by_time=False,
     order=15)

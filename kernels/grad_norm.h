@@ -4,8 +4,9 @@
 //
 // The gradient is in its storage type T (kernels/dtype.h): float, bf16 or fp16, named by the
 // caller (sum_of_squares<bf16>(x, n); float when not named), widened exactly before squaring. On
-// the CPU the squares are summed in double, so a 16-bit sum is bit for bit the fp32 path's on the
-// widened gradient; on CUDA each block sums in double and adds one float into the accumulator.
+// the CPU the squares are summed in double, in an order set by n alone (blocks over the cores,
+// lanes in a block: kernels/cpu/optimizer.cpp), so a 16-bit sum is bit for bit the fp32 path's on
+// the widened gradient, on any number of threads; on CUDA each block sums in double and adds one float into the accumulator.
 #pragma once
 #include <cmath>
 

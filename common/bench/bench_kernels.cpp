@@ -14,6 +14,14 @@
 // write at least), so this benchmark, the planner and a roofline count the same work. GEMMs are
 // judged by TFLOP_per_s, the rest by GB_per_s (they are bound by memory bandwidth).
 //
+// And a whole CPU step by kernel, BM_StepByKernel/<model>: a real training step (fp32, no
+// technique) whose every kernel call is timed by the run's cost log (common/device/cost_log.h: on
+// the CPU backend each call runs synchronously, so its wall time is its own); counters per step in
+// ms: the step's (step_ms), each kernel's (<kernel>_ms), each class's (gemm_ms, attention_ms, memory_ms), host work and
+// copies, and outside_kernels_ms (the step's wall time the kernels do not account for). Models:
+// `small` B=4 and gpt2-124m cut to 2 layers at T=256, B=4, the shapes kernels/cpu/speed.md
+// measures beside PyTorch. The CPU only: on a GPU a launch returns before its kernel ends.
+//
 // Time: each iteration is one call, timed on the device (common/device/device_timer.h: CUDA events
 // on a GPU, the wall clock on the CPU), after an untimed first call (cuBLAS's handles and plans).
 // Inputs are random, never zeros: uniform values from a fixed seed, a block of 2^20 repeated
@@ -23,16 +31,19 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/device/cost_log.h"
 #include "common/device/device.h"
 #include "common/device/device_ops.h"
 #include "common/device/device_timer.h"
 #include "common/model/model_config.h"
 #include "common/results/benchmark_context.h"
 #include "common/tensor/tensor.h"
+#include "common/train/train_run.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -212,6 +223,55 @@ void BM_CrossEntropy(benchmark::State& state, bool backward, std::size_t N, std:
   });
 }
 
+// Seconds by kernel name over the steps it listens to.
+class StepKernelTimes : public CostLog {
+ public:
+  void kernel(const kernels::KernelCall& call, double seconds) override {
+    by_kernel[call.name] += seconds;
+    by_class[kernels::to_string(call.kind)] += seconds;
+  }
+  void host_work(const kernels::KernelCall& call, double seconds) override { by_kernel[call.name] += seconds; }
+  void copy(CopyDirection, double, double seconds) override { copies += seconds; }
+  void collective(Collective, const CommCounts&, int, bool, std::uint64_t) override {}
+  void collective_wait(std::uint64_t, double) override {}
+  void begin_micro_batch(long, std::size_t) override {}
+  void begin_optimizer(long) override {}
+  void end_step(long, double seconds) override {
+    step_seconds += seconds;
+    ++steps;
+  }
+  std::map<std::string, double> by_kernel, by_class;
+  double copies = 0, step_seconds = 0;
+  int steps = 0;
+};
+
+void BM_StepByKernel(benchmark::State& state, ModelConfig config, std::size_t batch) {
+  guarded(state, [&] {
+    static const Techniques none{};
+    TrainRun run = make_train_run(g_device, baseline_setup(config, batch), none);
+    run.step();  // warm-up: the optimizer's state, the allocator's cache
+    StepKernelTimes times;
+    run.device->set_cost_log(&times);
+    for (auto _ : state) {
+      const double ms = run.step().ms;
+      state.SetIterationTime(ms / 1e3);
+    }
+    run.device->set_cost_log(nullptr);
+    const double per_step = 1e3 / std::max(times.steps, 1);  // seconds over the steps -> ms a step
+    double in_kernels = 0;
+    for (const auto& [name, seconds] : times.by_kernel) {
+      state.counters[name + "_ms"] = seconds * per_step;
+      in_kernels += seconds;
+    }
+    for (const auto& [kind, seconds] : times.by_class) state.counters[kind + "_ms"] = seconds * per_step;
+    state.counters["step_ms"] = times.step_seconds * per_step;
+    state.counters["copies_ms"] = times.copies * per_step;
+    state.counters["outside_kernels_ms"] = (times.step_seconds - in_kernels - times.copies) * per_step;
+    set_rate_counters(state, "tokens", static_cast<double>(batch * config.seq));
+    state.SetLabel(config.label());
+  });
+}
+
 std::string dims(std::size_t N, std::size_t C) { return "/N:" + std::to_string(N) + "/C:" + std::to_string(C); }
 
 template <typename T>
@@ -236,6 +296,18 @@ void register_dtype(bool gpu) {
         BM_CrossEntropy<T>, backward, N, V);
 }
 
+void register_steps() {
+  ModelConfig gpt2_cut = model_preset("gpt2-124m");  // the 124M shape of issue 41: 2 layers, T = 256
+  gpt2_cut.layers = 2;
+  gpt2_cut.seq = 256;
+  for (const ModelConfig& config : {model_preset("small"), gpt2_cut})
+    benchmark::RegisterBenchmark(("BM_StepByKernel/" + (config.name == "gpt2-124m" ? "gpt2-124m-L2-T256" : config.name))
+                                     .c_str(),
+                                 BM_StepByKernel, config, std::size_t{4})
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+}
+
 }  // namespace
 }  // namespace trainmem
 
@@ -244,5 +316,6 @@ int main(int argc, char** argv) {
     trainmem::g_device = device;
     trainmem::register_dtype<float>(gpu);
     trainmem::register_dtype<trainmem::kernels::bf16>(gpu);
+    if (!gpu) trainmem::register_steps();
   });
 }

@@ -7,8 +7,9 @@
 // iterations write disjoint outputs and read nothing another iteration writes (elementwise ops,
 // the rows of a row-wise op, the heads of attention): each output is then computed by the same
 // instructions in the same order as by the serial loop, so the results are the same bits. Sums
-// across iterations (a layernorm's dweight over rows, a norm) stay serial: splitting them would
-// change their order.
+// across iterations (a layernorm's dweight over rows) stay serial: splitting them by thread would
+// change their order with the thread count; a sum split into blocks that the size alone fixes
+// (the gradient's sum of squares, optimizer.cpp) is the same bits on any number of threads.
 //
 // Threads: TRAINMEM_CPU_THREADS if set (1: everything serial), else the cores the machine has. A
 // range gets at least min_per_thread iterations, so small loops stay on one thread (waking a

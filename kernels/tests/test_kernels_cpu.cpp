@@ -306,5 +306,22 @@ TEST(KernelsCpu, AdamWFollowsTheFormulaAndClippingScales) {
   EXPECT_EQ(clip_scale(5.0, 0.0), 1.0f);  // clipping off
 }
 
+// The gradient's sum of squares over several of its blocks (kernels/cpu/optimizer.cpp) and a
+// remainder, against a serial sum in long double. Each square of a float is exact in double (24
+// bits squared fit in 53), so only the n - 1 additions round: |error| <= (n - 1) u sum, u = 2^-53.
+TEST(KernelsCpu, SumOfSquaresIsWithinTheRoundingOfItsAdditions) {
+  const std::size_t n = 5 * 65536 + 13;
+  std::vector<float> x(n);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : x) v = u(rng);
+  long double reference = 0;
+  for (float v : x) reference += static_cast<long double>(v) * v;
+  const double sum = cpu::sum_of_squares(x.data(), n);
+  const double bound = static_cast<double>(n - 1) * 0x1p-53 * static_cast<double>(reference);
+  EXPECT_NEAR(sum, static_cast<double>(reference), bound);
+  EXPECT_EQ(cpu::sum_of_squares(x.data(), n), sum);  // the same bits again (the blocks' order is fixed)
+}
+
 }  // namespace
 }  // namespace trainmem::kernels

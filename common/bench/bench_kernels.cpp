@@ -34,6 +34,8 @@
 #include <map>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/device/cost_log.h"
@@ -53,9 +55,16 @@ namespace {
 
 std::string g_device = "auto";
 
+// The tensor dtype of a buffer of T.
 template <typename T>
-DType storage_dtype() {
-  return std::is_same_v<T, kernels::bf16> ? DType::bf16 : DType::f32;
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, kernels::bf16>) return DType::bf16;
+  else if constexpr (std::is_same_v<T, kernels::fp16>) return DType::f16;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return DType::i32;
+  else {
+    static_assert(std::is_same_v<T, float>, "a buffer of float, bf16, fp16 or int32");
+    return DType::f32;
+  }
 }
 
 // The work of every call a case makes, as the dispatchers declare it.
@@ -96,15 +105,13 @@ class Buffers {
     std::mt19937 rng(seed);
     std::uniform_int_distribution<std::int32_t> uniform(0, static_cast<std::int32_t>(V) - 1);
     for (auto& t : host) t = uniform(rng);
-    tensors_.emplace_back(device_->allocator(), std::vector<std::int64_t>{std::int64_t(numel)}, DType::i32,
-                          MemoryCategory::activations, "targets");
-    auto* data = tensors_.back().data_as<std::int32_t>();
+    std::int32_t* data = empty<std::int32_t>(numel);
     copy_host_to_device(*device_, data, host.data(), numel * sizeof(std::int32_t));
     return data;
   }
   template <typename T>
   T* empty(std::size_t numel) {
-    tensors_.emplace_back(device_->allocator(), std::vector<std::int64_t>{std::int64_t(numel)}, storage_dtype<T>(),
+    tensors_.emplace_back(device_->allocator(), std::vector<std::int64_t>{std::int64_t(numel)}, dtype_of<T>(),
                           MemoryCategory::activations, "buffer");
     return tensors_.back().data_as<T>();
   }
@@ -300,10 +307,10 @@ void register_steps() {
   ModelConfig gpt2_cut = model_preset("gpt2-124m");  // the 124M shape of issue 41: 2 layers, T = 256
   gpt2_cut.layers = 2;
   gpt2_cut.seq = 256;
-  for (const ModelConfig& config : {model_preset("small"), gpt2_cut})
-    benchmark::RegisterBenchmark(("BM_StepByKernel/" + (config.name == "gpt2-124m" ? "gpt2-124m-L2-T256" : config.name))
-                                     .c_str(),
-                                 BM_StepByKernel, config, std::size_t{4})
+  const std::pair<std::string, ModelConfig> models[] = {{"small", model_preset("small")},
+                                                       {"gpt2-124m-L2-T256", gpt2_cut}};
+  for (const auto& [name, config] : models)
+    benchmark::RegisterBenchmark(("BM_StepByKernel/" + name).c_str(), BM_StepByKernel, config, std::size_t{4})
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
 }

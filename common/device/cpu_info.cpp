@@ -1,4 +1,4 @@
-// What the CPU is: model, cores, RAM. Recorded in every result run on the CPU backend (and, as
+// What the CPU is: model, cores, RAM, and the GEMM library trainmem runs on it. Recorded in every result run on the CPU backend (and, as
 // the host, in GPU results too).
 #include <unistd.h>
 
@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/device/device.h"
+#include "kernels/cpu/blas_library.h"
 
 namespace trainmem {
 
@@ -34,6 +35,9 @@ DeviceInfo query_cpu_device_info() {
   info.cpu_model = read_cpu_model();
   info.name = info.cpu_model;
   info.cpu_cores = static_cast<int>(std::thread::hardware_concurrency());
+  const kernels::cpu::BlasLibrary gemm = kernels::cpu::blas_library();
+  info.cpu_gemm = gemm.name;
+  info.cpu_gemm_kernels = gemm.kernels;
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && page_size > 0) info.total_memory_bytes = static_cast<std::size_t>(pages) * static_cast<std::size_t>(page_size);

@@ -37,7 +37,9 @@ nlohmann::json DeviceInfo::to_json() const {
           {"cudnn_version", cudnn_version},
           {"nccl_version", nccl_version},
           {"cpu_model", cpu_model},
-          {"cpu_cores", cpu_cores}};
+          {"cpu_cores", cpu_cores},
+          {"cpu_gemm", cpu_gemm},
+          {"cpu_gemm_kernels", cpu_gemm_kernels}};
 }
 
 int cuda_device_for_this_process() {

@@ -47,6 +47,8 @@ struct DeviceInfo {
   std::string nccl_version;        // e.g. "2.27.7", empty if NCCL is absent
   std::string cpu_model;
   int cpu_cores = 0;               // logical cores of the host
+  std::string cpu_gemm;            // the CPU GEMM library (kernels/cpu/blas_library.h), e.g. "oneMKL 2026.0.2, sequential"
+  std::string cpu_gemm_kernels;    // its kernel family on this CPU, as it names it
 
   nlohmann::json to_json() const;
   std::string label() const;  // "cpu" or "cuda:0"

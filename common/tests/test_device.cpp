@@ -57,8 +57,11 @@ TEST(Device, CpuInfoIsFilledAndSerialized) {
   const nlohmann::json j = info.to_json();
   for (const char* key : {"kind", "label", "index", "name", "total_memory_bytes", "device_memory_bytes", "sm_count",
                           "compute_capability", "driver_version", "runtime_version", "cudnn_version", "nccl_version",
-                          "cpu_model", "cpu_cores"})
+                          "cpu_model", "cpu_cores", "cpu_gemm", "cpu_gemm_kernels"})
     EXPECT_TRUE(j.contains(key)) << key;
+  // The library names itself and its kernels: "oneMKL 2026.0.2, sequential" / "OpenBLAS 0.3.21".
+  EXPECT_TRUE(info.cpu_gemm.rfind("oneMKL ", 0) == 0 || info.cpu_gemm.rfind("OpenBLAS ", 0) == 0) << info.cpu_gemm;
+  EXPECT_FALSE(info.cpu_gemm_kernels.empty());
   EXPECT_EQ(j["kind"], "cpu");
   EXPECT_EQ(j["label"], "cpu");
 }

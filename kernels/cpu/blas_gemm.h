@@ -1,11 +1,16 @@
-// One name for OpenBLAS's row-major sgemm and dgemm, so that the kernels read as their formulas:
+// One name for the CPU GEMM library's row-major sgemm and dgemm (oneMKL's or OpenBLAS's CBLAS,
+// kernels/cpu/blas_library.h), so that the kernels read as their formulas:
 //
 //   C[M, N] = alpha * op(A)[M, K] @ op(B)[K, N] + beta * C      op(X) = X, or X^T if transposed
 //
 // A, B and C are row-major with leading dimensions lda, ldb, ldc (elements from one stored row to
-// the next). The thread count OpenBLAS uses is set by the caller (kernels/cpu/blas_threads.h).
+// the next). The thread count the library uses is set by the caller (kernels/cpu/blas_threads.h).
 #pragma once
+#if TRAINMEM_CPU_BLAS_MKL
+#include <mkl_cblas.h>
+#else
 #include <cblas.h>
+#endif
 
 #include <cstddef>
 

@@ -1,7 +1,7 @@
-// The OpenBLAS thread policy of blas_threads.h.
+// The GEMM thread policy of blas_threads.h (OpenBLAS's threads; oneMKL's sequential layer has one).
 #include "kernels/cpu/blas_threads.h"
 
-#include <cblas.h>
+#include "kernels/cpu/blas_library.h"
 
 #include <cstdlib>
 #include <mutex>
@@ -25,7 +25,7 @@ int g_current = -1;  // the count last given to OpenBLAS (-1: none yet)
 // Under g_mutex.
 const BlasThreadPolicy& policy_locked() {
   if (!g_known) {
-    g_policy.max_threads = openblas_get_num_threads();
+    g_policy.max_threads = blas_library_max_threads();
     g_policy.min_mnk = kBlasMinMnkForThreads;
     if (const char* env = std::getenv("TRAINMEM_BLAS_MIN_MNK")) g_policy.min_mnk = std::stod(env);
     g_known = true;
@@ -56,7 +56,7 @@ namespace {
 void use_blas_threads(int threads) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (threads == g_current) return;
-  openblas_set_num_threads(threads);
+  blas_library_set_threads(threads);
   g_current = threads;
 }
 }  // namespace

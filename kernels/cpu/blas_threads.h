@@ -1,4 +1,7 @@
-// How many threads OpenBLAS may use for one matrix product (the CPU matmul, kernels/cpu/matmul.cpp).
+// How many threads the GEMM library may use for one matrix product (the CPU matmul,
+// kernels/cpu/matmul.cpp). With oneMKL's sequential layer (kernels/cpu/blas_library.h) that is
+// always 1: max_threads below is 1, and matmul.cpp splits every product over trainmem's pool.
+// What follows is about OpenBLAS, which threads products itself.
 //
 // OpenBLAS splits a product over its threads and, after each threaded call, keeps its worker
 // threads spinning (sched_yield in a loop) for a while in case another call follows. A training

@@ -1,11 +1,11 @@
-// CPU reference: the linear layer on OpenBLAS (row-major GEMMs; formulas in kernels/matmul.h).
+// CPU reference: the linear layer on the CPU GEMM library (oneMKL or OpenBLAS, kernels/cpu/blas_library.h;
+// row-major GEMMs; formulas in kernels/matmul.h).
 // float and double call sgemm/dgemm on the buffers themselves; bf16 and fp16 go through the
-// bounded fp32 staging tiles described in matmul.h (gemm_staged below). A large product runs on
-// as many OpenBLAS threads as kernels/cpu/blas_threads.h gives its size; a smaller one is split
-// over the cores by us, in blocks of rows fixed by its shape (gemm below).
+// bounded fp32 staging tiles described in matmul.h (gemm_staged below). On OpenBLAS a large product
+// runs on as many OpenBLAS threads as kernels/cpu/blas_threads.h gives its size; a smaller one, and
+// on oneMKL's sequential layer every one, is split over the cores by us, in blocks of rows fixed by
+// its shape (gemm below).
 #include "kernels/matmul.h"
-
-#include <cblas.h>
 
 #include "kernels/cpu/blas_gemm.h"
 #include "kernels/cpu/blas_threads.h"
@@ -33,8 +33,8 @@ std::size_t gemm_block_rows(std::size_t M) {
 constexpr double kGemmMinMnkPerThread = 2.0 * 1024 * 1024;
 
 // C[M, N] = alpha op(A) @ op(B) + beta C. A product that the policy of blas_threads.h gives
-// OpenBLAS's threads is made by one threaded call. A smaller one is split by us instead, as
-// OpenBLAS would leave the second core idle: C's rows in blocks (gemm_block_rows), each block
+// OpenBLAS's threads is made by one threaded call. Any other is split by us instead, as OpenBLAS
+// would leave the second core idle and oneMKL's sequential layer never threads: C's rows in blocks (gemm_block_rows), each block
 // its own one-thread product (its rows of op(A) with all of op(B)), the blocks over the cores
 // (parallel_for). The blocks depend on M alone and each block's sum over K is OpenBLAS's for that
 // shape, so the bits do not depend on the thread count.

@@ -25,7 +25,9 @@ cores are busy.
 
 Steps: --warmup untimed steps, then --steps timed ones (median), then one more step measured
 (the profiler slows it, so it is not timed): the memory timeline, or torch.cuda.memory_stats(),
-and the saved tensors.
+and the saved tensors. --time-only leaves that step out ("memory" and "saved_activations" are then
+null): the profiler's timeline takes minutes at the 124M shape (one thread, Python), and a speed
+comparison (speed_torch.py) needs only the times.
 """
 from __future__ import annotations
 
@@ -141,6 +143,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the initial weights: torch's generator, or trainmem's own values [torch]")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads [2]")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--time-only", action="store_true",
+                   help="no profiled step at the end: step times only (memory and saved_activations null)")
     p.add_argument("--json", type=pathlib.Path, help="write the result here (whole or not at all)")
     a = p.parse_args(argv)
     for name in ("batch", "steps", "threads"):
@@ -202,10 +206,17 @@ def run(a: argparse.Namespace) -> dict:
         ms = (time.perf_counter() - start) * 1e3
         steps.append({"step": i + 1, "loss": loss, "grad_norm": norm, "ms": ms, "timed": i >= a.warmup,
                       "tokens_per_s": a.batch * config.seq / (ms / 1e3)})
-    log = SavedTensorLog()
-    memory = measure_step(lambda: trainer.step(batches, log), device)
-
-    saved = log.activations()
+    memory = saved_activations = None
+    if not a.time_only:
+        log = SavedTensorLog()
+        memory = measure_step(lambda: trainer.step(batches, log), device)
+        saved = log.activations()
+        saved_activations = {
+            "bytes": sum(s.bytes for s in saved),
+            "by_region": log.bytes_by_region(),
+            "tensors": [s.to_json() for s in saved],
+            "not_activations": [s.to_json() for s in log.saved.values() if s.kind != "activation"],
+        }
     return {
         "framework": {"name": "pytorch", "version": torch.__version__, "threads": torch.get_num_threads(),
                       "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "python": platform.python_version()},
@@ -219,12 +230,7 @@ def run(a: argparse.Namespace) -> dict:
         "steps": steps,
         "step_ms_median": statistics.median(s["ms"] for s in steps if s["timed"]),
         "memory": memory,
-        "saved_activations": {
-            "bytes": sum(s.bytes for s in saved),
-            "by_region": log.bytes_by_region(),
-            "tensors": [s.to_json() for s in saved],
-            "not_activations": [s.to_json() for s in log.saved.values() if s.kind != "activation"],
-        },
+        "saved_activations": saved_activations,
     }
 
 
@@ -241,10 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         write_file(a.json, lambda p: p.write_text(text))
     timed = [s for s in result["steps"] if s["timed"]]
+    memory = "" if a.time_only else (
+        f", peak {result['memory']['peak_allocated_bytes'] / 2**20:.2f} MiB, saved activations "
+        f"{result['saved_activations']['bytes'] / 2**20:.2f} MiB")
     print(f"torch_train: {result['config']['model']['name']} B={a.batch}: loss {result['steps'][0]['loss']:.4f} -> "
-          f"{timed[-1]['loss']:.4f}, median step {result['step_ms_median']:.1f} ms, peak "
-          f"{result['memory']['peak_allocated_bytes'] / 2**20:.2f} MiB, saved activations "
-          f"{result['saved_activations']['bytes'] / 2**20:.2f} MiB", file=sys.stderr)
+          f"{timed[-1]['loss']:.4f}, median step {result['step_ms_median']:.1f} ms{memory}", file=sys.stderr)
     return 0
 
 

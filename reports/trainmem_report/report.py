@@ -10,6 +10,7 @@ from . import claims as claims_mod
 from . import noise, plots
 from .document import FORMATTERS, Document, Figure, Section, Table, fmt_bytes, fmt_ms, fmt_spread
 from .errors import OutputError
+from .peer_speed import speed_section
 from .peers import peer_section
 from .results import Benchmark, ResultFolder, finite_number, not_a_number
 from .snapshot import snapshot_to_pickle
@@ -32,6 +33,8 @@ def device_rows(folder: ResultFolder) -> list[list[str]]:
     else:
         rows += [["device-memory budget", fmt_bytes(d.get("device_memory_bytes"))],
                  ["host memory", fmt_bytes(d.get("total_memory_bytes"))], ["cores", str(d.get("cpu_cores", "?"))]]
+        if isinstance(d.get("cpu_gemm"), str) and d["cpu_gemm"]:  # results before issue 41 lack it
+            rows.append(["GEMM", f"{d['cpu_gemm']} ({d.get('cpu_gemm_kernels', '?')})"])
     rows.append(["allocator", str(a.get("config", "?"))])
     # Google Benchmark records the 1-minute load average: above the core count, other work
     # shared the machine and the times are inflated (memory figures are not affected).
@@ -312,6 +315,8 @@ def build(folder: ResultFolder, out: pathlib.Path) -> Document:
             doc.missing.append(f"{suite.bench}.json: not in this folder (suite not built or not run)")
     for label, comparison in folder.peers.items():  # none: no section and nothing missing (PyTorch is optional)
         _guarded(doc, f"peer-torch-{label}.json", peer_section, label, comparison)
+    if folder.peer_speeds:  # none: no section and nothing missing (PyTorch is optional)
+        _guarded(doc, "peer-speed files", speed_section, folder.peer_speeds)
     if folder.train_runs:
         _guarded(doc, "training runs", training_section, folder, plots_dir, doc.missing)
     else:

@@ -10,6 +10,7 @@ A folder holds:
   memory-trace.json       `trainmem train --record-memory` (the allocator's event log)
   memory-snapshot.json    `trainmem train --memory-snapshot` (PyTorch's snapshot structure)
   peer-torch-<label>.json trainmem beside PyTorch (reports/peers/compare_torch.py); optional
+  peer-speed-<label>.json trainmem's CPU step time beside PyTorch's (reports/peers/speed_torch.py); optional
 
 Loading never raises for what is inside the folder: a file that is missing, unreadable (not a
 regular file, larger than input_file.MAX_INPUT_BYTES, not JSON) or malformed becomes a line in
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 
 from .errors import InputError
 from .input_file import read_json
+from .peer_speed import SPEED_KIND
 
 # Google Benchmark's time units, in milliseconds.
 _MS_PER_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -78,6 +80,7 @@ class ResultFolder:
     trace: dict | None = None
     snapshot_path: pathlib.Path | None = None
     peers: dict[str, dict] = field(default_factory=dict)                  # "small-B4-fp32" -> comparison JSON
+    peer_speeds: dict[str, dict] = field(default_factory=dict)            # "small-B4" -> speed_torch.py's JSON
     run: dict = field(default_factory=dict)                               # run.json: how ci/suite ran
     # suites.json (the build's catalog, copied by ci/suite): its "benchmarks", in the order they ran,
     # each {"name", "technique" (or None), "folder", ...}; empty for a folder without it
@@ -349,6 +352,12 @@ def load_folder(path: str | pathlib.Path) -> ResultFolder:
             folder.peers[path.stem[len("peer-torch-"):]] = data
         elif data is not None:
             folder.problems.append(f"{path.name}: not a reports/peers/compare_torch.py result")
+    for path in sorted(folder.path.glob("peer-speed-*.json")):
+        data = _read_json(path, folder.problems)
+        if isinstance(data, dict) and data.get("kind") == SPEED_KIND and isinstance(data.get("families"), list):
+            folder.peer_speeds[path.stem[len("peer-speed-"):]] = data
+        elif data is not None:
+            folder.problems.append(f"{path.name}: not a reports/peers/speed_torch.py result")
 
     snapshot = folder.path / "memory-snapshot.json"
     if snapshot.exists() or snapshot.is_symlink():  # read when the report pickles it

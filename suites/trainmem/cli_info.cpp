@@ -64,6 +64,7 @@ void print_text(const Device& device, const AllocatorConfig& config) {
   } else {
     row("cores", std::to_string(d.cpu_cores));
     row("host memory", format_bytes(d.total_memory_bytes));
+    row("GEMM", d.cpu_gemm + " (" + d.cpu_gemm_kernels + ")");
   }
   row("device memory", format_bytes(d.device_memory_bytes) +
                            (d.kind == DeviceKind::cpu ? " (the emulated card: --device-memory)" : ""));

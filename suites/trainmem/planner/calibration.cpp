@@ -160,7 +160,9 @@ std::string machine_description(int ranks) {
   const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
   const char* threads = std::getenv("TRAINMEM_CPU_THREADS");
   std::ostringstream text;
-  text << cpu.name << ", " << std::thread::hardware_concurrency() << " hardware threads, OPENBLAS_NUM_THREADS="
+  // The GEMM library and its kernels are part of the machine: another makes every product another speed.
+  text << cpu.name << ", " << std::thread::hardware_concurrency() << " hardware threads, " << cpu.cpu_gemm << " ("
+       << cpu.cpu_gemm_kernels << "), OPENBLAS_NUM_THREADS="
        << (blas ? blas : "-") << " TRAINMEM_CPU_THREADS=" << (threads ? threads : "-") << ", " << ranks
        << (ranks == 1 ? " rank" : " ranks");
   return text.str();

@@ -39,7 +39,6 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -48,7 +47,8 @@ from ..trainmem_report.peers import CATEGORIES
 from ..trainmem_report.result_schema import PEAK_ALLOCATED, PEAK_RESERVED
 from . import trainmem_saved
 from .model_config import ARCHS
-from .trainmem_program import REPO, SHAPE_FLAGS, TrainmemError, find_trainmem, flag, shape_args, write_tokens
+from .trainmem_program import (REPO, SHAPE_FLAGS, RunFailed, TrainmemError, find_trainmem_and_torch, flag, run_command,
+                               shape_args, write_tokens)
 
 
 # trainmem's --grads and the PyTorch zero_grad(set_to_none=...) that does the same: the pairings.
@@ -146,13 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     load_before = os.getloadavg()
     try:
-        trainmem = find_trainmem(a.trainmem)
+        trainmem = find_trainmem_and_torch(a.trainmem, a.python, "compare_torch")
     except TrainmemError as e:
         print(f"compare_torch: error: {e}", file=sys.stderr)
-        return 2
-    if subprocess.run([a.python, "-c", "import torch"], capture_output=True).returncode != 0:
-        print(f"compare_torch: error: PyTorch is not installed for {a.python}: run ci/setup-torch, then "
-              ".venv-torch/bin/python -m reports.peers.compare_torch ... (or give --python)", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
     shape = shape_args(vars(a))
@@ -177,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(dir=a.out, prefix=".peer-torch-") as tmp:
             tmp = pathlib.Path(tmp)
             print(f"compare_torch: {label}: trainmem --record-memory (saved activations)", file=sys.stderr)
-            run(tm_base + ["--steps", "1", "--record-memory", str(tmp / "trace.json")], env)
+            run_command(tm_base + ["--steps", "1", "--record-memory", str(tmp / "trace.json")], env)
             tm_saved = trainmem_saved.saved_activations(json.loads((tmp / "trace.json").read_text()))
             for r in range(a.rounds):
                 loads.append(list(os.getloadavg()))
@@ -185,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
                 for name in names:
                     for side in ("trainmem", "pytorch"):
-                        run(commands[name][side] + ["--json", str(tmp / "run.json")], env)
+                        run_command(commands[name][side] + ["--json", str(tmp / "run.json")], env)
                         runs[name][side].append(json.loads((tmp / "run.json").read_text()))
     except (TrainmemError, RunFailed, ValueError, OSError) as e:
         print(f"compare_torch: error: {e}", file=sys.stderr)
@@ -201,17 +197,6 @@ def main(argv: list[str] | None = None) -> int:
     for g in result["goals"]:
         print(f"compare_torch: {g['goal']}: {g['ratio']:.3f} ({'met' if g['met'] else 'not met'})", file=sys.stderr)
     return 0
-
-
-class RunFailed(RuntimeError):
-    pass
-
-
-def run(cmd: list[str], env: dict) -> None:
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise RunFailed(f"{' '.join(cmd)}: exit {done.returncode}: " + " / ".join(tail))
 
 
 def shown(arg: str) -> str:

@@ -30,14 +30,14 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 
 from ..trainmem_report.output_file import write_file
 from ..trainmem_report.peer_speed import SPEED_KIND
 from .model_config import ARCHS
-from .trainmem_program import REPO, SHAPE_FLAGS, TrainmemError, find_trainmem, flag, shape_args, write_tokens
+from .trainmem_program import (REPO, SHAPE_FLAGS, RunFailed, TrainmemError, find_trainmem_and_torch, flag, run_command,
+                               shape_args, write_tokens)
 
 GOAL_RATIO = 0.8  # issue 41: trainmem's CPU step at most 0.8x PyTorch's, under every kernel family
 
@@ -117,15 +117,8 @@ def family_result(name: str, env: dict[str, str], tm_runs: list[dict], pt_runs: 
             "ratio_per_round": ratios, "ratio": ratio, "at_most": GOAL_RATIO, "met": ratio <= GOAL_RATIO}
 
 
-class RunFailed(RuntimeError):
-    pass
-
-
 def run(cmd: list[str], env: dict, json_path: pathlib.Path) -> dict:
-    done = subprocess.run(cmd + ["--json", str(json_path)], cwd=REPO, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise RunFailed(f"{' '.join(cmd)}: exit {done.returncode}: " + " / ".join(tail))
+    run_command(cmd + ["--json", str(json_path)], env)
     return json.loads(json_path.read_text())
 
 
@@ -133,13 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     load_before = os.getloadavg()
     try:
-        trainmem = find_trainmem(a.trainmem)
+        trainmem = find_trainmem_and_torch(a.trainmem, a.python, "speed_torch")
     except TrainmemError as e:
         print(f"speed_torch: error: {e}", file=sys.stderr)
-        return 2
-    if subprocess.run([a.python, "-c", "import torch"], capture_output=True).returncode != 0:
-        print(f"speed_torch: error: PyTorch is not installed for {a.python}: run ci/setup-torch, then "
-              ".venv-torch/bin/python -m reports.peers.speed_torch ... (or give --python)", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
     label = a.label or f"{a.model}{''.join(shape_args(vars(a))).replace('--', '-')}-B{a.batch}"

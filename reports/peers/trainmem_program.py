@@ -44,6 +44,28 @@ def find_trainmem(explicit: str | None = None) -> pathlib.Path:
                         "or give --trainmem PATH")
 
 
+def find_trainmem_and_torch(explicit: str | None, python: str, program: str) -> pathlib.Path:
+    """The trainmem program (find_trainmem), once `python` is known to import torch: what both
+    comparisons (compare_torch.py, speed_torch.py) need before they run anything."""
+    trainmem = find_trainmem(explicit)
+    if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
+        raise TrainmemError(f"PyTorch is not installed for {python}: run ci/setup-torch, then "
+                            f".venv-torch/bin/python -m reports.peers.{program} ... (or give --python)")
+    return trainmem
+
+
+class RunFailed(RuntimeError):
+    """A program a comparison ran exited with an error; the message ends with its output's last lines."""
+
+
+def run_command(cmd: list[str], env: dict) -> None:
+    """Runs cmd from the repository root; RunFailed if it fails."""
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise RunFailed(f"{' '.join(cmd)}: exit {done.returncode}: " + " / ".join(tail))
+
+
 def run_trainmem(trainmem: pathlib.Path, args: list[str]) -> subprocess.CompletedProcess:
     run = subprocess.run([str(trainmem), *args], capture_output=True, text=True)
     if run.returncode != 0:

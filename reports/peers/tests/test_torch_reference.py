@@ -223,3 +223,21 @@ def test_compare_torch_pairs_each_gradient_lifetime_with_pytorchs(trainmem, tmp_
         assert pairing["losses"]["init"] == "trainmem" and len(pairing["losses"]["pytorch"]) == 2
         if libstdcxx_linked(trainmem):
             assert pairing["losses"]["max_abs_difference"] <= LOSS_TOLERANCE, pairing["losses"]
+
+
+def test_speed_torch_times_both_programs_under_each_family(trainmem, tmp_path):
+    """speed_torch end to end on tiny, two families: every round of each family has both programs'
+    times, the environment of a family reaches both (trainmem names its GEMM library, which a family
+    cannot change), and PyTorch ran --time-only (no profiled step: no memory in its result)."""
+    run = subprocess.run([sys.executable, "-m", "reports.peers.speed_torch", "--model", "tiny", "--batch", "2",
+                          "--rounds", "2", "--warmup", "1", "--steps", "2", "--out", str(tmp_path),
+                          "--family", "own", "--family", "other:TRAINMEM_CPU_THREADS=1",
+                          "--trainmem", str(trainmem)], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    c = json.loads((tmp_path / "peer-speed-tiny-B2.json").read_text())
+    assert [f["name"] for f in c["families"]] == ["own", "other"]
+    assert c["families"][1]["env"] == {"TRAINMEM_CPU_THREADS": "1"}
+    for f in c["families"]:
+        assert len(f["trainmem"]["step_ms_per_round"]) == len(f["pytorch"]["step_ms_per_round"]) == 2
+        assert f["ratio"] > 0 and f["trainmem"]["gemm"].split()[0] in ("oneMKL", "OpenBLAS")
+    assert "--time-only" in c["commands"]["pytorch"] and len(c["machine"]["load_avg_per_round"]) == 2

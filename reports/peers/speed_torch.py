@@ -17,8 +17,8 @@ variables given to both programs: `own` gives none (each library picks its kerne
 MKL_ENABLE_INSTRUCTIONS=AVX2 makes oneMKL, which trainmem (cmake/TrainmemCpuBlas.cmake) and
 PyTorch's products both run on, take its AVX2 code path; OPENBLAS_CORETYPE=Haswell changes
 OpenBLAS's kernels (only a trainmem built on OpenBLAS uses them). Each round runs every family,
-trainmem then PyTorch, after noting the load average, so a change of the machine's load falls on
-both. Each run's figure is the median of its steps after --warmup; per family, the file keeps every
+both programs back to back (trainmem first in odd rounds, PyTorch first in even ones), after noting
+the load average, so a change of the machine's speed falls on both. Each run's figure is the median of its steps after --warmup; per family, the file keeps every
 round's pair, each round's ratio, and the median of those ratios, which is what the goal (trainmem
 at most GOAL_RATIO x PyTorch's step time) is judged on: a figure, not an assert.
 Output: peer-speed-<label>.json (the report's "CPU step time beside PyTorch").
@@ -145,8 +145,12 @@ def main(argv: list[str] | None = None) -> int:
                 loads.append(list(os.getloadavg()))
                 print(f"speed_torch: {label}: round {r + 1}/{a.rounds} (load average {loads[-1][0]:.1f})",
                       file=sys.stderr)
+                # The order alternates between rounds (trainmem first, then PyTorch first): the
+                # machine's speed drifts by tens of percent within an hour, and a fixed order would
+                # give the drift's direction to one side.
+                sides = ("trainmem", "pytorch") if r % 2 == 0 else ("pytorch", "trainmem")
                 for name, env in a.family:
-                    for side in ("trainmem", "pytorch"):
+                    for side in sides:
                         runs[name][side].append(run(cmds[side], {**base_env, **env}, pathlib.Path(tmp) / "run.json"))
     except (TrainmemError, RunFailed, ValueError, OSError) as e:
         print(f"speed_torch: error: {e}", file=sys.stderr)

@@ -37,7 +37,7 @@ def speed_section(comparisons: dict[str, dict]) -> Section:
         f"model, tokens and AdamW, {cfg['threads']} threads each (PyTorch's OMP_WAIT_POLICY="
         f"{cfg.get('omp_wait_policy') or 'unset'}); trainmem --grads on-demand beside zero_grad(set_to_none=True). "
         "Each run's figure is the median of its steps after the warm-up; the rounds interleave the two programs "
-        "and the kernel families (the environment given to both). The ratio is the median of the rounds' ratios, "
+        "(in alternating order) and the kernel families (the environment given to both). The ratio is the median of the rounds' ratios, "
         f"their range beside it; the goal is issue 41's. 1-minute load average {min(loads):.1f} to {max(loads):.1f} "
         f"at the rounds' starts on {first['machine']['cpu_cores']} cores: other work slows both sides."])
     s.tables.append(Table(["model", "kernel family", "environment", "trainmem's GEMM", "trainmem", "PyTorch",

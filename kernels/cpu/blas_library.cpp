@@ -18,7 +18,7 @@ BlasLibrary blas_library() {
   mkl_get_version(&v);
   return {"oneMKL " + std::to_string(v.MajorVersion) + "." + std::to_string(v.MinorVersion) + "." +
               std::to_string(v.UpdateVersion) + ", sequential",
-          v.Processor ? v.Processor : "", false};
+          v.Processor ? v.Processor : ""};
 }
 int blas_library_max_threads() { return 1; }
 void blas_library_set_threads(int) {}
@@ -27,7 +27,7 @@ BlasLibrary blas_library() {
   // openblas_get_config(): "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64".
   std::string config = openblas_get_config();
   const std::string::size_type end = config.find(' ', config.find(' ') + 1);
-  return {config.substr(0, end), openblas_get_corename(), true};
+  return {config.substr(0, end), openblas_get_corename()};
 }
 int blas_library_max_threads() { return openblas_get_num_threads(); }
 void blas_library_set_threads(int threads) { openblas_set_num_threads(threads); }

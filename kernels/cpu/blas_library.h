@@ -16,7 +16,6 @@ namespace trainmem::kernels::cpu {
 struct BlasLibrary {
   std::string name;     // "oneMKL 2026.0.2" / "OpenBLAS 0.3.21"
   std::string kernels;  // the kernel family it runs on this CPU: "AVX-512 ..." / "SkylakeX"
-  bool threads_products = false;  // whether it splits one product over threads of its own
 };
 
 // What this build links, as the library reports it about itself.

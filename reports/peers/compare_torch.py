@@ -27,7 +27,7 @@ Two pairings of how long a gradient lives, each side's way (--grads both, the de
    is met: figures, not asserts. `python3 -m reports.trainmem_report render DIR` shows it as
    "trainmem beside PyTorch".
 
-Both use --threads threads (torch.set_num_threads; OPENBLAS_NUM_THREADS for trainmem's BLAS).
+Both use --threads threads (torch.set_num_threads; TRAINMEM_CPU_THREADS and OPENBLAS_NUM_THREADS for trainmem).
 PyTorch runs with OMP_WAIT_POLICY=PASSIVE unless --omp-wait-policy says otherwise: its OpenMP threads
 otherwise spin at every barrier, and on a machine shared with other work (more runnable threads than
 cores) a step of `small` took 4580 ms instead of 55 ms on the 2-core CI machine (load average 8).
@@ -47,8 +47,8 @@ from ..trainmem_report.peers import CATEGORIES
 from ..trainmem_report.result_schema import PEAK_ALLOCATED, PEAK_RESERVED
 from . import trainmem_saved
 from .model_config import ARCHS
-from .trainmem_program import (REPO, SHAPE_FLAGS, RunFailed, TrainmemError, find_trainmem_and_torch, flag, run_command,
-                               shape_args, write_tokens)
+from .trainmem_program import (REPO, SHAPE_FLAGS, RunFailed, TrainmemError, comparison_env, find_trainmem_and_torch,
+                               flag, median_after, run_command, shape_args, write_tokens)
 
 
 # trainmem's --grads and the PyTorch zero_grad(set_to_none=...) that does the same: the pairings.
@@ -86,10 +86,6 @@ def saved_comparison(trainmem_tensors: list[dict], torch_saved: dict) -> dict:
         rows.append({"region": region, "trainmem_bytes": tm.get(region, 0), "pytorch_bytes": pt.get(region, 0),
                      "pytorch_extra_bytes": extra, "equal": tm.get(region, 0) == pt.get(region, 0) - extra})
     return {"by_region": rows, "pytorch_extras": extras, "equal": all(r["equal"] for r in rows)}
-
-
-def median_after(steps: list[dict], warmup: int) -> float:
-    return statistics.median(s["ms"] for s in steps[warmup:])
 
 
 def goals(pairings: dict[str, dict], device_kind: str) -> list[dict]:
@@ -155,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     label = a.label or f"{a.model}{''.join(shape).replace('--', '-')}-B{a.batch}-{a.precision}" + \
         ("" if a.grads == "both" else f"-{a.grads}")
     names = list(PAIRINGS) if a.grads == "both" else [a.grads]
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": str(a.threads)}
-    if a.omp_wait_policy != "inherit":
-        env["OMP_WAIT_POLICY"] = a.omp_wait_policy
+    env = comparison_env(a.threads, a.omp_wait_policy)
     try:
         tokens = write_tokens(trainmem, a.data, a.out / f"peer-torch-{label}.tok", a.seed)
         common = ["--model", a.model, *shape, "--batch", str(a.batch), "--data", str(tokens)]

@@ -36,8 +36,8 @@ import tempfile
 from ..trainmem_report.output_file import write_file
 from ..trainmem_report.peer_speed import SPEED_KIND
 from .model_config import ARCHS
-from .trainmem_program import (REPO, SHAPE_FLAGS, RunFailed, TrainmemError, find_trainmem_and_torch, flag, run_command,
-                               shape_args, write_tokens)
+from .trainmem_program import (REPO, SHAPE_FLAGS, RunFailed, TrainmemError, comparison_env, find_trainmem_and_torch,
+                               flag, median_after, run_command, shape_args, write_tokens)
 
 GOAL_RATIO = 0.8  # issue 41: trainmem's CPU step at most 0.8x PyTorch's, under every kernel family
 
@@ -98,13 +98,9 @@ def commands(a: argparse.Namespace, trainmem: pathlib.Path, tokens: pathlib.Path
     }
 
 
-def trainmem_ms(run: dict, warmup: int) -> float:
-    return statistics.median(s["ms"] for s in run["steps"][warmup:])
-
-
 def family_result(name: str, env: dict[str, str], tm_runs: list[dict], pt_runs: list[dict], warmup: int) -> dict:
     """One family's rounds -> its figures and the goal's verdict on the median of the rounds' ratios."""
-    tm = [trainmem_ms(r, warmup) for r in tm_runs]
+    tm = [median_after(r["steps"], warmup) for r in tm_runs]
     pt = [r["step_ms_median"] for r in pt_runs]
     ratios = [t / p for t, p in zip(tm, pt)]
     ratio = statistics.median(ratios)
@@ -132,9 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
     label = a.label or f"{a.model}{''.join(shape_args(vars(a))).replace('--', '-')}-B{a.batch}"
-    base_env = {**os.environ, "OPENBLAS_NUM_THREADS": str(a.threads)}
-    if a.omp_wait_policy != "inherit":
-        base_env["OMP_WAIT_POLICY"] = a.omp_wait_policy
+    base_env = comparison_env(a.threads, a.omp_wait_policy)
     runs = {name: {"trainmem": [], "pytorch": []} for name, _ in a.family}
     loads = []
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import statistics
 import subprocess
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -52,6 +53,21 @@ def find_trainmem_and_torch(explicit: str | None, python: str, program: str) -> 
         raise TrainmemError(f"PyTorch is not installed for {python}: run ci/setup-torch, then "
                             f".venv-torch/bin/python -m reports.peers.{program} ... (or give --python)")
     return trainmem
+
+
+def comparison_env(threads: int, omp_wait_policy: str) -> dict[str, str]:
+    """The environment both programs of a comparison run in: `threads` threads for trainmem (its
+    own pool, TRAINMEM_CPU_THREADS, and OpenBLAS's, OPENBLAS_NUM_THREADS; oneMKL's sequential layer
+    has none), PyTorch's set by torch_train --threads; PyTorch's OpenMP wait policy unless "inherit"."""
+    env = {**os.environ, "TRAINMEM_CPU_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)}
+    if omp_wait_policy != "inherit":
+        env["OMP_WAIT_POLICY"] = omp_wait_policy
+    return env
+
+
+def median_after(steps: list[dict], warmup: int) -> float:
+    """The median step time ("ms") of a run's steps after the first `warmup`."""
+    return statistics.median(s["ms"] for s in steps[warmup:])
 
 
 class RunFailed(RuntimeError):

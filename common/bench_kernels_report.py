@@ -21,8 +21,7 @@ SUITE = Suite(
               [("step_ms", "step", "number"), ("gemm_ms", "GEMMs", "number"), ("attention_ms", "attention", "number"),
                ("memory_ms", "memory-bound kernels", "number"), ("matmul_forward_ms", "matmul fwd", "number"),
                ("matmul_backward_ms", "matmul bwd", "number"),
-               ("cross_entropy_forward_ms", "cross-entropy fwd", "number"),
-               ("cross_entropy_backward_ms", "cross-entropy bwd", "number"),
+               ("cross_entropy_forward_backward_ms", "cross-entropy (fwd + bwd, fused)", "number"),
                ("adamw_update_ms", "AdamW", "number"), ("outside_kernels_ms", "outside kernels", "number")])],
     rank_by_time=False,
     order=15)

@@ -1,13 +1,17 @@
 // Fused softmax + cross-entropy over V classes for N rows of Vp >= V logits each (Vp is the row
 // stride: the model's head is padded to a multiple of 64 columns, common/model/model_config.h; the
-// Vp - V padded columns are no classes):
-//   forward:  losses[n] = logsumexp(logits[n, 0..V)) - logits[n, target[n]]
-//   backward: dlogits[n, v] = dloss * (softmax(logits[n, 0..V))[v] - [v == target[n]])   for v < V
-//             dlogits[n, v] = 0                                                          for V <= v < Vp
-// The padded columns are never read (whatever they hold, the loss is the unpadded one) and their
-// gradient is exactly 0. The backward recomputes the softmax from the logits instead of saving
-// probabilities (N*V floats), and may write dlogits over logits (in place) to save that much
-// memory again. dloss is the same for every row: 1/(N * accumulation steps) for a mean loss.
+// Vp - V padded columns are no classes). With x = logits[n, 0..V), m = max(x), s = sum_v exp(x_v - m):
+//   forward:          losses[n] = logsumexp(x) - x[target[n]],   logsumexp(x) = m + log(s)
+//   forward_backward: the same losses, and the loss's gradient in one pass over the row:
+//                     dlogits[n, v] = dloss * (exp(x_v - m) / s - [v == target[n]])   for v < V
+//                     dlogits[n, v] = 0                                             for V <= v < Vp
+// exp(x_v - m) / s is softmax(x)[v]. The padded columns are never read (whatever they hold, the loss
+// is the unpadded one) and their gradient is exactly 0. Training needs the gradient as soon as it
+// has the loss (dloss is known before the forward: the trainer's loss scale over the positions), so
+// the fused kernel makes both while the row is in the cache (as llm.c's fused classifier): no
+// probabilities saved (N*V floats), no second read of the logits in the backward, and dlogits may
+// be written over logits (in place) to save that much memory again. dloss is the same for every
+// row: 1/(N * accumulation steps) for a mean loss. forward alone is the evaluation's (no gradient).
 //
 // Storage type T (kernels/dtype.h) for logits and dlogits: float, bf16 or fp16 (and double on the
 // CPU). losses and dloss are in the compute type (fp32; double for double). In 16 bits the CPU
@@ -27,16 +31,17 @@ template <typename T>
 void cross_entropy_forward(compute_t<T>* losses, const T* logits, const std::int32_t* targets, std::size_t N,
                            std::size_t V, std::size_t Vp);
 template <typename T>
-void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, compute_t<T> dloss, std::size_t N,
-                            std::size_t V, std::size_t Vp);
+void cross_entropy_forward_backward(compute_t<T>* losses, T* dlogits, const T* logits, const std::int32_t* targets,
+                                    compute_t<T> dloss, std::size_t N, std::size_t V, std::size_t Vp);
 }  // namespace cpu
 namespace cuda {
 template <typename T = float>
 void cross_entropy_forward(void* stream, float* losses, In<T> logits, const std::int32_t* targets, std::size_t N,
                            std::size_t V, std::size_t Vp);
 template <typename T = float>
-void cross_entropy_backward(void* stream, Out<T> dlogits, In<T> logits, const std::int32_t* targets, float dloss,
-                            std::size_t N, std::size_t V, std::size_t Vp);
+void cross_entropy_forward_backward(void* stream, float* losses, Out<T> dlogits, In<T> logits,
+                                    const std::int32_t* targets, float dloss, std::size_t N, std::size_t V,
+                                    std::size_t Vp);
 }  // namespace cuda
 
 // A row of Vp logits holds the V classes: Vp < V is a caller's bug (std::logic_error).
@@ -57,13 +62,17 @@ inline void cross_entropy_forward(const Stream& s, float* losses, In<T> logits, 
                        cuda::cross_entropy_forward<T>(s.cuda_stream, losses, logits, targets, N, V, Vp));
 }
 template <typename T = float>
-inline void cross_entropy_backward(const Stream& s, Out<T> dlogits, In<T> logits, const std::int32_t* targets,
-                                   float dloss, std::size_t N, std::size_t V, std::size_t Vp) {
+inline void cross_entropy_forward_backward(const Stream& s, float* losses, Out<T> dlogits, In<T> logits,
+                                           const std::int32_t* targets, float dloss, std::size_t N, std::size_t V,
+                                           std::size_t Vp) {
   check_padded_vocab(V, Vp);
-  KernelCost cost(s, memory_call<T>("cross_entropy_backward", double(N) * Vp, 1, 1, 5));
+  // reads the logits once and writes dlogits; per logit an exponential and the gradient (8 flops)
+  KernelCost cost(s, memory_call<T>("cross_entropy_forward_backward", double(N) * Vp, 1, 1, 8, 8.0 * N));
   if (s.backend == Backend::meta) return;
-  if (s.backend == Backend::cpu) return cpu::cross_entropy_backward<T>(dlogits, logits, targets, dloss, N, V, Vp);
-  TRAINMEM_CUDA_KERNEL("cross_entropy_backward",
-                       cuda::cross_entropy_backward<T>(s.cuda_stream, dlogits, logits, targets, dloss, N, V, Vp));
+  if (s.backend == Backend::cpu)
+    return cpu::cross_entropy_forward_backward<T>(losses, dlogits, logits, targets, dloss, N, V, Vp);
+  TRAINMEM_CUDA_KERNEL("cross_entropy_forward_backward",
+                       cuda::cross_entropy_forward_backward<T>(s.cuda_stream, losses, dlogits, logits, targets, dloss,
+                                                               N, V, Vp));
 }
 }  // namespace trainmem::kernels

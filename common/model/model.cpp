@@ -186,8 +186,9 @@ void Model::embed_backward() {
   });
 }
 
-// logits = final_norm(x_L) @ head^T, then the per-position cross-entropy, averaged on the host.
-double Model::head_forward() {
+// logits = final_norm(x_L) @ head^T, then the per-position cross-entropy, averaged on the host (and in
+// training its gradient, over the logits).
+double Model::head_forward(std::optional<float> dloss) {
   double loss = 0;
   final_norm_forward();
   with_storage_type(dtype_, [&](auto tag) {
@@ -200,8 +201,16 @@ double Model::head_forward() {
     linear_forward(head_.logits, head_.norm, param(head_weight_index()), nullptr, N, C, Vp);
     Tensor losses = make_f32({static_cast<std::int64_t>(B_), static_cast<std::int64_t>(T_)}, MemoryCategory::workspace,
                              "losses");
-    kernels::cross_entropy_forward<T>(s, f32(losses), head_.logits.data_as<T>(), targets_->data_as<std::int32_t>(), N,
-                                      V, Vp);
+    if (dloss) {
+      // dlogits overwrite the logits (they are not needed any more): no second [B,T,Vp] tensor. The
+      // padded columns' dlogits are 0, so the head's padding rows get a gradient of exactly 0.
+      kernels::cross_entropy_forward_backward<T>(s, f32(losses), head_.logits.data_as<T>(), head_.logits.data_as<T>(),
+                                                 targets_->data_as<std::int32_t>(), *dloss, N, V, Vp);
+      head_.logits_are_gradient = true;
+    } else {
+      kernels::cross_entropy_forward<T>(s, f32(losses), head_.logits.data_as<T>(), targets_->data_as<std::int32_t>(),
+                                        N, V, Vp);
+    }
     if (!device_.computes()) return;  // meta: no loss to read (and no host copy of B x T losses)
     std::vector<float> host(N);
     copy_device_to_host(device_, host.data(), losses.data(), losses.nbytes());
@@ -212,27 +221,21 @@ double Model::head_forward() {
   return loss;
 }
 
-void Model::head_backward(float dloss) {
-  with_storage_type(dtype_, [&](auto tag) {
-    using T = decltype(tag);
-    const auto s = kernel_stream(device_);
-    const std::size_t N = B_ * T_, C = config_.dim, V = config_.vocab, Vp = padded_vocab(V);
-    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
-    // dlogits overwrites the logits (they are not needed any more): no second [B,T,Vp] tensor.
-    // The padded columns' dlogits are 0, so the head's padding rows get a gradient of exactly 0.
-    kernels::cross_entropy_backward<T>(s, head_.logits.data_as<T>(), head_.logits.data_as<T>(),
-                                       targets_->data_as<std::int32_t>(), dloss, N, V, Vp);
-    Tensor dnorm = make({B, Tn, Ci}, MemoryCategory::workspace, head_.norm.name() + ".grad");  // lnf.grad, norm.grad
-    const std::size_t head = head_weight_index();
-    linear_backward(&dnorm, grad_for_write(head), nullptr, head_.logits, head_.norm, param(head), N, C, Vp);
-    head_.logits.reset();
-    // The residual stream's gradient starts here and flows down through every layer.
-    dresidual_ = make({B, Tn, Ci}, MemoryCategory::workspace, "residual.grad");
-    zero_device_memory(device_, dresidual_.data(), dresidual_.nbytes());
-    final_norm_backward(dnorm);
-    head_ = HeadActivations{};
-    residual_[config_.layers].reset();
-  });
+void Model::head_backward() {
+  if (!head_.logits_are_gradient)
+    throw std::logic_error("Model::head_backward: the forward made no gradient (call head_forward(dloss))");
+  const std::size_t N = B_ * T_, C = config_.dim, Vp = padded_vocab(config_.vocab);
+  const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
+  Tensor dnorm = make({B, Tn, Ci}, MemoryCategory::workspace, head_.norm.name() + ".grad");  // lnf.grad, norm.grad
+  const std::size_t head = head_weight_index();
+  linear_backward(&dnorm, grad_for_write(head), nullptr, head_.logits, head_.norm, param(head), N, C, Vp);
+  head_.logits.reset();
+  // The residual stream's gradient starts here and flows down through every layer.
+  dresidual_ = make({B, Tn, Ci}, MemoryCategory::workspace, "residual.grad");
+  zero_device_memory(device_, dresidual_.data(), dresidual_.nbytes());
+  final_norm_backward(dnorm);
+  head_ = HeadActivations{};
+  residual_[config_.layers].reset();
 }
 
 // ---------------------------------------------------------------------------------------------

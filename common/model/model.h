@@ -81,7 +81,8 @@ struct HeadActivations {
   Tensor norm;        // [B,T,C]
   Tensor norm_mean;   // [B,T] fp32 (GPT's layernorm only)
   Tensor norm_rstd;   // [B,T] fp32
-  Tensor logits;      // [B,T,Vp]
+  Tensor logits;      // [B,T,Vp]; their gradient after a training forward (head_forward(dloss))
+  bool logits_are_gradient = false;
 };
 
 class Model {
@@ -102,8 +103,11 @@ class Model {
   void begin(const Tensor& tokens, const Tensor& targets);
   void embed_forward();
   void layer_forward(std::size_t layer) { forward_layer(layer, /*produce_output=*/true); }
-  double head_forward();              // the mean loss (copied to the host)
-  void head_backward(float dloss);    // dloss: scale of each position's loss, 1/(B*T*accum_steps)
+  // The mean loss (copied to the host). Training passes dloss, the scale of each position's loss
+  // (1/(B*T*accum_steps), times the loss scale): the cross-entropy then also writes the logits'
+  // gradient over them (kernels/cross_entropy.h: one pass), which head_backward takes from there.
+  double head_forward(std::optional<float> dloss = std::nullopt);
+  void head_backward();  // after head_forward(dloss)
   virtual void layer_backward(std::size_t layer) = 0;
   void embed_backward();
   void end();                         // frees what is left of this micro-step (the residual stream)

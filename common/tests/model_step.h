@@ -44,9 +44,9 @@ inline double forward_backward(Model& model, const Batch& batch) {
   model.begin(batch.tokens, batch.targets);
   model.embed_forward();
   for (std::size_t l = 0; l < model.config().layers; ++l) model.layer_forward(l);
-  const double loss = model.head_forward();
   const auto N = static_cast<float>(batch.tokens.numel());
-  model.head_backward(1.0f / N);
+  const double loss = model.head_forward(1.0f / N);
+  model.head_backward();
   for (std::size_t l = model.config().layers; l-- > 0;) model.layer_backward(l);
   model.embed_backward();
   model.end();

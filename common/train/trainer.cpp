@@ -57,12 +57,13 @@ double Trainer::micro_step(std::size_t micro, double loss_scale) {
     model_.layer_forward(l);
     each([&](Strategy& s) { s.after_layer_forward(ctx, l); });
   }
-  const double loss = model_.head_forward();
+  // mean over B*T positions and over the micro-batches of this step, times the loss scale: known
+  // before the forward, so the cross-entropy makes the logits' gradient with the loss (one pass)
+  const double dloss = loss_scale / static_cast<double>(options_.batch * options_.seq * options_.accumulation_steps);
+  const double loss = model_.head_forward(static_cast<float>(dloss));
 
   recorder.set_phase("backward");
-  // mean over B*T positions and over the micro-batches of this step, times the loss scale
-  const double dloss = loss_scale / static_cast<double>(options_.batch * options_.seq * options_.accumulation_steps);
-  model_.head_backward(static_cast<float>(dloss));
+  model_.head_backward();
   for (std::size_t l = L; l-- > 0;) {
     each([&](Strategy& s) { s.before_layer_backward(ctx, l); });
     model_.layer_backward(l);

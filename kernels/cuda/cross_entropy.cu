@@ -1,12 +1,14 @@
 // CUDA: fused softmax + cross-entropy over V classes in rows of Vp >= V logits (formulas in
 // cross_entropy.h; the CPU reference is cpu/cross_entropy.cpp). One block per row: the row's max and
 // sum of exponentials over its first V columns are block reductions (the stable log-sum-exp,
-// lse = max + log(sum_v exp(x_v - max))); the backward writes 0 to the Vp - V padded columns.
+// lse = max + log(sum_v exp(x_v - max))); the gradient's loop writes 0 to the Vp - V padded columns.
 //
-// In place: cross_entropy_backward may be called with dlogits == logits. That is safe here because
-//   1. every read that feeds the reductions happens before the reduction's barriers, so once any
-//      thread leaves block_reduce, all threads of the block have finished reading for the max and
-//      the sum (and no other block touches this row);
+// In place: cross_entropy_forward_backward may be called with dlogits == logits. That is safe here
+// because
+//   1. every read that feeds the reductions, and thread 0's read of the target's logit for the
+//      loss, happens before the reduction's barriers, so once any thread leaves block_reduce, all
+//      threads of the block have finished reading for the loss, the max and the sum (and no other
+//      block touches this row);
 //   2. in the write loop, each element v is read and then written by the same thread, and by no
 //      other thread (a padded column is only written).
 // For the same reason the two pointers carry no __restrict__ (the compiler must not assume they
@@ -33,7 +35,7 @@ constexpr std::size_t kMaxRowBlocks = 65535;
 
 struct RowStats {
   float maxval;
-  float log_sum;  // log(sum_v exp(x_v - max))
+  float sum;  // sum_v exp(x_v - max)
 };
 
 // The stable log-sum-exp of one row, computed by the whole block; every thread gets the result.
@@ -46,7 +48,11 @@ __device__ RowStats row_stats(const D* row, std::size_t V) {
   float sum = 0.0f;
   for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) sum += expf(detail::to_float(row[v]) - maxval);
   sum = detail::block_reduce(sum, detail::SumOp{}, 0.0f);
-  return {maxval, logf(sum)};
+  return {maxval, sum};
+}
+
+__device__ bool is_class(std::int32_t target, std::size_t V) {
+  return target >= 0 && static_cast<std::size_t>(target) < V;
 }
 
 // losses[n] = max + log(sum_v exp(logits[n,v] - max)) - logits[n, targets[n]].
@@ -60,28 +66,33 @@ __global__ void cross_entropy_forward_kernel(float* losses, const D* logits, con
     const RowStats st = row_stats(row, V);
     if (threadIdx.x == 0) {
       const std::int32_t target = targets[n];
-      losses[n] = (target >= 0 && static_cast<std::size_t>(target) < V) ? st.maxval + st.log_sum - detail::to_float(row[target]) : NAN;
+      losses[n] = is_class(target, V) ? st.maxval + logf(st.sum) - detail::to_float(row[target]) : NAN;
     }
   }
 }
 
-// dlogits[n,v] = dloss * (exp(logits[n,v] - max - log_sum) - [v == targets[n]]) for v < V, 0 for
-// V <= v < Vp. Block -> row n (grid-stride over rows); thread -> v = threadIdx.x, + blockDim.x, ...
-// in the write loop. dlogits may be logits (see the note at the top of the file).
+// The forward's losses[n], and dlogits[n,v] = dloss * (exp(logits[n,v] - max) / sum - [v == targets[n]])
+// for v < V, 0 for V <= v < Vp. Block -> row n (grid-stride over rows); thread -> v = threadIdx.x,
+// + blockDim.x, ... in the write loop. dlogits may be logits (see the note at the top of the file).
 template <typename D>
-__global__ void cross_entropy_backward_kernel(D* dlogits, const D* logits, const std::int32_t* targets, float dloss,
-                                              std::size_t N, std::size_t V, std::size_t Vp) {
+__global__ void cross_entropy_forward_backward_kernel(float* losses, D* dlogits, const D* logits,
+                                                      const std::int32_t* targets, float dloss, std::size_t N,
+                                                      std::size_t V, std::size_t Vp) {
   for (std::size_t n = blockIdx.x; n < N; n += gridDim.x) {
     const D* row = logits + n * Vp;
     D* drow = dlogits + n * Vp;
-    const RowStats st = row_stats(row, V);  // all reads for the statistics end here (barriers inside)
     const std::int64_t target = targets[n];
+    const bool has_target = is_class(targets[n], V);
+    // thread 0 reads the target's logit before the barriers in row_stats (no thread writes before them)
+    const float target_logit = threadIdx.x == 0 && has_target ? detail::to_float(row[target]) : 0.0f;
+    const RowStats st = row_stats(row, V);  // all reads for the statistics end here (barriers inside)
+    if (threadIdx.x == 0) losses[n] = has_target ? st.maxval + logf(st.sum) - target_logit : NAN;
     for (std::size_t v = threadIdx.x; v < Vp; v += blockDim.x) {
       if (v >= V) {  // a padded column: no class, no gradient
         drow[v] = detail::from_float<D>(0.0f);
         continue;
       }
-      const float p = expf(detail::to_float(row[v]) - st.maxval - st.log_sum);  // read element v ...
+      const float p = expf(detail::to_float(row[v]) - st.maxval) / st.sum;  // read element v ...
       const float indicator = static_cast<std::int64_t>(v) == target ? 1.0f : 0.0f;
       drow[v] = detail::from_float<D>(dloss * (p - indicator));                 // ... then overwrite it (same thread)
     }
@@ -101,20 +112,21 @@ void cross_entropy_forward(void* stream, float* losses, In<T> logits, const std:
 }
 
 template <typename T>
-void cross_entropy_backward(void* stream, Out<T> dlogits, In<T> logits, const std::int32_t* targets, float dloss,
-                            std::size_t N, std::size_t V, std::size_t Vp) {
+void cross_entropy_forward_backward(void* stream, float* losses, Out<T> dlogits, In<T> logits,
+                                    const std::int32_t* targets, float dloss, std::size_t N, std::size_t V,
+                                    std::size_t Vp) {
   if (N == 0 || V == 0) return;
   const unsigned grid = static_cast<unsigned>(N < kMaxRowBlocks ? N : kMaxRowBlocks);
-  cross_entropy_backward_kernel<<<grid, kBlock, 0, detail::as_stream(stream)>>>(
-      detail::device_cast(dlogits), detail::device_cast(logits), targets, dloss, N, V, Vp);
-  CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
+  cross_entropy_forward_backward_kernel<<<grid, kBlock, 0, detail::as_stream(stream)>>>(
+      losses, detail::device_cast(dlogits), detail::device_cast(logits), targets, dloss, N, V, Vp);
+  CUDA_CHECK_LAUNCH("cross_entropy_forward_backward_kernel");
 }
 
 #define TRAINMEM_INSTANTIATE(T)                                                                                    \
   template void cross_entropy_forward<T>(void*, float*, In<T>, const std::int32_t*, std::size_t, std::size_t,       \
                                          std::size_t);                                                             \
-  template void cross_entropy_backward<T>(void*, Out<T>, In<T>, const std::int32_t*, float, std::size_t, std::size_t, \
-                                          std::size_t);
+  template void cross_entropy_forward_backward<T>(void*, float*, Out<T>, In<T>, const std::int32_t*, float,        \
+                                                  std::size_t, std::size_t, std::size_t);
 TRAINMEM_INSTANTIATE(float)
 TRAINMEM_INSTANTIATE(bf16)
 TRAINMEM_INSTANTIATE(fp16)

@@ -235,13 +235,35 @@ TEST(KernelsCpu, CrossEntropyIsTheNegativeLogLikelihoodAndItsGradient) {
     for (std::size_t v = 0; v < V; ++v) z += std::exp(logits[n * V + v]);
     EXPECT_NEAR(losses[n], -std::log(std::exp(logits[n * V + targets[n]]) / z), 1e-12);
   }
-  Vec dlogits(N * V);
-  cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, V);
+  // The fused call: the same losses, bit for bit, and their gradient.
+  const Vec forward_losses = losses;
+  Vec dlogits(N * V), fused_losses(N);
+  cpu::cross_entropy_forward_backward(fused_losses.data(), dlogits.data(), logits.data(), targets.data(), dloss, N, V, V);
+  EXPECT_EQ(fused_losses, forward_losses);
   expect_gradient(logits, dlogits, loss, "cross-entropy dlogits");
-  // in place gives the same
+  // in place gives the same bits
   Vec inplace = logits;
-  cpu::cross_entropy_backward(inplace.data(), inplace.data(), targets.data(), dloss, N, V, V);
-  for (std::size_t i = 0; i < inplace.size(); ++i) EXPECT_NEAR(inplace[i], dlogits[i], 1e-15);
+  cpu::cross_entropy_forward_backward(fused_losses.data(), inplace.data(), inplace.data(), targets.data(), dloss, N, V,
+                                      V);
+  EXPECT_EQ(inplace, dlogits);
+  EXPECT_EQ(fused_losses, forward_losses);
+}
+
+// A target outside the classes (a bad token file would give one; the data loader refuses them
+// first) gives a NaN loss and no -1 in the gradient, never an access outside the row.
+TEST(KernelsCpu, CrossEntropyOfATargetOutsideTheClassesIsNaN) {
+  const std::size_t N = 3, V = 11;
+  const std::vector<float> logits = to_float(random_vec(N * V, 22, 4.0));
+  const std::vector<std::int32_t> targets = {4, -1, 11};
+  std::vector<float> losses(N), fused(N), dlogits(N * V);
+  cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, V);
+  cpu::cross_entropy_forward_backward(fused.data(), dlogits.data(), logits.data(), targets.data(), 1.0f, N, V, V);
+  EXPECT_TRUE(std::isfinite(losses[0]));
+  for (std::size_t n = 1; n < N; ++n) {
+    EXPECT_TRUE(std::isnan(losses[n])) << "row " << n;
+    EXPECT_TRUE(std::isnan(fused[n])) << "row " << n;
+    for (std::size_t v = 0; v < V; ++v) EXPECT_GT(dlogits[n * V + v], 0.0f) << "row " << n << " class " << v;
+  }
 }
 
 // The model's head is padded (V = 77 classes in rows of Vp = 128 logits, as GPT-2's 50257 in rows
@@ -262,10 +284,13 @@ TEST(KernelsCpu, CrossEntropyOverPaddedRowsIsTheUnpaddedOne) {
   cpu::cross_entropy_forward(padded_losses.data(), padded.data(), targets.data(), N, V, Vp);
   for (std::size_t n = 0; n < N; ++n) EXPECT_EQ(padded_losses[n], losses[n]) << "row " << n;
 
-  Vec dlogits(N * V), padded_dlogits(N * Vp, std::nan("")), inplace = padded;
-  cpu::cross_entropy_backward(dlogits.data(), packed.data(), targets.data(), dloss, N, V, V);
-  cpu::cross_entropy_backward(padded_dlogits.data(), padded.data(), targets.data(), dloss, N, V, Vp);
-  cpu::cross_entropy_backward(inplace.data(), inplace.data(), targets.data(), dloss, N, V, Vp);
+  Vec dlogits(N * V), padded_dlogits(N * Vp, std::nan("")), inplace = padded, fused_losses(N);
+  cpu::cross_entropy_forward_backward(fused_losses.data(), dlogits.data(), packed.data(), targets.data(), dloss, N, V, V);
+  cpu::cross_entropy_forward_backward(fused_losses.data(), padded_dlogits.data(), padded.data(), targets.data(), dloss,
+                                      N, V, Vp);
+  EXPECT_EQ(fused_losses, losses);
+  cpu::cross_entropy_forward_backward(fused_losses.data(), inplace.data(), inplace.data(), targets.data(), dloss, N, V,
+                                      Vp);
   for (std::size_t n = 0; n < N; ++n)
     for (std::size_t v = 0; v < Vp; ++v) {
       const double expected = v < V ? dlogits[n * V + v] : 0.0;
@@ -275,7 +300,7 @@ TEST(KernelsCpu, CrossEntropyOverPaddedRowsIsTheUnpaddedOne) {
 
   // A row too short for its classes is the caller's bug, refused before anything runs.
   EXPECT_THROW(cross_entropy_forward<float>(kCpuStream, nullptr, nullptr, nullptr, N, V, V - 1), std::logic_error);
-  EXPECT_THROW(cross_entropy_backward<float>(kCpuStream, nullptr, nullptr, nullptr, 1.0f, N, V, V - 1),
+  EXPECT_THROW(cross_entropy_forward_backward<float>(kCpuStream, nullptr, nullptr, nullptr, nullptr, 1.0f, N, V, V - 1),
                std::logic_error);
 }
 

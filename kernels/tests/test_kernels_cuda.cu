@@ -429,7 +429,7 @@ TEST(KernelsCuda, CrossEntropyForward) {
   }
 }
 
-TEST(KernelsCuda, CrossEntropyBackwardOutOfPlaceAndInPlace) {
+TEST(KernelsCuda, CrossEntropyForwardBackwardOutOfPlaceAndInPlace) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(602);
   TestStream stream;
@@ -442,14 +442,17 @@ TEST(KernelsCuda, CrossEntropyBackwardOutOfPlaceAndInPlace) {
     SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V) + " Vp=" + std::to_string(Vp));
     const std::vector<float> logits = padded_logits(rng, shape);
     const std::vector<std::int32_t> targets = random_tokens(rng, N, static_cast<std::int32_t>(V));
-    std::vector<float> dlogits(N * Vp);
-    cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, Vp);
+    std::vector<float> dlogits(N * Vp), losses(N);
+    cpu::cross_entropy_forward_backward(losses.data(), dlogits.data(), logits.data(), targets.data(), dloss, N, V, Vp);
 
-    DeviceBuffer<float> d_logits(logits), d_dlogits(N * Vp);
+    DeviceBuffer<float> d_logits(logits), d_dlogits(N * Vp), d_losses(N);
     DeviceBuffer<std::int32_t> d_targets(targets);
     d_dlogits.poison();
-    cuda::cross_entropy_backward(stream.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V, Vp);
+    d_losses.poison();
+    cuda::cross_entropy_forward_backward(stream.get(), d_losses.get(), d_dlogits.get(), d_logits.get(), d_targets.get(),
+                                         dloss, N, V, Vp);
     finish();
+    EXPECT_TRUE(all_close("cross-entropy losses (fused)", d_losses.download(), losses, kReduction));
     const std::vector<float> out_of_place = d_dlogits.download();
     EXPECT_TRUE(all_close("cross-entropy dlogits (out of place)", out_of_place, dlogits, kCrossEntropyGrad));
     expect_padding_zero(out_of_place, shape, "out of place");
@@ -458,8 +461,11 @@ TEST(KernelsCuda, CrossEntropyBackwardOutOfPlaceAndInPlace) {
       ASSERT_EQ(std::memcmp(&left[i], &logits[i], sizeof(float)), 0) << "cross-entropy changed logit " << i;
 
     // In place, as the GPT head calls it: dlogits == logits.
-    cuda::cross_entropy_backward(stream.get(), d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V, Vp);
+    d_losses.poison();
+    cuda::cross_entropy_forward_backward(stream.get(), d_losses.get(), d_logits.get(), d_logits.get(), d_targets.get(),
+                                         dloss, N, V, Vp);
     finish();
+    EXPECT_TRUE(all_close("cross-entropy losses (fused, in place)", d_losses.download(), losses, kReduction));
     const std::vector<float> in_place = d_logits.download();
     EXPECT_TRUE(all_close("cross-entropy dlogits (in place over logits)", in_place, dlogits, kCrossEntropyGrad));
     expect_padding_zero(in_place, shape, "in place");
@@ -538,7 +544,7 @@ TEST(KernelsCuda, EmptySizesDoNothingAndBadHeadsAreRejected) {
   EXPECT_NO_THROW(cuda::attention_forward(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
   EXPECT_NO_THROW(cuda::attention_backward(s, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
   EXPECT_NO_THROW(cuda::cross_entropy_forward(s, nullptr, nullptr, nullptr, 0, 101, 128));
-  EXPECT_NO_THROW(cuda::cross_entropy_backward(s, nullptr, nullptr, nullptr, 1.0f, 0, 101, 128));
+  EXPECT_NO_THROW(cuda::cross_entropy_forward_backward(s, nullptr, nullptr, nullptr, nullptr, 1.0f, 0, 101, 128));
   EXPECT_NO_THROW(cuda::adamw_update(s, nullptr, nullptr, nullptr, nullptr, 0, AdamWHyper{}, 1, 1.0f));
   EXPECT_NO_THROW(cuda::sum_of_squares_accumulate(s, nullptr, nullptr, 0));
   EXPECT_NO_THROW(finish());

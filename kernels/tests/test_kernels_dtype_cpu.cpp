@@ -13,7 +13,7 @@
 //       absolute for sums whose terms cancel), stated at each check.
 //
 // Accumulated outputs start from random non-zero values; the in-place calls the model makes
-// (gelu_backward with dinp == dout, cross_entropy_backward with dlogits == logits) are checked
+// (gelu_backward with dinp == dout, cross_entropy_forward_backward with dlogits == logits) are checked
 // to give the out-of-place result. For T = fp32, check (a) compares the kernel with itself: it is
 // kept so that every test reads the same in every type.
 #include <gtest/gtest.h>
@@ -370,23 +370,34 @@ TYPED_TEST(KernelsDtypeCpu, CrossEntropyForwardAndBackward) {
   cpu::cross_entropy_forward(lossesd.data(), logitsd.data(), targets.data(), N, V, Vp);
   EXPECT_TRUE(close_to("cross-entropy losses vs double", losses, lossesd, rounded_once<float>(1e-6, 1e-6)));
 
+  // The fused call (training's): the forward's losses, bit for bit, and their gradient.
   const float dloss = 1.0f / 64;  // a power of two: the same in fp32 and double
   std::vector<T> dlogits(N * Vp);
-  cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, Vp);
+  std::vector<float> fused_losses(N);
+  cpu::cross_entropy_forward_backward(fused_losses.data(), dlogits.data(), logits.data(), targets.data(), dloss, N, V,
+                                      Vp);
+  EXPECT_TRUE(same_bits("cross-entropy losses (fused)", fused_losses, losses));
   std::vector<float> dlogits32(N * Vp);
-  cpu::cross_entropy_backward(dlogits32.data(), logits32.data(), targets.data(), dloss, N, V, Vp);
+  cpu::cross_entropy_forward_backward(fused_losses.data(), dlogits32.data(), logits32.data(), targets.data(), dloss, N,
+                                      V, Vp);
   EXPECT_TRUE(same_bits("cross-entropy dlogits", dlogits, narrow<T>(dlogits32)));
 
   // In place, as the GPT head calls it: dlogits written over logits.
   std::vector<T> inplace = logits;
-  cpu::cross_entropy_backward(inplace.data(), inplace.data(), targets.data(), dloss, N, V, Vp);
+  cpu::cross_entropy_forward_backward(fused_losses.data(), inplace.data(), inplace.data(), targets.data(), dloss, N, V,
+                                      Vp);
   EXPECT_TRUE(same_bits("cross-entropy dlogits (in place over logits)", inplace, dlogits));
+  EXPECT_TRUE(same_bits("cross-entropy losses (fused, in place)", fused_losses, losses));
 
-  // (b) p = exp(x - lse) in fp32: 1e-6 relative; p - 1 at the target cancels to 2^-24 absolute,
-  // times dloss: 1e-8.
-  std::vector<double> dlogitsd(N * Vp);
-  cpu::cross_entropy_backward(dlogitsd.data(), logitsd.data(), targets.data(), static_cast<double>(dloss), N, V, Vp);
-  EXPECT_TRUE(close_to("cross-entropy dlogits vs double", dlogits, dlogitsd, rounded_once<T>(1e-6, 1e-8)));
+  // (b) p = exp(x - m) / s in fp32. Each exponential: its argument x - m rounded once (below 8 in
+  // size: 4.8e-7 absolute, so relative in the exponential) and the exp within 1 ulp (1.2e-7); s sums
+  // such terms (at most the same 6e-7) in double, rounded once (6e-8); the division rounds once
+  // (6e-8): 1.4e-6 relative at most, 1.5e-6. p - 1 at the target cancels to 2^-24 absolute, times
+  // dloss: 1e-8.
+  std::vector<double> dlogitsd(N * Vp), fused_lossesd(N);
+  cpu::cross_entropy_forward_backward(fused_lossesd.data(), dlogitsd.data(), logitsd.data(), targets.data(),
+                                      static_cast<double>(dloss), N, V, Vp);
+  EXPECT_TRUE(close_to("cross-entropy dlogits vs double", dlogits, dlogitsd, rounded_once<T>(1.5e-6, 1e-8)));
   for (std::size_t n = 0; n < N; ++n)
     for (std::size_t v = V; v < Vp; ++v) EXPECT_EQ(load(dlogits[n * Vp + v]), 0.0f) << "padded column " << v;
 }

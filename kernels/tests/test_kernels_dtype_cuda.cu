@@ -303,7 +303,9 @@ TYPED_TEST(KernelsDtypeCuda, CrossEntropyForwardAndBackward) {
     std::vector<float> losses(N);
     std::vector<T> dlogits(N * Vp);
     cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
-    cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, Vp);
+    std::vector<float> fused_losses(N);
+    cpu::cross_entropy_forward_backward(fused_losses.data(), dlogits.data(), logits.data(), targets.data(), dloss, N, V,
+                                        Vp);
 
     DeviceBuffer<T> d_logits(logits), d_dlogits(N * Vp);
     DeviceBuffer<float> d_losses(N);
@@ -311,15 +313,20 @@ TYPED_TEST(KernelsDtypeCuda, CrossEntropyForwardAndBackward) {
     d_losses.poison();
     d_dlogits.poison();
     cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, Vp);
-    cuda::cross_entropy_backward<T>(stream.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V, Vp);
+    DeviceBuffer<float> d_fused_losses(N);
+    d_fused_losses.poison();
+    cuda::cross_entropy_forward_backward<T>(stream.get(), d_fused_losses.get(), d_dlogits.get(), d_logits.get(),
+                                            d_targets.get(), dloss, N, V, Vp);
     finish();
+    EXPECT_TRUE(all_close("cross-entropy losses (fused)", d_fused_losses.download(), losses, Tolerance{1e-4, 1e-4}));
     // losses are fp32 from the same 16-bit logits: the fp32 test's 1e-4
     EXPECT_TRUE(all_close("cross-entropy losses", d_losses.download(), losses, Tolerance{1e-4, 1e-4}));
     // probabilities down to ~1e-7: the fp32 test's 1e-7 absolute
     const std::vector<T> out_of_place = d_dlogits.download();
     EXPECT_TRUE(all_close("cross-entropy dlogits", out_of_place, dlogits, one_ulp<T>(1e-7)));
     // In place, as the GPT head calls it: dlogits == logits.
-    cuda::cross_entropy_backward<T>(stream.get(), d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V, Vp);
+    cuda::cross_entropy_forward_backward<T>(stream.get(), d_fused_losses.get(), d_logits.get(), d_logits.get(),
+                                            d_targets.get(), dloss, N, V, Vp);
     finish();
     const std::vector<T> in_place = d_logits.download();
     EXPECT_TRUE(all_close("cross-entropy dlogits (in place over logits)", in_place, dlogits, one_ulp<T>(1e-7)));
@@ -410,7 +417,7 @@ TYPED_TEST(KernelsDtypeCuda, EmptySizesDoNothing) {
   EXPECT_NO_THROW(cuda::attention_forward<T>(s, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
   EXPECT_NO_THROW(cuda::attention_backward<T>(s, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 13, 72, 3));
   EXPECT_NO_THROW(cuda::cross_entropy_forward<T>(s, nullptr, nullptr, nullptr, 0, 101, 128));
-  EXPECT_NO_THROW(cuda::cross_entropy_backward<T>(s, nullptr, nullptr, nullptr, 1.0f, 0, 101, 128));
+  EXPECT_NO_THROW(cuda::cross_entropy_forward_backward<T>(s, nullptr, nullptr, nullptr, nullptr, 1.0f, 0, 101, 128));
   EXPECT_NO_THROW(cuda::adamw_update<T>(s, nullptr, nullptr, nullptr, nullptr, 0, AdamWHyper{}, 1, 1.0f, &master));
   EXPECT_NO_THROW(cuda::sum_of_squares_accumulate<T>(s, nullptr, nullptr, 0));
   EXPECT_NO_THROW(finish());

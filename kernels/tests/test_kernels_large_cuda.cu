@@ -248,7 +248,8 @@ TYPED_TEST(KernelsLargeCuda, CrossEntropyBeyondTheGridLimit) {
   std::vector<float> losses(N);
   std::vector<T> dlogits(N * V);
   cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, V);
-  cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, V);
+  std::vector<float> fused_losses(N);
+  cpu::cross_entropy_forward_backward(fused_losses.data(), dlogits.data(), logits.data(), targets.data(), dloss, N, V, V);
 
   TestStream stream;
   DeviceBuffer<T> d_logits(logits), d_dlogits(N * V);
@@ -257,7 +258,9 @@ TYPED_TEST(KernelsLargeCuda, CrossEntropyBeyondTheGridLimit) {
   d_losses.poison();
   d_dlogits.poison();
   cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, V);
-  cuda::cross_entropy_backward<T>(stream.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V, V);
+  DeviceBuffer<float> d_fused_losses(N);
+  cuda::cross_entropy_forward_backward<T>(stream.get(), d_fused_losses.get(), d_dlogits.get(), d_logits.get(),
+                                          d_targets.get(), dloss, N, V, V);
   finish();
   EXPECT_TRUE(gpu_test::all_close("cross-entropy losses", d_losses.download(), losses, Tolerance{1e-4, 1e-4}));
   EXPECT_TRUE(all_close("cross-entropy dlogits", d_dlogits.download(), dlogits, one_ulp<T>(1e-7)));
@@ -301,10 +304,9 @@ TYPED_TEST(KernelsLargeCuda, CrossEntropyBeyond2To31Logits) {
   std::vector<float> head_loss(1), tail_losses(checked);
   std::vector<T> head_dlogits(Vp), tail_dlogits(checked * Vp);
   const std::int32_t* tail_targets = targets.data() + (N - checked);
-  cpu::cross_entropy_forward(head_loss.data(), head.data(), targets.data(), 1, V, Vp);
-  cpu::cross_entropy_backward(head_dlogits.data(), head.data(), targets.data(), dloss, 1, V, Vp);
-  cpu::cross_entropy_forward(tail_losses.data(), tail.data(), tail_targets, checked, V, Vp);
-  cpu::cross_entropy_backward(tail_dlogits.data(), tail.data(), tail_targets, dloss, checked, V, Vp);
+  cpu::cross_entropy_forward_backward(head_loss.data(), head_dlogits.data(), head.data(), targets.data(), dloss, 1, V, Vp);
+  cpu::cross_entropy_forward_backward(tail_losses.data(), tail_dlogits.data(), tail.data(), tail_targets, dloss, checked,
+                                      V, Vp);
 
   TestStream stream;
   DeviceBuffer<T> d_logits(N * Vp);
@@ -314,9 +316,9 @@ TYPED_TEST(KernelsLargeCuda, CrossEntropyBeyond2To31Logits) {
   upload_at(d_logits, 0, head);
   upload_at(d_logits, (N - checked) * Vp, tail);
   d_losses.poison();
-  cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, Vp);
   // In place, as the GPT head calls it.
-  cuda::cross_entropy_backward<T>(stream.get(), d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V, Vp);
+  cuda::cross_entropy_forward_backward<T>(stream.get(), d_losses.get(), d_logits.get(), d_logits.get(), d_targets.get(),
+                                          dloss, N, V, Vp);
   finish();
   const std::vector<float> losses = d_losses.download();
   EXPECT_EQ(std::count_if(losses.begin(), losses.end(), [](float l) { return !std::isfinite(l); }), 0);

@@ -227,6 +227,29 @@ TEST(Gpt, ActivationsAreFreedByBackwardAndTheStepEndsWhereItBegan) {
   testing_support::expect_a_step_ends_where_it_began(model, batch);
 }
 
+// Training's head forward makes the loss and its gradient in one pass (kernels/cross_entropy.h):
+// the loss is the evaluation's, bit for bit, and a backward after an evaluation's forward (which
+// made no gradient) is the caller's bug, refused.
+TEST(Gpt, TheTrainingForwardGivesTheEvaluationLossAndTheBackwardNeedsIt) {
+  auto device = cpu_device();
+  const ModelConfig cfg = model_preset("tiny");
+  GPT model(*device, cfg, 1);
+  const Batch batch = random_batch(*device, 2, 16, cfg.vocab, 5);
+  auto forward_to_head = [&] {
+    model.begin(batch.tokens, batch.targets);
+    model.embed_forward();
+    for (std::size_t l = 0; l < cfg.layers; ++l) model.layer_forward(l);
+  };
+  forward_to_head();
+  const double evaluation = model.head_forward();
+  EXPECT_THROW(model.head_backward(), std::logic_error);
+  model.end();
+  forward_to_head();
+  EXPECT_EQ(model.head_forward(1.0f / 32), evaluation);
+  EXPECT_NO_THROW(model.head_backward());
+  model.end();
+}
+
 TEST(Gpt, ASequenceLongerThanTheContextIsAClearError) {
   auto device = cpu_device();
   ModelConfig cfg = model_preset("tiny");

@@ -1,5 +1,6 @@
 #include "common/model/llama.h"
 
+#include "common/device/device_ops.h"
 #include "common/model/storage_type.h"
 #include "kernels/residual.h"
 #include "kernels/rmsnorm.h"

@@ -1,6 +1,6 @@
 // The restricted pickle reader (restricted_pickle.h): the pickle machine's data opcodes only, as
 // CPython's Unpickler runs them (Lib/pickle.py, "Pickle opcodes" and the load_* methods), into a
-// graph of nodes (the memo's references kept as such), turned into JSON at the end.
+// graph of nodes in an arena (the memo's references kept as such), turned into JSON at the end.
 #include "common/util/restricted_pickle.h"
 
 #include <algorithm>
@@ -16,7 +16,7 @@ namespace trainmem {
 
 namespace {
 
-// One Python object. Containers hold shared pointers: the memo hands out the same node again.
+// One Python object. The memo hands out the same node again.
 struct Node {
   enum class Kind { none, boolean, integer, unsigned_integer, floating, string, bytes, list, tuple, dict, set };
   Kind kind = Kind::none;
@@ -25,36 +25,15 @@ struct Node {
   std::uint64_t unsigned_integer = 0;  // a non-negative int above INT64_MAX
   double floating = 0;
   std::string text;  // string (UTF-8) or bytes
-  std::vector<std::shared_ptr<Node>> items;                                     // list, tuple, set
-  std::vector<std::pair<std::shared_ptr<Node>, std::shared_ptr<Node>>> entries;  // dict
+  std::vector<Node*> items;                      // list, tuple, set
+  std::vector<std::pair<Node*, Node*>> entries;  // dict
   bool on_path = false;          // on the path of expanded_size now: met again, it contains itself
   std::uint64_t expanded = 0;    // values in its JSON form, memo copies included (0: not counted yet)
-
-  Node() = default;
-  Node(const Node&) = delete;
-  Node& operator=(const Node&) = delete;
-  // Children freed from a work list, not by recursion: 2 bytes of pickle nest a list one level
-  // deeper, so a 16 MB file can chain 8 million (recursive destructors would overflow the stack).
-  ~Node() {
-    std::vector<std::shared_ptr<Node>> work;
-    take_children(work);
-    while (!work.empty()) {
-      std::shared_ptr<Node> n = std::move(work.back());
-      work.pop_back();
-      if (n.use_count() == 1) n->take_children(work);  // the last owner: its children come here
-    }
-  }
-  void take_children(std::vector<std::shared_ptr<Node>>& work) {
-    for (auto& item : items) work.push_back(std::move(item));
-    for (auto& [k, v] : entries) {
-      work.push_back(std::move(k));
-      work.push_back(std::move(v));
-    }
-    items.clear();
-    entries.clear();
-  }
 };
-using NodePtr = std::shared_ptr<Node>;
+// Nodes live in the reader's arena and point at each other by plain pointers: the memo can make a
+// container hold itself (refused when turned into JSON), which reference counts would leak, and a
+// chain of millions of nested lists is freed without recursion.
+using NodePtr = Node*;
 
 const char* kind_name(Node::Kind k) {
   switch (k) {
@@ -71,12 +50,6 @@ const char* kind_name(Node::Kind k) {
     case Node::Kind::set: return "a set";
   }
   return "an object";
-}
-
-NodePtr make(Node::Kind kind) {
-  auto n = std::make_shared<Node>();
-  n->kind = kind;
-  return n;
 }
 
 // The opcodes a pickle may hold that this reader refuses because they import or call something.
@@ -213,6 +186,12 @@ class Machine {
     std::uint64_t v = 0;
     for (int k = bytes - 1; k >= 0; --k) v = (v << 8) | static_cast<unsigned char>(b[static_cast<std::size_t>(k)]);
     return v;
+  }
+
+  NodePtr make(Node::Kind kind) {
+    arena_.push_back(std::make_unique<Node>());
+    arena_.back()->kind = kind;
+    return arena_.back().get();
   }
 
   // --- the stack and the marks
@@ -501,6 +480,7 @@ class Machine {
   const PickleLimits& limits_;
   std::size_t pos_ = 0, op_at_ = 0;
   int op_ = -1;
+  std::vector<std::unique_ptr<Node>> arena_;  // every node made (one an opcode at most)
   std::vector<NodePtr> stack_;
   std::vector<std::size_t> marks_;  // stack sizes at each MARK
   std::unordered_map<std::uint64_t, NodePtr> memo_;

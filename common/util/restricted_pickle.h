@@ -22,7 +22,8 @@
 // Bounded, whatever the bytes: a length is checked against what is left of the input before
 // anything is allocated for it, nesting deeper than Limits::max_depth is refused, and so is a result
 // of more than Limits::max_values values (the memo can make a small file expand without bound:
-// a list holding the same list twice, 60 levels deep). Time is linear in the input and the result.
+// a list holding the same list twice, 60 levels deep). Time is linear in the input and the result;
+// memory in the input (a node an opcode at most) and the result.
 #pragma once
 #include <cstddef>
 #include <cstdint>

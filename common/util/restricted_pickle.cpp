@@ -196,10 +196,10 @@ class Machine {
 
   // --- the stack and the marks
   std::size_t frame_base() const { return marks_.empty() ? 0 : marks_.back(); }
-  void push(NodePtr n) { stack_.push_back(std::move(n)); }
+  void push(NodePtr n) { stack_.push_back(n); }
   NodePtr pop() {
     if (stack_.size() <= frame_base()) fail("the stack is empty here");
-    NodePtr n = std::move(stack_.back());
+    NodePtr n = stack_.back();
     stack_.pop_back();
     return n;
   }
@@ -213,15 +213,13 @@ class Machine {
     if (marks_.empty()) fail("no MARK before it");
     const std::size_t base = marks_.back();
     marks_.pop_back();
-    std::vector<NodePtr> items(std::make_move_iterator(stack_.begin() + static_cast<std::ptrdiff_t>(base)),
-                               std::make_move_iterator(stack_.end()));
+    std::vector<NodePtr> items(stack_.begin() + static_cast<std::ptrdiff_t>(base), stack_.end());
     stack_.resize(base);
     return items;
   }
   std::vector<NodePtr> pop_n(std::size_t n) {
     if (stack_.size() - frame_base() < n) fail("needs " + std::to_string(n) + " items on the stack");
-    std::vector<NodePtr> items(std::make_move_iterator(stack_.end() - static_cast<std::ptrdiff_t>(n)),
-                               std::make_move_iterator(stack_.end()));
+    std::vector<NodePtr> items(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
     stack_.resize(stack_.size() - n);
     return items;
   }
@@ -234,13 +232,13 @@ class Machine {
   void push_int(std::int64_t v) {
     NodePtr n = make(Node::Kind::integer);
     n->integer = v;
-    push(std::move(n));
+    push(n);
   }
   void push_text(Node::Kind kind, std::string_view text) {
     if (kind == Node::Kind::string && !valid_utf8(text)) fail("a string that is not valid UTF-8");
     NodePtr n = make(kind);
     n->text.assign(text);
-    push(std::move(n));
+    push(n);
   }
   // LONG1 / LONG4: n bytes, little-endian two's complement; up to 64 bits (9 bytes for an unsigned
   // value above INT64_MAX, as Python writes it: a last byte of 0 for the sign).
@@ -258,7 +256,7 @@ class Machine {
     if (!negative && used == 8 && (bits >> 63) != 0) {
       NodePtr v = make(Node::Kind::unsigned_integer);
       v->unsigned_integer = bits;
-      return push(std::move(v));
+      return push(v);
     }
     if (negative && used == 8 && (bits >> 63) == 0) fail("an integer of more than 64 bits");
     std::int64_t value;
@@ -299,15 +297,14 @@ class Machine {
       case '1': pop_mark(); return;  // POP_MARK
       case '2': {                    // DUP
         if (stack_.size() <= frame_base()) fail("the stack is empty here");
-        NodePtr copy = stack_.back();
-        return push(std::move(copy));
+        return push(stack_.back());
       }
       case 'N': return push(make(K::none));
       case 0x88:
       case 0x89: {  // NEWTRUE, NEWFALSE
         NodePtr n = make(K::boolean);
         n->boolean = op == 0x88;
-        return push(std::move(n));
+        return push(n);
       }
       case 'J': {  // BININT: 4 bytes, signed
         const auto u = static_cast<std::uint32_t>(take_le(4));
@@ -329,7 +326,7 @@ class Machine {
         for (char c : b) bits = (bits << 8) | static_cast<unsigned char>(c);
         NodePtr n = make(K::floating);
         std::memcpy(&n->floating, &bits, sizeof bits);
-        return push(std::move(n));
+        return push(n);
       }
       // Python 2's str: read as Python 3 does by default (encoding ASCII), so only UTF-8 text here
       case 'U': return push_text(K::string, take(take_le(1)));  // SHORT_BINSTRING
@@ -351,25 +348,25 @@ class Machine {
       case 0x8f: return push(make(K::set));                      // EMPTY_SET
       case 'a': {                                                // APPEND
         NodePtr item = pop();
-        top(K::list, "a list").items.push_back(std::move(item));
+        top(K::list, "a list").items.push_back(item);
         return;
       }
       case 'e': {  // APPENDS
         std::vector<NodePtr> items = pop_mark();
         Node& list = top(K::list, "a list");
-        list.items.insert(list.items.end(), std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
+        list.items.insert(list.items.end(), items.begin(), items.end());
         return;
       }
       case 0x90: {  // ADDITEMS
         std::vector<NodePtr> items = pop_mark();
         Node& set = top(K::set, "a set");
-        set.items.insert(set.items.end(), std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
+        set.items.insert(set.items.end(), items.begin(), items.end());
         return;
       }
       case 's': {  // SETITEM
         NodePtr value = pop();
         NodePtr key = pop();
-        top(K::dict, "a dict").entries.emplace_back(std::move(key), std::move(value));
+        top(K::dict, "a dict").entries.emplace_back(key, value);
         return;
       }
       case 'u': {  // SETITEMS
@@ -381,20 +378,20 @@ class Machine {
       case 0x91: {  // LIST, TUPLE, FROZENSET: the items since the mark
         NodePtr n = make(op == 'l' ? K::list : op == 't' ? K::tuple : K::set);
         n->items = pop_mark();
-        return push(std::move(n));
+        return push(n);
       }
       case 'd': {  // DICT
         std::vector<NodePtr> items = pop_mark();
         NodePtr n = make(K::dict);
         add_pairs(*n, items);
-        return push(std::move(n));
+        return push(n);
       }
       case 0x85:
       case 0x86:
       case 0x87: {  // TUPLE1..3
         NodePtr n = make(K::tuple);
         n->items = pop_n(static_cast<std::size_t>(op - 0x84));
-        return push(std::move(n));
+        return push(n);
       }
       case 'q': return memo_put(take_le(1));            // BINPUT
       case 'r': return memo_put(take_le(4));            // LONG_BINPUT

@@ -55,6 +55,11 @@ __device__ bool is_class(std::int32_t target, std::size_t V) {
   return target >= 0 && static_cast<std::size_t>(target) < V;
 }
 
+// A row's loss, lse - x[target] = max + log(sum) - x[target]; NaN for a target outside the classes.
+__device__ float row_loss(const RowStats& st, bool has_target, float target_logit) {
+  return has_target ? st.maxval + logf(st.sum) - target_logit : NAN;
+}
+
 // losses[n] = max + log(sum_v exp(logits[n,v] - max)) - logits[n, targets[n]].
 // Block -> row n (grid-stride over rows); thread 0 writes the loss. A target outside [0, V) gives
 // NaN instead of reading outside the row's classes.
@@ -66,7 +71,8 @@ __global__ void cross_entropy_forward_kernel(float* losses, const D* logits, con
     const RowStats st = row_stats(row, V);
     if (threadIdx.x == 0) {
       const std::int32_t target = targets[n];
-      losses[n] = is_class(target, V) ? st.maxval + logf(st.sum) - detail::to_float(row[target]) : NAN;
+      const bool has_target = is_class(target, V);
+      losses[n] = row_loss(st, has_target, has_target ? detail::to_float(row[target]) : 0.0f);
     }
   }
 }
@@ -81,12 +87,12 @@ __global__ void cross_entropy_forward_backward_kernel(float* losses, D* dlogits,
   for (std::size_t n = blockIdx.x; n < N; n += gridDim.x) {
     const D* row = logits + n * Vp;
     D* drow = dlogits + n * Vp;
-    const std::int64_t target = targets[n];
-    const bool has_target = is_class(targets[n], V);
+    const std::int32_t target = targets[n];
+    const bool has_target = is_class(target, V);
     // thread 0 reads the target's logit before the barriers in row_stats (no thread writes before them)
     const float target_logit = threadIdx.x == 0 && has_target ? detail::to_float(row[target]) : 0.0f;
     const RowStats st = row_stats(row, V);  // all reads for the statistics end here (barriers inside)
-    if (threadIdx.x == 0) losses[n] = has_target ? st.maxval + logf(st.sum) - target_logit : NAN;
+    if (threadIdx.x == 0) losses[n] = row_loss(st, has_target, target_logit);
     for (std::size_t v = threadIdx.x; v < Vp; v += blockDim.x) {
       if (v >= V) {  // a padded column: no class, no gradient
         drow[v] = detail::from_float<D>(0.0f);

@@ -102,6 +102,19 @@ class CachingAllocator {
   // Completes frees whose cross-stream events have finished.
   void process_events();
 
+  // Puts back a segment as it stood before a recorded trace began (restore_segment.cpp): a
+  // replay of a PyTorch snapshot starts where the real allocator stood, with segments taken and
+  // blocks live before recording. `layout` is one fixed segment (not expandable): its blocks in
+  // address order tiling total_size exactly, each active_allocated (live: requested_size and
+  // category kept) or inactive (cached free; two free neighbours are one block, so they may not
+  // touch). The segment comes from the device like any other (device_.allocate(total_size)), so
+  // the block addresses are the device's plus the layout's offsets; returned: the live blocks'
+  // pointers in layout order. Counted in every statistic as if allocated before the first event,
+  // except num_device_alloc (what the replay's own trace asked of the device). Throws
+  // std::invalid_argument for a layout the allocator could not have made, OutOfMemoryError when
+  // the device has no room for it.
+  std::vector<void*> restore_segment(const SegmentSnapshot& layout);
+
   MemoryStats stats() const;
   void reset_peak_stats();
   FragmentationInfo fragmentation() const;

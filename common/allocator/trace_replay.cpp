@@ -215,21 +215,75 @@ std::vector<TraceOp> parse_trace_stream(std::istream& in, const std::string& sou
   return reader.take();
 }
 
-ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& allocator) {
+ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& allocator,
+                          const std::vector<SegmentSnapshot>& before, RecordedDeviceMemory* follow) {
   ReplayResult result;
   result.events_total = ops.size();
+  result.followed = follow != nullptr;
   std::unordered_map<std::int64_t, void*> live;  // trace id -> the block it got
+  std::int64_t peak_reserved = -1;
+  auto note_peak = [&](std::optional<std::size_t> event) {
+    const MemoryStats s = allocator.stats();
+    constexpr std::size_t all = stat_index(StatType::all);
+    if (s.reserved_bytes[all].current > peak_reserved) {
+      peak_reserved = s.reserved_bytes[all].current;
+      result.peak_reserved_event = event;
+      result.unallocated_at_peak_reserved =
+          static_cast<std::size_t>(s.reserved_bytes[all].current - s.allocated_bytes[all].current);
+    }
+  };
+  auto finish = [&] {
+    result.stats = allocator.stats();
+    result.fragmentation = allocator.fragmentation();
+    result.segments = allocator.snapshot();
+    if (follow) {
+      result.divergence = follow->divergence();
+      result.segment_events_matched = follow->matched_events();
+      result.segment_events_recorded = follow->recorded_events();
+    }
+    return result;
+  };
+
+  // Where the allocator stood when the trace began.
+  for (const SegmentSnapshot& segment : before) {
+    if (follow) follow->restore_next(segment.address);
+    try {
+      const std::vector<void*> blocks = allocator.restore_segment(segment);
+      std::size_t k = 0;
+      for (const BlockSnapshot& b : segment.blocks)
+        if (b.state == BlockSnapshot::State::active_allocated) live[static_cast<std::int64_t>(b.address)] = blocks[k++];
+    } catch (const OutOfMemoryError& oom) {
+      result.oom = oom.report();
+      result.oom_before_trace = true;
+      return finish();
+    }
+  }
+  note_peak(std::nullopt);
+
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const TraceOp& op = ops[i];
+    if (follow) follow->begin_op(op);
     switch (op.action) {
       case TraceOp::Action::alloc:
         try {
-          live[op.id] = allocator.allocate(op.size, op.category, op.stream);  // nullptr for size 0
+          void* block = allocator.allocate(op.size, op.category, op.stream);  // nullptr for size 0
+          live[op.id] = block;
+          if (op.failed_in_trace) ++result.recorded_ooms_served;
+          const auto address = reinterpret_cast<std::uintptr_t>(block);
+          if (follow && op.address_recorded && block && address != static_cast<std::uintptr_t>(op.id))
+            follow->diverge(op.event,
+                            "the real allocator placed this " + std::to_string(op.size) + "-byte block at " +
+                                std::to_string(op.id) + ", the replay at " + std::to_string(address),
+                            "cache search (best fit on the stream; ties by address) and the split rule");
         } catch (const OutOfMemoryError& oom) {
-          // Running out of memory is an answer of the replay, not an error in the trace: keep
-          // the report, stop, and return the state at that point.
-          result.oom = oom.report();
-          result.oom_event_index = op.event;
+          if (op.failed_in_trace) {
+            ++result.recorded_ooms_again;  // as recorded: the run went on without it
+          } else {
+            // Running out of memory is an answer of the replay, not an error in the trace: keep
+            // the report, stop, and return the state at that point.
+            result.oom = oom.report();
+            result.oom_event_index = op.event;
+          }
         }
         break;
       case TraceOp::Action::free: {
@@ -246,13 +300,12 @@ ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& all
         allocator.empty_cache();
         break;
     }
+    if (follow) follow->end_op();
     if (result.oom) break;
+    note_peak(op.event);
     result.events_replayed = i + 1;
   }
-  result.stats = allocator.stats();
-  result.fragmentation = allocator.fragmentation();
-  result.segments = allocator.snapshot();
-  return result;
+  return finish();
 }
 
 nlohmann::json replay_result_to_json(const ReplayResult& r, const AllocatorConfig& config,

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/allocator/caching_allocator.h"
+#include "common/allocator/recorded_device_memory.h"
 
 namespace trainmem {
 
@@ -47,6 +48,11 @@ struct TraceOp {
   std::size_t size = 0;
   MemoryCategory category = MemoryCategory::other;
   StreamId stream = kDefaultStream;
+  bool failed_in_trace = false;   // a recorded oom's request: its failing again is the recorded
+                                  // run's own out-of-memory, which the run went on after
+  bool address_recorded = false;  // alloc: `id` is the address the recorded allocator gave the block
+  std::size_t device_window_end = 0;  // a followed replay (recorded_device_memory.h): the segment
+                                      // events recorded before this index are this op's
 };
 
 // Checks the whole trace before anything runs (ids freed that are not live, ids allocated twice,
@@ -63,15 +69,36 @@ struct ReplayResult {
   std::vector<SegmentSnapshot> segments;
   std::optional<OomReport> oom;    // set if an allocation ran out of memory; the replay stops there
   std::size_t oom_event_index = 0;  // the event that failed, its index in the trace's list (only when oom is set)
+  bool oom_before_trace = false;    // the segments held before the trace did not fit (oom set)
   std::size_t events_replayed = 0;  // ops completed (== events_total without an OOM)
   std::size_t events_total = 0;     // ops in the trace: its events but those replay passes over
+  // Where reserved memory peaked: the first op after which reserved_bytes reached its peak
+  // (nullopt: before the first event, from the restored segments), and what of it was not
+  // allocated then (cached free blocks and rounding: the fragmentation at the peak).
+  std::optional<std::size_t> peak_reserved_event;
+  std::size_t unallocated_at_peak_reserved = 0;
+  std::size_t recorded_ooms_again = 0;   // requests the trace shows failing that failed again
+  std::size_t recorded_ooms_served = 0;  // requests the trace shows failing that this replay served
+  // A followed replay (recorded_device_memory.h): the first decision that differed, if any, and
+  // how many of the trace's segment events the replay made the same.
+  bool followed = false;
+  std::optional<ReplayDivergence> divergence;
+  std::size_t segment_events_matched = 0;
+  std::size_t segment_events_recorded = 0;
 };
 
 // Runs the ops in order through `allocator` (usually on a BudgetDeviceMemory(budget, false), so no
 // memory is touched). An OutOfMemoryError does not escape: the replay stops at that event and the
-// result carries the report. Throws TraceError only for ops parse_trace would have rejected
+// result carries the report (unless the trace shows that request failing too: the recorded run
+// went on, and so does the replay). Throws TraceError only for ops parse_trace would have rejected
 // (a free of an id that is not live).
-ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& allocator);
+//
+// `before`: segments held before the first event (CachingAllocator::restore_segment), their live
+// blocks named in the ops by their recorded address. `follow`: the allocator's device, when it is
+// the recorded one; the replay then tells it each op and compares each block's address with the
+// recorded one.
+ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& allocator,
+                          const std::vector<SegmentSnapshot>& before = {}, RecordedDeviceMemory* follow = nullptr);
 
 // {"allocator_config", "device_memory_bytes", "events", "events_replayed", "summary": {...},
 //  "memory_stats": {flat PyTorch names}, "fragmentation", "segments", "oom": null | {...}}

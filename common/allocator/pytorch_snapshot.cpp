@@ -1,0 +1,449 @@
+#include "common/allocator/pytorch_snapshot.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace trainmem {
+
+namespace {
+
+// A field that must be a non-negative integer, or a TraceError naming it. PyTorch writes
+// addresses, sizes and streams as Python ints (int64).
+std::uint64_t count_field(const nlohmann::json& object, const char* field, const std::string& where) {
+  if (!object.is_object() || !object.contains(field)) throw TraceError(where + ": missing \"" + field + "\"");
+  const nlohmann::json& v = object.at(field);
+  // (The pickle reader gives ints as signed, a JSON parser non-negative ones as unsigned.)
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() < 0))
+    throw TraceError(where + ": \"" + field + "\" must be a non-negative integer, not " +
+                     (v.is_structured() ? std::string(v.type_name()) : v.dump()));
+  const std::uint64_t value = v.get<std::uint64_t>();
+  if (value > kMaxBytes && std::string(field) != "addr" && std::string(field) != "address" &&
+      std::string(field) != "stream")
+    throw TraceError(where + ": \"" + field + "\" " + std::to_string(value) + " is more than any device holds");
+  return value;
+}
+
+std::string event_where(const std::string& source, int device, std::size_t i) {
+  return source + ": device_traces[" + std::to_string(device) + "][" + std::to_string(i) + "]";
+}
+
+// The device whose trace to read: the one asked for, or the only one with events.
+int pick_device(const nlohmann::json& traces, const std::string& source, std::optional<int> asked) {
+  if (asked) {
+    if (*asked < 0 || static_cast<std::size_t>(*asked) >= traces.size())
+      throw TraceError(source + ": --device " + std::to_string(*asked) + ": the snapshot has traces of devices 0 to " +
+                       std::to_string(static_cast<long long>(traces.size()) - 1));
+    return *asked;
+  }
+  std::vector<int> with_events;
+  for (std::size_t d = 0; d < traces.size(); ++d)
+    if (traces[d].is_array() && !traces[d].empty()) with_events.push_back(static_cast<int>(d));
+  if (with_events.size() > 1) {
+    std::string list;
+    for (int d : with_events)
+      list += (list.empty() ? "" : ", ") + std::to_string(d) + " (" + std::to_string(traces[d].size()) + " events)";
+    throw TraceError(source + ": several devices have events: " + list + "; pick one with --device N");
+  }
+  return with_events.empty() ? 0 : with_events.front();
+}
+
+// allocator_settings, as recent PyTorch writes it: {"PYTORCH_CUDA_ALLOC_CONF": "...",
+// "max_split_size": bytes (-1: unlimited), "expandable_segments": bool,
+// "garbage_collection_threshold": float, "roundup_power2_divisions": {"1": n, ...}, ...}.
+void read_settings(const nlohmann::json& snapshot, PytorchSnapshot& out) {
+  if (!snapshot.contains("allocator_settings")) {
+    out.not_followed.push_back({std::nullopt, "allocator_settings not recorded (PyTorch before 2.5): "
+                                              "the default caching allocator assumed"});
+    return;
+  }
+  const nlohmann::json& s = snapshot.at("allocator_settings");
+  const std::string where = out.source + ": allocator_settings";
+  if (!s.is_object()) throw TraceError(where + ": expected an object, found " + std::string(s.type_name()));
+  out.settings_recorded = true;
+  if (s.contains("PYTORCH_CUDA_ALLOC_CONF") && s.at("PYTORCH_CUDA_ALLOC_CONF").is_string())
+    out.recorded_settings_text = s.at("PYTORCH_CUDA_ALLOC_CONF").get<std::string>();
+  if (s.contains("max_split_size")) {
+    const nlohmann::json& v = s.at("max_split_size");
+    // -1: unlimited (SIZE_MAX written as an int64); so is SIZE_MAX itself.
+    const bool unlimited = (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() == -1) ||
+                           (v.is_number_unsigned() && v.get<std::uint64_t>() >= std::uint64_t{1} << 62);
+    if (v.is_number_integer() && !unlimited && v.get<std::int64_t>() > 0)
+      out.recorded_config.max_split_size = static_cast<std::size_t>(v.get<std::int64_t>());
+    else if (!unlimited)
+      throw TraceError(where + ": \"max_split_size\" must be a number of bytes or -1, not " + v.dump());
+  }
+  if (s.contains("expandable_segments")) {
+    if (!s.at("expandable_segments").is_boolean())
+      throw TraceError(where + ": \"expandable_segments\" must be true or false");
+    out.recorded_config.expandable_segments = s.at("expandable_segments").get<bool>();
+  }
+  if (s.contains("garbage_collection_threshold") && s.at("garbage_collection_threshold").is_number() &&
+      s.at("garbage_collection_threshold").get<double>() > 0)
+    out.not_followed.push_back({std::nullopt, "garbage_collection_threshold " +
+                                                  s.at("garbage_collection_threshold").dump() +
+                                                  " recorded: not modelled, replayed without it"});
+  if (s.contains("roundup_power2_divisions")) {
+    bool any = false;
+    for (const auto& v : s.at("roundup_power2_divisions"))
+      if (v.is_number() && v.get<double>() > 0) any = true;
+    if (any)
+      out.not_followed.push_back(
+          {std::nullopt, "roundup_power2_divisions recorded: not modelled, requests rounded to 512 bytes"});
+  }
+}
+
+BlockSnapshot::State parse_block_state(const nlohmann::json& block, const std::string& where) {
+  const std::string state = block.contains("state") && block.at("state").is_string() ? block.at("state").get<std::string>() : "";
+  if (state == "active_allocated") return BlockSnapshot::State::active_allocated;
+  if (state == "active_pending_free" || state == "active_awaiting_free") return BlockSnapshot::State::active_awaiting_free;
+  if (state == "inactive") return BlockSnapshot::State::inactive;
+  throw TraceError(where + ": \"state\" must be active_allocated, active_pending_free or inactive");
+}
+
+// The snapshot's segments of `device`, as the allocator's snapshot describes them.
+std::vector<SegmentSnapshot> read_segments(const nlohmann::json& snapshot, const std::string& source, int device) {
+  std::vector<SegmentSnapshot> segments;
+  if (!snapshot.contains("segments")) return segments;
+  const nlohmann::json& list = snapshot.at("segments");
+  if (!list.is_array()) throw TraceError(source + ": \"segments\" must be a list");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& s = list[i];
+    const std::string where = source + ": segments[" + std::to_string(i) + "]";
+    if (!s.is_object()) throw TraceError(where + ": expected an object");
+    if (s.contains("device") && s.at("device").is_number_integer() && s.at("device").get<std::int64_t>() != device) continue;
+    SegmentSnapshot seg;
+    seg.address = count_field(s, "address", where);
+    seg.total_size = count_field(s, "total_size", where);
+    seg.stream = s.contains("stream") ? count_field(s, "stream", where) : kDefaultStream;
+    seg.is_small = s.contains("segment_type") && s.at("segment_type") == "small";
+    seg.is_expandable = s.contains("is_expandable") && s.at("is_expandable").is_boolean() && s.at("is_expandable").get<bool>();
+    if (!s.contains("blocks") || !s.at("blocks").is_array()) throw TraceError(where + ": missing \"blocks\" (a list)");
+    std::uintptr_t next = seg.address;
+    for (std::size_t j = 0; j < s.at("blocks").size(); ++j) {
+      const nlohmann::json& b = s.at("blocks")[j];
+      const std::string bwhere = where + ".blocks[" + std::to_string(j) + "]";
+      BlockSnapshot block;
+      block.size = count_field(b, "size", bwhere);
+      // Older snapshots have no block addresses: the blocks tile the segment in order.
+      block.address = b.contains("address") ? count_field(b, "address", bwhere) : next;
+      block.state = parse_block_state(b, bwhere);
+      block.requested_size = b.contains("requested_size") ? count_field(b, "requested_size", bwhere) : block.size;
+      if (block.address != next) throw TraceError(bwhere + ": does not start where the block before it ends");
+      next += block.size;
+      seg.blocks.push_back(block);
+    }
+    if (next - seg.address != seg.total_size)
+      throw TraceError(where + ": its blocks cover " + std::to_string(next - seg.address) + " of its " +
+                       std::to_string(seg.total_size) + " bytes");
+    segments.push_back(std::move(seg));
+  }
+  return segments;
+}
+
+struct LiveBlock {
+  std::size_t requested = 0;
+  StreamId stream = kDefaultStream;
+  std::size_t event = 0;
+};
+
+// A block live before the trace began, to be placed in its segment.
+struct BlockBefore {
+  std::uintptr_t address = 0;
+  std::size_t requested = 0;
+  std::size_t size = 0;  // 0: not known (a block the trace frees), inferred from its neighbours
+  std::string where;     // for messages
+};
+
+// The running sum of a quantity the trace changes, and its highest value (relative to the start).
+struct RunningPeak {
+  std::int64_t value = 0, peak = 0;
+  void add(std::int64_t amount) {
+    value += amount;
+    peak = std::max(peak, value);
+  }
+};
+
+// `before`'s segments: each held segment with its live blocks and the gaps between them free.
+std::vector<SegmentSnapshot> lay_out_before(std::vector<SegmentSnapshot> segments, std::vector<BlockBefore> blocks,
+                                            const std::string& source) {
+  std::sort(segments.begin(), segments.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+  std::sort(blocks.begin(), blocks.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+  std::size_t k = 0;
+  for (SegmentSnapshot& seg : segments) {
+    const std::uintptr_t end = seg.address + seg.total_size;
+    std::vector<BlockSnapshot> laid;
+    std::uintptr_t cursor = seg.address;
+    for (; k < blocks.size() && blocks[k].address < end; ++k) {
+      BlockBefore& b = blocks[k];
+      if (b.address < cursor)
+        throw TraceError(b.where + ": a block at " + std::to_string(b.address) +
+                         (b.address < seg.address ? " lies in no segment held before the trace"
+                                                  : " overlaps the block before it in its segment"));
+      const std::uintptr_t next_start = k + 1 < blocks.size() ? std::min<std::uintptr_t>(blocks[k + 1].address, end) : end;
+      std::size_t size = b.size;
+      if (size == 0) {
+        size = round_size(b.requested);
+        // The large pool keeps a rest of at most 1 MiB inside the block (it is not split off).
+        const std::uintptr_t rest_start = b.address + size;
+        if (!seg.is_small && rest_start < next_start && next_start - rest_start <= kSmallSize)
+          size = next_start - b.address;
+      }
+      if (b.address + size > end)
+        throw TraceError(b.where + ": the block at " + std::to_string(b.address) + " (" + std::to_string(size) +
+                         " bytes) runs past the end of its segment");
+      if (b.address > cursor) laid.push_back({cursor, b.address - cursor, 0, BlockSnapshot::State::inactive, MemoryCategory::other});
+      laid.push_back({b.address, size, b.requested, BlockSnapshot::State::active_allocated, MemoryCategory::other});
+      cursor = b.address + size;
+    }
+    if (cursor < end) laid.push_back({cursor, end - cursor, 0, BlockSnapshot::State::inactive, MemoryCategory::other});
+    seg.blocks = std::move(laid);
+    seg.allocated_size = seg.active_size = seg.requested_size = 0;
+    for (const BlockSnapshot& b : seg.blocks)
+      if (b.state == BlockSnapshot::State::active_allocated) {
+        seg.allocated_size += b.size;
+        seg.active_size += b.size;
+        seg.requested_size += b.requested_size;
+      }
+  }
+  if (k < blocks.size() || (!blocks.empty() && segments.empty()))
+    throw TraceError(blocks[std::min(k, blocks.size() - 1)].where + ": a block at " +
+                     std::to_string(blocks[std::min(k, blocks.size() - 1)].address) +
+                     " lies in no segment held before the trace");
+  (void)source;
+  return segments;
+}
+
+}  // namespace
+
+bool is_pytorch_snapshot(const nlohmann::json& document) {
+  return document.is_object() && (document.contains("device_traces") || document.contains("segments"));
+}
+
+PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std::string& source,
+                                      std::optional<int> device) {
+  PytorchSnapshot out;
+  out.source = source;
+  if (!is_pytorch_snapshot(snapshot))
+    throw TraceError(source + ": not a PyTorch memory snapshot (an object with \"device_traces\" and \"segments\")");
+  static const nlohmann::json kNoTraces = nlohmann::json::array();
+  const nlohmann::json& traces = snapshot.contains("device_traces") ? snapshot.at("device_traces") : kNoTraces;
+  if (!traces.is_array()) throw TraceError(source + ": \"device_traces\" must be a list (one list of events per device)");
+  out.device = pick_device(traces, source, device);
+  read_settings(snapshot, out);
+  if (out.recorded_config.expandable_segments)
+    out.not_followed.push_back({std::nullopt, "recorded with expandable_segments:True: the replay follows its "
+                                              "rules, but the page maps are not compared event by event"});
+  out.after = read_segments(snapshot, source, out.device);
+  if (snapshot.contains("external_annotations") && snapshot.at("external_annotations").is_array())
+    for (const auto& a : snapshot.at("external_annotations"))
+      if (!a.is_object() || !a.contains("device") || a.at("device") == out.device) ++out.annotations;
+
+  static const nlohmann::json kEmpty = nlohmann::json::array();
+  const nlohmann::json& events = static_cast<std::size_t>(out.device) < traces.size() ? traces[out.device] : kEmpty;
+  if (!events.is_array()) throw TraceError(source + ": device_traces[" + std::to_string(out.device) + "] must be a list");
+  out.events = events.size();
+
+  std::unordered_map<std::uintptr_t, LiveBlock> live;        // blocks the trace allocated, still live
+  std::unordered_set<std::uintptr_t> freed;                  // blocks the trace freed, not allocated again
+  std::vector<BlockBefore> blocks_before;                    // freed without an alloc: live before
+  std::unordered_map<std::uintptr_t, std::size_t> segments;  // segments the trace allocated, still held
+  std::unordered_set<std::uintptr_t> segments_freed;         // segments the trace freed, not allocated again
+  std::vector<SegmentSnapshot> segments_before;              // freed without a segment_alloc: held before
+  RunningPeak reserved, requested;
+  std::optional<std::size_t> free_run_start;  // segment_frees not yet followed by a segment_alloc
+  bool awaiting_completion = false;  // the last free_requested, until its free_completed
+  std::uintptr_t awaiting_address = 0;
+  std::optional<std::int64_t> reserved_at_oom;
+  std::uint64_t device_free_at_oom = 0;
+
+  auto end_free_run = [&](std::size_t i) {  // a program event: a pending run of frees was empty_cache()
+    if (!free_run_start) return;
+    TraceOp op;
+    op.action = TraceOp::Action::empty_cache;
+    op.event = *free_run_start;
+    op.device_window_end = i;
+    out.ops.push_back(op);
+    free_run_start.reset();
+  };
+
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const nlohmann::json& e = events[i];
+    const std::string where = event_where(source, out.device, i);
+    if (!e.is_object() || !e.contains("action") || !e.at("action").is_string())
+      throw TraceError(where + ": expected an object with an \"action\"");
+    const std::string action = e.at("action").get<std::string>();
+    if (action == "snapshot") continue;
+    if (awaiting_completion && action != "free_completed") {
+      out.not_followed.push_back({i - 1, "free_requested of the block at " + std::to_string(awaiting_address) +
+                                             " completes later (another stream used it: record_stream); the replay "
+                                             "frees it at once"});
+      awaiting_completion = false;
+    }
+    const std::uint64_t addr = count_field(e, "addr", where);
+    const std::size_t size = count_field(e, "size", where);
+    const StreamId stream = e.contains("stream") ? count_field(e, "stream", where) : kDefaultStream;
+
+    if (action == "alloc" || action == "oom") {
+      end_free_run(i);
+      TraceOp op;
+      op.event = i;
+      op.size = size;
+      op.stream = stream;
+      op.device_window_end = i;
+      if (action == "oom") {
+        op.id = -1 - static_cast<std::int64_t>(i);
+        op.failed_in_trace = true;
+        ++out.recorded.ooms;
+        if (!reserved_at_oom) {
+          reserved_at_oom = reserved.value;
+          device_free_at_oom = addr;
+        }
+      } else {
+        if (const auto it = live.find(addr); it != live.end())
+          throw TraceError(where + ": alloc at " + std::to_string(addr) + ", which event " +
+                           std::to_string(it->second.event) + " allocated and nothing freed");
+        live[addr] = {size, stream, i};
+        freed.erase(addr);
+        requested.add(static_cast<std::int64_t>(size));
+        op.id = static_cast<std::int64_t>(addr);
+        op.address_recorded = true;
+      }
+      out.ops.push_back(op);
+    } else if (action == "free_requested") {
+      end_free_run(i);
+      if (const auto it = live.find(addr); it != live.end()) {
+        if (it->second.requested != size)
+          throw TraceError(where + ": free of " + std::to_string(size) + " bytes at " + std::to_string(addr) +
+                           ", which event " + std::to_string(it->second.event) + " allocated with " +
+                           std::to_string(it->second.requested));
+        live.erase(it);
+      } else if (freed.count(addr)) {
+        throw TraceError(where + ": free of the block at " + std::to_string(addr) + ", which the trace already freed");
+      } else {
+        blocks_before.push_back({addr, size, 0, where});  // allocated before recording began
+      }
+      freed.insert(addr);
+      requested.add(-static_cast<std::int64_t>(size));
+      TraceOp op;
+      op.action = TraceOp::Action::free;
+      op.id = static_cast<std::int64_t>(addr);
+      op.event = i;
+      op.device_window_end = i;
+      out.ops.push_back(op);
+      awaiting_completion = true;
+      awaiting_address = addr;
+    } else if (action == "free_completed") {
+      if (awaiting_completion && awaiting_address == addr) awaiting_completion = false;
+      else out.not_followed.push_back({i, "free_completed of the block at " + std::to_string(addr) +
+                                             " apart from its free_requested (another stream used it)"});
+    } else if (action == "segment_alloc" || action == "segment_free") {
+      const bool is_alloc = action == "segment_alloc";
+      if (is_alloc) {
+        if (segments.count(addr)) throw TraceError(where + ": segment_alloc at " + std::to_string(addr) + ", which is already held");
+        segments[addr] = size;
+        segments_freed.erase(addr);
+        ++out.recorded.segment_allocs;
+        reserved.add(static_cast<std::int64_t>(size));
+        free_run_start.reset();  // the frees before it were this request's out-of-memory retry
+      } else {
+        if (const auto it = segments.find(addr); it != segments.end()) {
+          if (it->second != size)
+            throw TraceError(where + ": segment_free of " + std::to_string(size) + " bytes at " + std::to_string(addr) +
+                             ", a segment of " + std::to_string(it->second));
+          segments.erase(it);
+        } else if (segments_freed.count(addr)) {
+          throw TraceError(where + ": segment_free at " + std::to_string(addr) + ", which the trace already freed");
+        } else {
+          SegmentSnapshot held;  // allocated before recording began
+          held.address = addr;
+          held.total_size = size;
+          held.stream = stream;
+          held.is_small = size == kSmallBuffer;  // small segments are 2 MiB, large ones never are
+          segments_before.push_back(held);
+        }
+        segments_freed.insert(addr);
+        ++out.recorded.segment_frees;
+        reserved.add(-static_cast<std::int64_t>(size));
+        if (!free_run_start) free_run_start = i;
+      }
+      out.segment_events.push_back({is_alloc ? TraceAction::segment_alloc : TraceAction::segment_free, addr, size, stream, i});
+    } else if (action == "segment_map" || action == "segment_unmap") {
+      reserved.add(action == "segment_map" ? static_cast<std::int64_t>(size) : -static_cast<std::int64_t>(size));
+      out.not_followed.push_back({i, action + " (expandable segments): not compared"});
+    } else {
+      out.not_followed.push_back({i, "unknown action \"" + action + "\": not followed"});
+    }
+  }
+  if (awaiting_completion)
+    out.not_followed.push_back({events.size() - 1, "the last free_requested never completes in the trace"});
+  end_free_run(events.size());
+
+  // What the end says about before: segments and live blocks the trace never allocated.
+  for (const SegmentSnapshot& seg : out.after) {
+    if (const auto it = segments.find(seg.address); it != segments.end()) {
+      segments.erase(it);
+    } else if (segments_freed.count(seg.address)) {
+      throw TraceError(source + ": the segment at " + std::to_string(seg.address) +
+                       " is held at the end, but the trace freed it and never allocated it again");
+    } else if (seg.is_expandable) {
+      out.not_followed.push_back({std::nullopt, "an expandable segment's range at " + std::to_string(seg.address) +
+                                                    " held before recording: not restored"});
+      continue;
+    } else {
+      SegmentSnapshot held = seg;
+      held.blocks.clear();
+      segments_before.push_back(held);
+    }
+    for (const BlockSnapshot& b : seg.blocks) {
+      if (b.state == BlockSnapshot::State::inactive) continue;
+      if (live.erase(b.address)) continue;
+      if (freed.count(b.address))
+        throw TraceError(source + ": the block at " + std::to_string(b.address) +
+                         " is live at the end, but the trace freed it and never allocated it again");
+      blocks_before.push_back({b.address, b.requested_size, b.size, source + ": segments (block at " + std::to_string(b.address) + ")"});
+    }
+  }
+  for (const auto& [address, size] : segments)
+    out.not_followed.push_back({std::nullopt, "the segment the trace allocated at " + std::to_string(address) +
+                                                  " is not among the snapshot's segments"});
+  for (const auto& [address, block] : live)
+    out.not_followed.push_back({block.event, "the block allocated at " + std::to_string(address) +
+                                                 " is neither freed in the trace nor live in the snapshot's segments"});
+
+  for (const SegmentSnapshot& s : segments_before) out.recorded.reserved_before += s.total_size;
+  for (const BlockBefore& b : blocks_before) out.recorded.requested_before += b.requested;
+  out.recorded.segments_before = segments_before.size();
+  out.recorded.blocks_before = blocks_before.size();
+  out.before = lay_out_before(std::move(segments_before), std::move(blocks_before), source);
+
+  out.recorded.peak_reserved_bytes = out.recorded.reserved_before + static_cast<std::size_t>(reserved.peak);
+  out.recorded.final_reserved_bytes = out.recorded.reserved_before + static_cast<std::size_t>(reserved.value);
+  out.recorded.peak_requested_bytes = out.recorded.requested_before + static_cast<std::size_t>(requested.peak);
+  if (reserved_at_oom)
+    out.recorded.capacity_from_oom =
+        out.recorded.reserved_before + static_cast<std::size_t>(*reserved_at_oom) + device_free_at_oom;
+  return out;
+}
+
+std::vector<std::string> snapshot_event_frames(const nlohmann::json& snapshot, int device, std::size_t event) {
+  std::vector<std::string> frames;
+  if (!snapshot.is_object() || !snapshot.contains("device_traces")) return frames;
+  const nlohmann::json& traces = snapshot.at("device_traces");
+  if (!traces.is_array() || device < 0 || static_cast<std::size_t>(device) >= traces.size()) return frames;
+  const nlohmann::json& events = traces[device];
+  if (!events.is_array() || event >= events.size() || !events[event].is_object() || !events[event].contains("frames"))
+    return frames;
+  for (const nlohmann::json& f : events[event].at("frames")) {
+    if (!f.is_object()) continue;
+    const std::string name = f.contains("name") && f.at("name").is_string() ? f.at("name").get<std::string>() : "?";
+    const std::string file = f.contains("filename") && f.at("filename").is_string() ? f.at("filename").get<std::string>() : "";
+    const std::string line = f.contains("line") && f.at("line").is_number_integer() ? std::to_string(f.at("line").get<std::int64_t>()) : "";
+    frames.push_back(name + (file.empty() || file == "??" ? "" : " (" + file + (line.empty() || line == "0" ? "" : ":" + line) + ")"));
+  }
+  return frames;
+}
+
+}  // namespace trainmem

@@ -263,18 +263,13 @@ ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& all
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const TraceOp& op = ops[i];
     if (follow) follow->begin_op(op);
+    void* block = nullptr;  // an alloc's
     switch (op.action) {
       case TraceOp::Action::alloc:
         try {
-          void* block = allocator.allocate(op.size, op.category, op.stream);  // nullptr for size 0
+          block = allocator.allocate(op.size, op.category, op.stream);  // nullptr for size 0
           live[op.id] = block;
           if (op.failed_in_trace) ++result.recorded_ooms_served;
-          const auto address = reinterpret_cast<std::uintptr_t>(block);
-          if (follow && op.address_recorded && block && address != static_cast<std::uintptr_t>(op.id))
-            follow->diverge(op.event,
-                            "the real allocator placed this " + std::to_string(op.size) + "-byte block at " +
-                                std::to_string(op.id) + ", the replay at " + std::to_string(address),
-                            "cache search (best fit on the stream; ties by address) and the split rule");
         } catch (const OutOfMemoryError& oom) {
           if (op.failed_in_trace) {
             ++result.recorded_ooms_again;  // as recorded: the run went on without it
@@ -300,7 +295,15 @@ ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& all
         allocator.empty_cache();
         break;
     }
-    if (follow) follow->end_op();
+    if (follow) {
+      follow->end_op();  // first: a segment event missed says more than the address that follows from it
+      const auto address = reinterpret_cast<std::uintptr_t>(block);
+      if (op.address_recorded && block && address != static_cast<std::uintptr_t>(op.id))
+        follow->diverge(op.event,
+                        "the real allocator placed this " + std::to_string(op.size) + "-byte block at " +
+                            std::to_string(op.id) + ", the replay at " + std::to_string(address),
+                        "cache search (best fit on the stream; ties by address) and the split rule");
+    }
     if (result.oom) break;
     note_peak(op.event);
     result.events_replayed = i + 1;

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/util/checked_math.h"
+
 namespace trainmem {
 
 namespace {
@@ -54,11 +56,7 @@ int pick_device(const nlohmann::json& traces, const std::string& source, std::op
 // "max_split_size": bytes (-1: unlimited), "expandable_segments": bool,
 // "garbage_collection_threshold": float, "roundup_power2_divisions": {"1": n, ...}, ...}.
 void read_settings(const nlohmann::json& snapshot, PytorchSnapshot& out) {
-  if (!snapshot.contains("allocator_settings")) {
-    out.not_followed.push_back({std::nullopt, "allocator_settings not recorded (PyTorch before 2.5): "
-                                              "the default caching allocator assumed"});
-    return;
-  }
+  if (!snapshot.contains("allocator_settings")) return;  // older PyTorch: the default (settings_recorded says so)
   const nlohmann::json& s = snapshot.at("allocator_settings");
   const std::string where = out.source + ": allocator_settings";
   if (!s.is_object()) throw TraceError(where + ": expected an object, found " + std::string(s.type_name()));
@@ -132,9 +130,18 @@ std::vector<SegmentSnapshot> read_segments(const nlohmann::json& snapshot, const
       block.state = parse_block_state(b, bwhere);
       block.requested_size = b.contains("requested_size") ? count_field(b, "requested_size", bwhere) : block.size;
       if (block.address != next) throw TraceError(bwhere + ": does not start where the block before it ends");
+      if (block.size == 0 || block.size % kMinBlockSize != 0)
+        throw TraceError(bwhere + ": \"size\" " + std::to_string(block.size) + " is not a positive multiple of 512");
+      if (block.state != BlockSnapshot::State::inactive && (block.requested_size == 0 || block.requested_size > block.size))
+        throw TraceError(bwhere + ": requested " + std::to_string(block.requested_size) + " bytes of a " +
+                         std::to_string(block.size) + "-byte block");
       next += block.size;
       seg.blocks.push_back(block);
     }
+    if (seg.total_size == 0 || seg.total_size % kMinBlockSize != 0)
+      throw TraceError(where + ": \"total_size\" " + std::to_string(seg.total_size) + " is not a positive multiple of 512");
+    if (seg.address > std::numeric_limits<std::uintptr_t>::max() - seg.total_size)
+      throw TraceError(where + ": ends past the largest address");
     if (next - seg.address != seg.total_size)
       throw TraceError(where + ": its blocks cover " + std::to_string(next - seg.address) + " of its " +
                        std::to_string(seg.total_size) + " bytes");
@@ -160,10 +167,15 @@ struct BlockBefore {
 // The running sum of a quantity the trace changes, and its highest value (relative to the start).
 struct RunningPeak {
   std::int64_t value = 0, peak = 0;
-  void add(std::int64_t amount) {
+  // `what` names the quantity for the error when it goes beyond what a device can hold.
+  void add(std::int64_t amount, const char* what, const std::string& where) {
     value += amount;
+    if (value > static_cast<std::int64_t>(kMaxTraceBytes) || value < -static_cast<std::int64_t>(kMaxTraceBytes))
+      throw TraceError(where + ": the trace's " + what + " bytes go beyond " + std::to_string(kMaxTraceBytes) +
+                       ", more than any device holds");
     peak = std::max(peak, value);
   }
+  static constexpr std::size_t kMaxTraceBytes = kMaxBytes / 4;  // room to count them all in int64
 };
 
 // `before`'s segments: each held segment with its live blocks and the gaps between them free.
@@ -182,6 +194,9 @@ std::vector<SegmentSnapshot> lay_out_before(std::vector<SegmentSnapshot> segment
         throw TraceError(b.where + ": a block at " + std::to_string(b.address) +
                          (b.address < seg.address ? " lies in no segment held before the trace"
                                                   : " overlaps the block before it in its segment"));
+      if ((b.address - seg.address) % kMinBlockSize != 0)
+        throw TraceError(b.where + ": the block at " + std::to_string(b.address) +
+                         " is not a multiple of 512 bytes into its segment");
       const std::uintptr_t next_start = k + 1 < blocks.size() ? std::min<std::uintptr_t>(blocks[k + 1].address, end) : end;
       std::size_t size = b.size;
       if (size == 0) {
@@ -191,7 +206,7 @@ std::vector<SegmentSnapshot> lay_out_before(std::vector<SegmentSnapshot> segment
         if (!seg.is_small && rest_start < next_start && next_start - rest_start <= kSmallSize)
           size = next_start - b.address;
       }
-      if (b.address + size > end)
+      if (size > end - b.address)
         throw TraceError(b.where + ": the block at " + std::to_string(b.address) + " (" + std::to_string(size) +
                          " bytes) runs past the end of its segment");
       if (b.address > cursor) laid.push_back({cursor, b.address - cursor, 0, BlockSnapshot::State::inactive, MemoryCategory::other});
@@ -286,6 +301,9 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
     const std::size_t size = count_field(e, "size", where);
     const StreamId stream = e.contains("stream") ? count_field(e, "stream", where) : kDefaultStream;
 
+    if ((action == "alloc" || action == "free_requested" || action == "segment_alloc" || action == "segment_free") &&
+        size == 0)
+      throw TraceError(where + ": " + action + " of 0 bytes (PyTorch records none)");
     if (action == "alloc" || action == "oom") {
       end_free_run(i);
       TraceOp op;
@@ -307,7 +325,7 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
                            std::to_string(it->second.event) + " allocated and nothing freed");
         live[addr] = {size, stream, i};
         freed.erase(addr);
-        requested.add(static_cast<std::int64_t>(size));
+        requested.add(static_cast<std::int64_t>(size), "requested", where);
         op.id = static_cast<std::int64_t>(addr);
         op.address_recorded = true;
       }
@@ -326,7 +344,7 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
         blocks_before.push_back({addr, size, 0, where});  // allocated before recording began
       }
       freed.insert(addr);
-      requested.add(-static_cast<std::int64_t>(size));
+      requested.add(-static_cast<std::int64_t>(size), "requested", where);
       TraceOp op;
       op.action = TraceOp::Action::free;
       op.id = static_cast<std::int64_t>(addr);
@@ -346,7 +364,7 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
         segments[addr] = size;
         segments_freed.erase(addr);
         ++out.recorded.segment_allocs;
-        reserved.add(static_cast<std::int64_t>(size));
+        reserved.add(static_cast<std::int64_t>(size), "reserved", where);
         free_run_start.reset();  // the frees before it were this request's out-of-memory retry
       } else {
         if (const auto it = segments.find(addr); it != segments.end()) {
@@ -357,6 +375,10 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
         } else if (segments_freed.count(addr)) {
           throw TraceError(where + ": segment_free at " + std::to_string(addr) + ", which the trace already freed");
         } else {
+          if (size % kMinBlockSize != 0)
+            throw TraceError(where + ": a segment of " + std::to_string(size) + " bytes (not a multiple of 512)");
+          if (addr > std::numeric_limits<std::uintptr_t>::max() - size)
+            throw TraceError(where + ": a segment at " + std::to_string(addr) + " ends past the largest address");
           SegmentSnapshot held;  // allocated before recording began
           held.address = addr;
           held.total_size = size;
@@ -366,12 +388,13 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
         }
         segments_freed.insert(addr);
         ++out.recorded.segment_frees;
-        reserved.add(-static_cast<std::int64_t>(size));
+        reserved.add(-static_cast<std::int64_t>(size), "reserved", where);
         if (!free_run_start) free_run_start = i;
       }
       out.segment_events.push_back({is_alloc ? TraceAction::segment_alloc : TraceAction::segment_free, addr, size, stream, i});
     } else if (action == "segment_map" || action == "segment_unmap") {
-      reserved.add(action == "segment_map" ? static_cast<std::int64_t>(size) : -static_cast<std::int64_t>(size));
+      reserved.add(action == "segment_map" ? static_cast<std::int64_t>(size) : -static_cast<std::int64_t>(size), "reserved",
+                   where);
       out.not_followed.push_back({i, action + " (expandable segments): not compared"});
     } else {
       out.not_followed.push_back({i, "unknown action \"" + action + "\": not followed"});
@@ -415,6 +438,8 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
 
   for (const SegmentSnapshot& s : segments_before) out.recorded.reserved_before += s.total_size;
   for (const BlockBefore& b : blocks_before) out.recorded.requested_before += b.requested;
+  if (out.recorded.reserved_before > RunningPeak::kMaxTraceBytes || out.recorded.requested_before > RunningPeak::kMaxTraceBytes)
+    throw TraceError(source + ": the segments held before the trace add up to more than any device holds");
   out.recorded.segments_before = segments_before.size();
   out.recorded.blocks_before = blocks_before.size();
   out.before = lay_out_before(std::move(segments_before), std::move(blocks_before), source);

@@ -45,6 +45,7 @@ const RecordedSegmentEvent* RecordedDeviceMemory::next_in_window() const {
 }
 
 void* RecordedDeviceMemory::fresh(std::size_t bytes) {
+  if (bytes > kUnlimited - in_use_) return nullptr;  // more than any device: the statistics stay countable
   // 2 MiB apart, like cudaMalloc's segments; never reused, so no address is ever handed out twice.
   constexpr std::size_t kAlign = std::size_t{2} << 20;
   const std::uintptr_t address = next_fresh_;
@@ -57,6 +58,7 @@ void* RecordedDeviceMemory::allocate(std::size_t bytes) {
   if (restore_address_) {  // a segment held before the trace: where the real one was
     const std::uintptr_t address = *restore_address_;
     restore_address_.reset();
+    if (bytes > kUnlimited - in_use_) return nullptr;
     in_use_ += bytes;
     return reinterpret_cast<void*>(address);
   }
@@ -64,7 +66,7 @@ void* RecordedDeviceMemory::allocate(std::size_t bytes) {
   const RecordedSegmentEvent* e = next_in_window();
   if (e && e->action == TraceAction::segment_free) return nullptr;  // the real device refused here: free first
   if (e && e->action == TraceAction::segment_alloc) {
-    if (e->size == bytes) {
+    if (e->size == bytes && bytes <= kUnlimited - in_use_) {
       const std::uintptr_t address = e->address;
       expected_.pop_front();
       ++matched_;

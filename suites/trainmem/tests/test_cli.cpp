@@ -154,7 +154,7 @@ TEST(Cli, MalformedTraceFilesAreOneLineErrorsNamingTheFile) {
 //   alloc 3000 B                -> 3072 B block from the rest of the small segment
 //   free all three              -> allocated 0; both segments stay cached (no empty_cache)
 TEST(Cli, ReplayPrintsStatisticsAsJson) {
-  const CliRun r = trainmem("replay " + data("small_trace.json") + " --device-memory 1GiB");
+  const CliRun r = trainmem("replay " + data("small_trace.json") + " --device-memory 1GiB --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = parse_json(r.out);
   EXPECT_EQ(j["device_memory_bytes"], 1024 * kMiB);
@@ -176,7 +176,7 @@ TEST(Cli, ReplayPrintsStatisticsAsJson) {
 }
 
 TEST(Cli, RawBackendAsksTheDeviceForEveryAllocation) {
-  const CliRun r = trainmem("replay " + data("small_trace.json") + " --allocator-config backend:raw");
+  const CliRun r = trainmem("replay " + data("small_trace.json") + " --allocator-config backend:raw --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = parse_json(r.out);
   EXPECT_EQ(j["allocator_config"].get<std::string>().find("backend:raw"), 0u);
@@ -188,7 +188,7 @@ TEST(Cli, RawBackendAsksTheDeviceForEveryAllocation) {
 
 // oom_trace.json: three 12 MiB allocations on a 30 MiB card; the third fails (event 2).
 TEST(Cli, AnOomInAReplayPrintsTheResultAndTheReportAndExits1) {
-  const CliRun r = trainmem("replay " + data("oom_trace.json") + " --device-memory 30MiB");
+  const CliRun r = trainmem("replay " + data("oom_trace.json") + " --device-memory 30MiB --json");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const nlohmann::json j = parse_json(r.out);
   ASSERT_TRUE(j.contains("oom"));
@@ -204,7 +204,7 @@ TEST(Cli, AnOomInAReplayPrintsTheResultAndTheReportAndExits1) {
 
 TEST(Cli, ReplayCanRecordTheAllocatorsEventLog) {
   const std::string path = temp_path("record.json");
-  const CliRun r = trainmem("replay " + data("small_trace.json") + " --record '" + path + "'");
+  const CliRun r = trainmem("replay " + data("small_trace.json") + " --json --record '" + path + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json log = parse_json(read_text_file(path));
   std::remove(path.c_str());

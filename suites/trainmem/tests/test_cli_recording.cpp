@@ -40,7 +40,7 @@ TEST(CliRecording, ARecordedRunReplaysToItsOwnFigures) {
                                 " --record-memory " + record + " --json " + json);
     ASSERT_EQ(run.exit_code, 0) << run.err;
     const nlohmann::json measured = nlohmann::json::parse(read_text_file(json))["memory"];
-    const CliRun replay = trainmem("replay " + record + " " + c.allocator_flags);
+    const CliRun replay = trainmem("replay " + record + " --json " + c.allocator_flags);
     ASSERT_EQ(replay.exit_code, 0) << replay.err;
     const nlohmann::json replayed = nlohmann::json::parse(replay.out);
     EXPECT_EQ(replayed["summary"]["peak_allocated_bytes"], measured["peak_allocated_bytes"]);

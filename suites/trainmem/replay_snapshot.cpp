@@ -1,0 +1,381 @@
+#include "suites/trainmem/replay_snapshot.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "common/allocator/host_device_memory.h"
+#include "common/allocator/recorded_device_memory.h"
+#include "common/allocator/trace_file.h"
+#include "common/device/device.h"
+#include "common/util/byte_size.h"
+#include "common/util/output_file.h"
+#include "common/util/restricted_pickle.h"
+#include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/estimator/gpu_catalog.h"
+
+namespace trainmem::cli {
+
+namespace {
+
+constexpr std::size_t kUnlimited = kMaxDeviceMemory;  // a card that never refuses
+
+// A setting as a table shows it: what differs from the default ("expandable_segments:True",
+// "max_split_size_mb:128"), or "default".
+std::string setting_label(const AllocatorConfig& c) {
+  std::string label;
+  auto add = [&](const std::string& part) { label += (label.empty() ? "" : ",") + part; };
+  if (c.backend == AllocatorConfig::Backend::raw) add("backend:raw");
+  if (c.max_split_size != kNoMaxSplit) add("max_split_size_mb:" + std::to_string(c.max_split_size / MiB));
+  if (c.expandable_segments) add("expandable_segments:True");
+  return label.empty() ? "default" : label;
+}
+
+// "128.00 MiB (134217728 B)"
+std::string bytes_text(std::size_t bytes) { return format_bytes(bytes) + " (" + std::to_string(bytes) + " B)"; }
+
+// The frames an out-of-memory report shows: the program's own (Python files) first, at most 6.
+std::vector<std::string> oom_frames(const nlohmann::json& doc, int device, std::size_t event) {
+  const std::vector<std::string> all = snapshot_event_frames(doc, device, event);
+  std::vector<std::string> shown;
+  for (const std::string& f : all)
+    if (f.find(".py") != std::string::npos && shown.size() < 6) shown.push_back(f);
+  for (std::size_t i = 0; shown.empty() && i < std::min<std::size_t>(all.size(), 6); ++i) shown.push_back(all[i]);
+  return shown;
+}
+
+nlohmann::json oom_json(const ReplayResult& r, const nlohmann::json& doc, int device) {
+  if (!r.oom) return nullptr;
+  nlohmann::json j = {{"event_index", r.oom_before_trace ? nlohmann::json(nullptr) : nlohmann::json(r.oom_event_index)},
+                      {"before_trace", r.oom_before_trace},
+                      {"requested_bytes", r.oom->requested_bytes},
+                      {"device_request_bytes", r.oom->device_request_bytes},
+                      {"frames", r.oom_before_trace ? std::vector<std::string>{} : oom_frames(doc, device, r.oom_event_index)}};
+  return j;
+}
+
+// A what-if row: {"allocator_config", "peak_reserved_bytes", ...}.
+nlohmann::json row_json(const AllocatorConfig& config, const ReplayResult& r, const nlohmann::json& doc, int device) {
+  constexpr std::size_t all = stat_index(StatType::all);
+  return {{"allocator_config", config.to_string()},
+          {"peak_reserved_bytes", r.stats.reserved_bytes[all].peak},
+          {"peak_allocated_bytes", r.stats.allocated_bytes[all].peak},
+          {"unallocated_at_peak_reserved_bytes", r.unallocated_at_peak_reserved},
+          {"num_device_alloc", r.stats.num_device_alloc},
+          {"oom", oom_json(r, doc, device)}};
+}
+
+nlohmann::json snapshot_json(const PytorchSnapshot& s) {
+  nlohmann::json notes = nlohmann::json::array();
+  for (const SnapshotNote& n : s.not_followed)
+    notes.push_back({{"event", n.event ? nlohmann::json(*n.event) : nlohmann::json(nullptr)}, {"text", n.text}});
+  const RecordedFigures& f = s.recorded;
+  return {{"source", s.source},
+          {"device", s.device},
+          {"trace_events", s.events},
+          {"settings_recorded", s.settings_recorded},
+          {"recorded_allocator_config", s.recorded_config.to_string()},
+          {"recorded_pytorch_cuda_alloc_conf", s.recorded_settings_text},
+          {"external_annotations", s.annotations},
+          {"before_trace",
+           {{"segments", f.segments_before}, {"reserved_bytes", f.reserved_before},
+            {"blocks", f.blocks_before}, {"requested_bytes", f.requested_before}}},
+          {"recorded",
+           {{"peak_reserved_bytes", f.peak_reserved_bytes}, {"peak_requested_bytes", f.peak_requested_bytes},
+            {"final_reserved_bytes", f.final_reserved_bytes}, {"segment_allocs", f.segment_allocs},
+            {"segment_frees", f.segment_frees}, {"ooms", f.ooms},
+            {"capacity_from_oom_bytes", f.capacity_from_oom ? nlohmann::json(*f.capacity_from_oom) : nlohmann::json(nullptr)}}},
+          {"not_followed", notes}};
+}
+
+// Whether the replay's end has the snapshot's segments, block for block.
+bool same_layout(const std::vector<SegmentSnapshot>& a, const std::vector<SegmentSnapshot>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].address != b[i].address || a[i].total_size != b[i].total_size || a[i].blocks.size() != b[i].blocks.size())
+      return false;
+    for (std::size_t k = 0; k < a[i].blocks.size(); ++k) {
+      const BlockSnapshot &x = a[i].blocks[k], &y = b[i].blocks[k];
+      if (x.address != y.address || x.size != y.size || x.state != y.state) return false;
+    }
+  }
+  return true;
+}
+
+// The smallest card of the GPU list on which the trace runs under `config` without running out.
+const estimator::GpuSpec* smallest_card(const PytorchSnapshot& snap, const AllocatorConfig& config) {
+  std::vector<const estimator::GpuSpec*> cards;
+  for (const estimator::GpuSpec& g : estimator::gpu_catalog()) cards.push_back(&g);
+  std::sort(cards.begin(), cards.end(), [](const auto* a, const auto* b) { return a->usable_bytes() < b->usable_bytes(); });
+  for (const estimator::GpuSpec* g : cards)
+    if (!replay_on_card(snap, config, g->usable_bytes()).oom) return g;
+  return nullptr;
+}
+
+void print_notes(const PytorchSnapshot& s) {
+  if (s.not_followed.empty()) return;
+  std::cout << "  not followed:\n";
+  for (const SnapshotNote& n : s.not_followed)
+    std::cout << "    " << (n.event ? "event " + std::to_string(*n.event) + ": " : "") << n.text << '\n';
+}
+
+void print_oom(const ReplayResult& r, const nlohmann::json& doc, int device, const std::string& indent) {
+  if (!r.oom) return;
+  if (r.oom_before_trace) {
+    std::cout << indent << "out of memory before the first event: the segments held before recording do not fit\n";
+    return;
+  }
+  std::cout << indent << "out of memory at event " << r.oom_event_index << ": " << format_bytes(r.oom->requested_bytes)
+            << " requested, " << format_bytes(r.oom->device_request_bytes) << " asked of the device\n";
+  for (const std::string& f : oom_frames(doc, device, r.oom_event_index)) std::cout << indent << "  at " << f << '\n';
+}
+
+void print_what_if(const std::vector<std::pair<AllocatorConfig, ReplayResult>>& rows, std::size_t capacity,
+                   const std::string& capacity_source, const PytorchSnapshot& snap, const nlohmann::json& doc) {
+  constexpr std::size_t all = stat_index(StatType::all);
+  std::cout << "\nWhat if (each row the same trace on a card of "
+            << (capacity == kUnlimited ? std::string("unlimited size") : format_bytes(capacity)) << ", " << capacity_source << "):\n";
+  std::cout << "  " << std::left << std::setw(36) << "allocator config" << std::right << std::setw(13) << "peak reserved"
+            << std::setw(15) << "peak allocated" << std::setw(17) << "unallocated@peak" << std::setw(11) << "cudaMalloc"
+            << "  out of memory\n";
+  for (const auto& [config, r] : rows) {
+    std::string label = setting_label(config);
+    if (&config == &rows.front().first) label += " (as recorded)";
+    std::cout << "  " << std::left << std::setw(36) << label << std::right << std::setw(13)
+              << format_bytes(r.stats.reserved_bytes[all].peak) << std::setw(15) << format_bytes(r.stats.allocated_bytes[all].peak)
+              << std::setw(17) << format_bytes(r.unallocated_at_peak_reserved) << std::setw(11) << r.stats.num_device_alloc
+              << "  " << (r.oom ? (r.oom_before_trace ? std::string("before the trace") : "at event " + std::to_string(r.oom_event_index)) : "no")
+              << '\n';
+  }
+  for (const auto& [config, r] : rows)
+    if (r.oom) {
+      std::cout << "  " << setting_label(config) << ":\n";
+      print_oom(r, doc, snap.device, "    ");
+    }
+}
+
+}  // namespace
+
+namespace {
+
+// The first bytes of a file.
+std::string file_head(const std::string& path, std::size_t bytes) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(bytes, '\0');
+  if (in) in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(in ? bytes : static_cast<std::size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  return head;
+}
+
+// Where JSON text starts (after a UTF-8 byte order mark and white space), or npos when the bytes
+// cannot start a JSON object or list: a pickle then (protocol 0 and 1 have no PROTO opcode), which
+// the pickle reader names or refuses.
+std::size_t json_start(const std::string& head) {
+  std::size_t i = head.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+  while (i < head.size() && std::isspace(static_cast<unsigned char>(head[i]))) ++i;
+  return i < head.size() && (head[i] == '{' || head[i] == '[') ? i : std::string::npos;
+}
+
+}  // namespace
+
+bool file_holds_snapshot(const std::string& path) {
+  const std::string head = file_head(path, 4096);
+  if (head.empty()) return false;  // the trace reader says what is wrong with it
+  if (looks_like_pickle(head)) return true;
+  std::size_t i = json_start(head);
+  if (i == std::string::npos) return true;
+  auto skip_space = [&] {
+    while (i < head.size() && std::isspace(static_cast<unsigned char>(head[i]))) ++i;
+  };
+  if (head[i] != '{') return false;
+  ++i;
+  skip_space();
+  if (i >= head.size() || head[i] != '"') return false;
+  const std::size_t end = head.find('"', i + 1);
+  if (end == std::string::npos) return false;
+  const std::string key = head.substr(i + 1, end - i - 1);
+  return key == "segments" || key == "device_traces" || key == "allocator_settings" || key == "external_annotations";
+}
+
+nlohmann::json read_snapshot_document(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TraceError(path + ": cannot open the file for reading");
+  const std::string head = file_head(path, 4096);
+  if (looks_like_pickle(head) || json_start(head) == std::string::npos) {
+    try {
+      return read_restricted_pickle_file(path);
+    } catch (const PickleError& e) {
+      throw TraceError(e.what());
+    }
+  }
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    const std::string what = e.what();
+    const auto tag_end = what.find("] ");
+    throw TraceError(path + ": not valid JSON: " + (tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
+  }
+}
+
+ReplayResult replay_on_card(const PytorchSnapshot& snapshot, const AllocatorConfig& config, std::size_t capacity) {
+  BudgetDeviceMemory card(capacity, /*backed=*/false);
+  CachingAllocator allocator(card, config);
+  return replay_trace(snapshot.ops, allocator, snapshot.before);
+}
+
+std::vector<AllocatorConfig> what_if_settings(const AllocatorConfig& recorded) {
+  std::vector<AllocatorConfig> settings{recorded};
+  auto add = [&](AllocatorConfig c) {
+    if (std::find(settings.begin(), settings.end(), c) == settings.end()) settings.push_back(c);
+  };
+  AllocatorConfig expandable = recorded;
+  expandable.expandable_segments = !recorded.expandable_segments;
+  add(expandable);
+  for (std::size_t mb : {32, 128, 512}) {
+    AllocatorConfig split = recorded;
+    split.expandable_segments = false;
+    split.max_split_size = mb * MiB;
+    add(split);
+  }
+  return settings;
+}
+
+int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& request) {
+  const nlohmann::json doc = read_snapshot_document(path);
+  const PytorchSnapshot snap = read_pytorch_snapshot(doc, path, request.device);
+  if (!request.record.empty()) check_output_path(request.record, "--record");
+  const bool as_recorded = !request.config && !request.capacity;
+  const AllocatorConfig config = request.config.value_or(snap.recorded_config);
+  // The card of a replay that is not the recorded device: the size given, else the memory the
+  // recorded process could have had (from an oom event), else unlimited.
+  const std::size_t capacity = request.capacity.value_or(snap.recorded.capacity_from_oom.value_or(kUnlimited));
+  const std::string capacity_source = request.capacity                     ? request.capacity_source
+                                      : snap.recorded.capacity_from_oom ? "the recorded process's, from its oom event"
+                                                                           : "the snapshot does not record the card's size";
+
+  // The replay asked for: as recorded (the recorded device's answers, compared), or on a card.
+  std::optional<RecordedDeviceMemory> recorded_device;
+  std::optional<BudgetDeviceMemory> card;
+  DeviceMemory* device = nullptr;
+  if (as_recorded) device = &recorded_device.emplace(snap.segment_events);
+  else device = &card.emplace(capacity, /*backed=*/false);
+  CachingAllocator allocator(*device, config);
+  std::optional<TraceFileWriter> record;
+  if (!request.record.empty()) {
+    allocator.recorder().set_max_entries(0);
+    allocator.recorder().enable();
+    record.emplace(allocator.recorder(), request.record, "--record");
+  }
+  const ReplayResult result =
+      replay_trace(snap.ops, allocator, snap.before, recorded_device ? &*recorded_device : nullptr);
+  if (record) record->finish();
+  const bool same_end = same_layout(result.segments, snap.after);
+
+  std::vector<std::pair<AllocatorConfig, ReplayResult>> rows;
+  const std::size_t what_if_capacity = capacity;
+  if (request.what_if)
+    for (const AllocatorConfig& c : what_if_settings(config)) rows.emplace_back(c, replay_on_card(snap, c, what_if_capacity));
+  // The lowest peak reserved among the settings that ran to the end (or among all, if none did).
+  const std::pair<AllocatorConfig, ReplayResult>* best = nullptr;
+  for (const auto& row : rows) {
+    auto key = [](const auto& r) { return std::make_pair(r.second.oom.has_value(), r.second.stats.reserved_bytes[0].peak); };
+    if (!best || key(row) < key(*best)) best = &row;
+  }
+  const estimator::GpuSpec* card_for_best = best ? smallest_card(snap, best->first) : nullptr;
+
+  if (request.json) {
+    nlohmann::json j = replay_result_to_json(result, config, as_recorded ? 0 : capacity);
+    if (as_recorded) j["device_memory_bytes"] = nullptr;
+    j["replayed_as_recorded"] = as_recorded;
+    j["snapshot"] = snapshot_json(snap);
+    j["oom"] = result.oom ? j["oom"] : nlohmann::json(nullptr);
+    if (result.oom) j["oom"]["frames"] = oom_json(result, doc, snap.device)["frames"];
+    j["peak_reserved_event"] = result.peak_reserved_event ? nlohmann::json(*result.peak_reserved_event) : nlohmann::json(nullptr);
+    j["unallocated_at_peak_reserved_bytes"] = result.unallocated_at_peak_reserved;
+    j["recorded_ooms_again"] = result.recorded_ooms_again;
+    j["recorded_ooms_served"] = result.recorded_ooms_served;
+    j["segments_as_snapshot"] = same_end;
+    if (as_recorded)
+      j["comparison"] = {
+          {"divergence", result.divergence ? nlohmann::json{{"event", result.divergence->event},
+                                                            {"what", result.divergence->what},
+                                                            {"rule", result.divergence->rule}}
+                                           : nlohmann::json(nullptr)},
+          {"segment_events_matched", result.segment_events_matched},
+          {"segment_events_recorded", result.segment_events_recorded}};
+    if (request.what_if) {
+      j["what_if"] = nlohmann::json::array();
+      for (const auto& [c, r] : rows) j["what_if"].push_back(row_json(c, r, doc, snap.device));
+      j["what_if_device_memory_bytes"] = what_if_capacity;
+      j["lowest_peak_reserved"] = {{"allocator_config", best->first.to_string()},
+                                   {"peak_reserved_bytes", best->second.stats.reserved_bytes[0].peak},
+                                   {"smallest_gpu", card_for_best ? nlohmann::json(card_for_best->name) : nlohmann::json(nullptr)}};
+    }
+    std::cout << j.dump(2) << '\n';
+  } else {
+    constexpr std::size_t all = stat_index(StatType::all);
+    const RecordedFigures& f = snap.recorded;
+    std::cout << "trainmem replay: " << path << " (PyTorch memory snapshot, device " << snap.device << ", "
+              << snap.events << " events)\n"
+              << "  before recording: " << f.segments_before << " segments (" << format_bytes(f.reserved_before) << "), "
+              << f.blocks_before << " live blocks (" << format_bytes(f.requested_before) << " requested)\n"
+              << "  settings: "
+              << (snap.settings_recorded ? setting_label(snap.recorded_config) + " (recorded)"
+                                         : std::string("not recorded (PyTorch before 2.5): the default assumed"))
+              << '\n';
+    print_notes(snap);
+    std::cout << '\n'
+              << (as_recorded ? "Replayed as recorded (" + setting_label(config) + ", the recorded device's own answers):\n"
+                              : "Replayed under " + setting_label(config) + " on a card of " +
+                                    (capacity == kUnlimited ? std::string("unlimited size") : format_bytes(capacity)) +
+                                    " (" + capacity_source + "):\n");
+    auto compare = [&](const char* name, std::size_t replayed, std::size_t recorded) {
+      std::cout << "  " << std::left << std::setw(18) << name << bytes_text(replayed);
+      if (as_recorded) std::cout << (replayed == recorded ? "  = recorded" : "  recorded: " + bytes_text(recorded));
+      std::cout << '\n';
+    };
+    compare("peak reserved", static_cast<std::size_t>(result.stats.reserved_bytes[all].peak), f.peak_reserved_bytes);
+    compare("peak requested", static_cast<std::size_t>(result.stats.requested_bytes[all].peak), f.peak_requested_bytes);
+    std::cout << "  " << std::left << std::setw(18) << "peak allocated" << bytes_text(result.stats.allocated_bytes[all].peak)
+              << "\n  " << std::setw(18) << "unallocated@peak" << bytes_text(result.unallocated_at_peak_reserved)
+              << " (reserved but not allocated when reserved peaked, "
+              << (result.peak_reserved_event ? "at event " + std::to_string(*result.peak_reserved_event)
+                                             : std::string("before the first event"))
+              << ")\n  " << std::setw(18) << "cudaMalloc calls" << result.stats.num_device_alloc
+              << (as_recorded ? " (recorded: " + std::to_string(f.segment_allocs) + ")" : std::string()) << '\n';
+    if (as_recorded) {
+      if (result.divergence)
+        std::cout << "  decisions         differ first at event " << result.divergence->event << ": "
+                  << result.divergence->what << "\n                    (rule: " << result.divergence->rule << ")\n";
+      else
+        std::cout << "  decisions         the real allocator's: " << result.segment_events_matched << " of "
+                  << result.segment_events_recorded << " segment events, every block at its recorded address\n";
+      std::cout << "  segments at end   " << (same_end ? "the snapshot's, block for block" : "differ from the snapshot's")
+                << '\n';
+    }
+    print_oom(result, doc, snap.device, "  ");
+    if (request.what_if) {
+      print_what_if(rows, what_if_capacity, capacity_source, snap, doc);
+      std::cout << "\nLowest peak reserved: " << setting_label(best->first) << " ("
+                << format_bytes(best->second.stats.reserved_bytes[0].peak) << ")"
+                << (card_for_best ? "; the smallest card that holds the run with it: " + card_for_best->name + " (" +
+                                        format_bytes(card_for_best->usable_bytes()) + " usable)"
+                                  : std::string("; no card of the GPU list holds the run"))
+                << '\n';
+      std::cout << "Not modelled yet: roundup_power2_divisions, garbage_collection_threshold\n";
+    }
+  }
+  if (result.oom) {
+    std::cerr << "trainmem replay: " << (result.oom_before_trace ? std::string("before the first event")
+                                                                  : "event " + std::to_string(result.oom_event_index))
+              << " ran out of memory\n"
+              << result.oom->message() << '\n';
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace trainmem::cli

@@ -7,7 +7,7 @@ output (stdout and stderr together, in the order written). A line that is exactl
 (the README cuts a long output there). Other fenced blocks (```sh) are not run.
 
 Each command runs with `trainmem` replaced by $TRAINMEM_BUILD_DIR/suites/trainmem/trainmem, in
-an empty folder, and its output is compared with the README's line by line: the text and every
+a folder that holds only the repository's sample files the README names (SAMPLE_FILES), and its output is compared with the README's line by line: the text and every
 number must be identical, except the fields that measure time, which differ from run to run
 (`12.3 ms`, `35043 tok/s`, `ETA 0:07`, `in 2.19 s`): those are replaced by a placeholder on both
 sides. Runs of spaces count as one, because a time field's width changes the padding after it.
@@ -22,6 +22,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -37,6 +38,8 @@ VOLATILE = [
     (re.compile(r"\bin \d+(?:\.\d+)? s\b"), "in <time>"),
 ]
 EXIT = re.compile(r"^\[exit (\d+)\]$")
+# The repository's files an example reads, by the name it uses: copied into its folder.
+SAMPLE_FILES = {"small-cnn-training.pickle": REPO / "common/tests/data/snapshots/small-cnn-training.pickle"}
 
 
 class Example:
@@ -113,13 +116,14 @@ README_EXAMPLES = examples(README.read_text())
 
 
 def test_the_readme_has_its_quick_start():
-    """The quick start's four questions and the training example are checked blocks."""
+    """The quick start's five questions and the training example are checked blocks."""
     commands = [e.command for e in README_EXAMPLES]
     assert any("--gpu rtx4090-24gb" in c and "gpt2-1.5b" in c for c in commands), commands
     assert any("--zero 3" in c and "--world-size 8" in c for c in commands), commands
     assert any("gpt2-124m" in c and "--recompute selective" in c for c in commands), commands
     assert any(c.startswith("trainmem plan ") and "--global-batch" in c for c in commands), commands
     assert any(c.startswith("trainmem train ") for c in commands), commands
+    assert any(c.startswith("trainmem replay ") and "--what-if" in c for c in commands), commands
     for example in README_EXAMPLES:
         assert any(line.strip() and line.strip() != "..." for line in example.expected), f"{example}: no output shown"
 
@@ -148,6 +152,9 @@ def trainmem() -> pathlib.Path:
 def test_readme_example_prints_what_the_readme_says(example, trainmem, tmp_path):
     argv = shlex.split(example.command)
     argv[0] = str(trainmem)
+    for name, source in SAMPLE_FILES.items():
+        if name in argv:
+            shutil.copyfile(source, tmp_path / name)
     # stdout and stderr in one pipe, in the order they are written, as a terminal shows them.
     # CUDA_VISIBLE_DEVICES hides any GPU: the README's outputs are a machine's without one (with
     # a GPU, `--device auto` picks it and an estimate without --gpu follows the CUDA pattern).

@@ -30,6 +30,7 @@ struct CachingAllocator::Block {
   ExpandableSegment* segment = nullptr;  // the expandable segment it is part of; nullptr: a fixed segment
   MemoryCategory category = MemoryCategory::other;
   std::uint32_t name = 0;         // the recorder's index of the caller's name (0: none, or not recording)
+  std::uint64_t cached_at = 0;    // the pool's free_block_searches when it was cached (its age: now - this)
   int event_count = 0;            // cross-stream events still to complete before reuse
   std::set<StreamId> stream_uses;  // other streams that used this block (record_stream)
 
@@ -54,7 +55,15 @@ struct CachingAllocator::BlockPool {
   bool is_small;
   std::set<Block*, BlockOrder> blocks;       // cached free (mapped) blocks
   std::set<Block*, AddressOrder> unmapped;   // expandable segments: stretches with no memory behind
+  // Searches of the cache so far (counted with garbage_collection_threshold only): the clock by
+  // which a cached block's age is told (PyTorch's get_free_blocks_call_count).
+  std::uint64_t free_block_searches = 0;
   StatType stat_type() const { return is_small ? StatType::small_pool : StatType::large_pool; }
+  // A free block into the cache, its age starting now.
+  void cache(Block* block) {
+    block->cached_at = free_block_searches;
+    blocks.insert(block);
+  }
 };
 
 // One reserved address range of one stream and pool, into which pages are mapped as it grows.

@@ -1,6 +1,8 @@
 #include "common/allocator/allocator_config.h"
 
+#include <algorithm>
 #include <charconv>
+#include <vector>
 #include <string>
 
 #include "common/util/checked_math.h"
@@ -30,13 +32,104 @@ AllocatorConfig::Backend parse_backend(const std::string& v) {
 }
 }  // namespace
 
+namespace {
+
+std::size_t parse_count(const std::string& key, const std::string& v) {
+  std::size_t n = 0;
+  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty())
+    throw AllocatorConfigError("allocator config: " + key + " must be a whole number, not '" + v + "'");
+  return n;
+}
+
+bool is_power_of_two(std::size_t n) { return n != 0 && (n & (n - 1)) == 0; }
+
+std::size_t log2_floor(std::size_t n) { return 63 - static_cast<std::size_t>(__builtin_clzll(n)); }
+
+std::size_t parse_divisions(const std::string& v) {
+  const std::size_t n = parse_count("roundup_power2_divisions", v);
+  if (!is_power_of_two(n))
+    throw AllocatorConfigError("allocator config: roundup_power2_divisions must be a power of two (1, 2, 4, ...), not " + v);
+  return n <= 1 ? 0 : n;  // 1 rounds as 512 B does: stored as 0, so that equal settings compare equal
+}
+
+// roundup_power2_divisions's value: "N" (every interval), or "[MB:N,...,>:N]".
+std::array<std::size_t, kRoundupIntervals> parse_roundup(const std::string& v) {
+  std::array<std::size_t, kRoundupIntervals> divisions{};
+  if (v.empty() || v.front() != '[') {
+    divisions.fill(parse_divisions(v));
+    return divisions;
+  }
+  if (v.back() != ']') throw AllocatorConfigError("allocator config: roundup_power2_divisions: '" + v + "' lacks its ']'");
+  const std::string list = v.substr(1, v.size() - 2);
+  bool first = true;
+  std::size_t last = 0;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = list.find(',', start);
+    const std::string entry = trim(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    start = comma == std::string::npos ? list.size() + 1 : comma + 1;
+    const std::size_t colon = entry.find(':');
+    if (colon == std::string::npos)
+      throw AllocatorConfigError("allocator config: roundup_power2_divisions: '" + entry + "' is not MB:N (e.g. [256:1,>:4])");
+    const std::string size = trim(entry.substr(0, colon));
+    const std::size_t n = parse_divisions(trim(entry.substr(colon + 1)));
+    if (size == ">") {
+      for (std::size_t i = first ? 0 : last + 1; i < kRoundupIntervals; ++i) divisions[i] = n;
+      continue;
+    }
+    const std::size_t mb = parse_count("roundup_power2_divisions' interval (MiB)", size);
+    if (!is_power_of_two(mb))
+      throw AllocatorConfigError("allocator config: roundup_power2_divisions: the interval " + size +
+                                 " MiB is not a power of two");
+    const std::size_t index = std::min(log2_floor(mb), kRoundupIntervals - 1);
+    if (first)
+      for (std::size_t i = 0; i < index; ++i) divisions[i] = n;
+    divisions[index] = n;
+    first = false;
+    last = index;
+  }
+  return divisions;
+}
+
+// The items of "key:value,key:value", a comma inside [...] belonging to its value.
+std::vector<std::string> config_items(std::string_view text) {
+  std::vector<std::string> items;
+  std::string item;
+  int depth = 0;
+  for (char c : text) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth <= 0) {
+      items.push_back(trim(item));
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  items.push_back(trim(item));
+  return items;
+}
+}  // namespace
+
+std::size_t round_request(std::size_t n, const AllocatorConfig& config) {
+  if (n < kMinBlockSize) return kMinBlockSize;
+  // The interval of n: 2^(20 + i) <= n < 2^(21 + i), clamped to the 16 intervals.
+  const std::size_t log = log2_floor(n);
+  const std::size_t index = log < 20 ? 0 : std::min<std::size_t>(log - 20, kRoundupIntervals - 1);
+  const std::size_t divisions = config.roundup_power2_divisions[index];
+  if (divisions <= 1 || n <= kMinBlockSize * divisions) return round_size(n);
+  if (is_power_of_two(n)) return n;
+  const std::size_t floor = std::size_t{1} << log;
+  const std::size_t step = floor >> log2_floor(divisions);
+  if (step == 0) return floor << 1;
+  const std::size_t rounded_down = n & ~(step - 1);
+  return rounded_down == n ? n : rounded_down + step;
+}
+
 AllocatorConfig AllocatorConfig::parse(std::string_view text) {
   AllocatorConfig config;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = text.find(',', start);
-    const std::string item = trim(text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
-    start = (comma == std::string_view::npos) ? text.size() + 1 : comma + 1;
+  for (const std::string& item : config_items(text)) {
     if (item.empty()) continue;
     const std::size_t colon = item.find(':');
     if (colon == std::string::npos)
@@ -57,9 +150,19 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
       config.max_split_size = checked_mul(mb, MiB, "allocator config: max_split_size_mb (MiB of 1048576 bytes)");
     } else if (key == "expandable_segments") {
       config.expandable_segments = parse_bool(key, value);
+    } else if (key == "roundup_power2_divisions") {
+      config.roundup_power2_divisions = parse_roundup(value);
+    } else if (key == "garbage_collection_threshold") {
+      double t = 0;
+      const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), t);
+      if (ec != std::errc() || ptr != value.data() + value.size() || !(t > 0.0 && t < 1.0))
+        throw AllocatorConfigError("allocator config: garbage_collection_threshold must be a number between 0 and 1 "
+                                   "(exclusive), not '" + value + "'");
+      config.garbage_collection_threshold = t;
     } else {
       throw AllocatorConfigError("allocator config: unknown key '" + key +
-                                 "' (known: backend, max_split_size_mb, expandable_segments)");
+                                 "' (known: backend, max_split_size_mb, expandable_segments, "
+                                 "roundup_power2_divisions, garbage_collection_threshold)");
     }
   }
   // Raw mode is one device allocation per request; a segment that grows in place is the opposite.
@@ -73,6 +176,22 @@ std::string AllocatorConfig::to_string() const {
   std::string s = "backend:" + std::string(kAllocatorBackends.name(backend));
   if (max_split_size != kNoMaxSplit) s += ",max_split_size_mb:" + std::to_string(max_split_size / MiB);
   s += std::string(",expandable_segments:") + (expandable_segments ? "True" : "False");
+  const auto& d = roundup_power2_divisions;
+  if (std::any_of(d.begin(), d.end(), [](std::size_t n) { return n > 1; })) {
+    if (std::all_of(d.begin(), d.end(), [&](std::size_t n) { return n == d[0]; })) {
+      s += ",roundup_power2_divisions:" + std::to_string(d[0]);
+    } else {  // every interval by its start in MiB
+      s += ",roundup_power2_divisions:[";
+      for (std::size_t i = 0; i < kRoundupIntervals; ++i)
+        s += (i ? "," : "") + std::to_string(std::size_t{1} << i) + ":" + std::to_string(std::max<std::size_t>(d[i], 1));
+      s += "]";
+    }
+  }
+  if (garbage_collection_threshold > 0) {
+    char text[32];
+    const auto [end, ec] = std::to_chars(text, text + sizeof text, garbage_collection_threshold);  // shortest exact
+    s += ",garbage_collection_threshold:" + std::string(text, ec == std::errc() ? end : text);
+  }
   return s;
 }
 

@@ -64,7 +64,7 @@ void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category, Str
   std::lock_guard<std::mutex> lock(mutex_);
   process_events_locked();
 
-  const std::size_t rounded = round_size(bytes);
+  const std::size_t rounded = round_request(bytes, config_);
   BlockPool& pool = pool_for(rounded);
 
   if (config_.backend == AllocatorConfig::Backend::raw) {
@@ -77,7 +77,10 @@ void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category, Str
   // 1. The cache: the smallest free block that fits, on this stream.
   Block* block = get_free_block(pool, rounded, stream);
   if (!block) {
-    // 2. New memory from the device: a new segment (or, expandable, more pages mapped).
+    // 2. New memory from the device: a new segment (or, expandable, more pages mapped) -- with
+    //    garbage_collection_threshold, after giving back long-unused cached segments if reserved
+    //    memory is above the threshold.
+    if (config_.garbage_collection_threshold > 0) garbage_collect_cached_blocks();
     block = new_device_memory(pool, rounded, stream, /*is_retry=*/false);
     // 3. The device refused: free cached oversize blocks (only with max_split_size), retry.
     if (!block && release_available_cached_blocks(pool, rounded, stream))
@@ -96,6 +99,7 @@ void* CachingAllocator::allocate(std::size_t bytes, MemoryCategory category, Str
 }
 
 CachingAllocator::Block* CachingAllocator::get_free_block(BlockPool& pool, std::size_t rounded, StreamId stream) {
+  if (config_.garbage_collection_threshold > 0) ++pool.free_block_searches;  // the cached blocks age
   Block key;
   key.stream = stream;
   key.size = rounded;
@@ -228,7 +232,7 @@ void* CachingAllocator::alloc_found_block(Block* block, std::size_t rounded, std
     remaining->prev = block;
     remaining->address += rounded;
     remaining->size -= rounded;
-    pool.blocks.insert(remaining);
+    pool.cache(remaining);
 
     for_pool_stats(pool, [&](std::size_t t) {
       if (already_split) {
@@ -407,7 +411,7 @@ void CachingAllocator::free_block(Block* block) {
     stats_.requested_bytes[t].decrease(static_cast<std::int64_t>(requested));
   });
 
-  pool.blocks.insert(block);
+  pool.cache(block);
   if (config_.backend == AllocatorConfig::Backend::raw) release_block(block);
 }
 

@@ -148,6 +148,7 @@ class CachingAllocator {
   Block* new_device_memory(BlockPool& pool, std::size_t rounded, StreamId stream, bool is_retry);
   bool release_available_cached_blocks(BlockPool& pool, std::size_t rounded, StreamId stream);
   void release_cached_blocks();
+  void garbage_collect_cached_blocks();  // garbage_collection.cpp
   bool should_split(const Block* block, std::size_t rounded) const;
   void* alloc_found_block(Block* block, std::size_t rounded, std::size_t requested, MemoryCategory category,
                           std::uint32_t name);

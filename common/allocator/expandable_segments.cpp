@@ -143,7 +143,7 @@ bool CachingAllocator::map_block(Block* to_map, std::size_t bytes) {
   }
   try_merge_blocks(to_map, to_map->prev, pool);
   try_merge_blocks(to_map, to_map->next, pool);
-  pool.blocks.insert(to_map);
+  pool.cache(to_map);
 
   for_pool_stats(pool, [&](std::size_t t) { stats_.reserved_bytes[t].increase(static_cast<std::int64_t>(map_bytes)); });
   stats_.num_device_alloc += 1;
@@ -182,7 +182,7 @@ void CachingAllocator::unmap_block(Block* block) {
     if (before_part->prev) before_part->prev->next = before_part;
     before_part->next = block;
     block->prev = before_part;
-    pool.blocks.insert(before_part);
+    pool.cache(before_part);
   }
   if (end < block_end) {  // block -> [after] -> next
     Block* after_part = make_free_part(end, block_end - end);
@@ -190,7 +190,7 @@ void CachingAllocator::unmap_block(Block* block) {
     if (after_part->next) after_part->next->prev = after_part;
     after_part->prev = block;
     block->next = after_part;
-    pool.blocks.insert(after_part);
+    pool.cache(after_part);
   }
   block->address = begin;
   block->size = end - begin;

@@ -1,6 +1,7 @@
 #include "common/allocator/pytorch_snapshot.h"
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 #include <map>
 #include <unordered_map>
@@ -68,28 +69,45 @@ void read_settings(const nlohmann::json& snapshot, PytorchSnapshot& out) {
     // -1: unlimited (SIZE_MAX written as an int64); so is SIZE_MAX itself.
     const bool unlimited = (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() == -1) ||
                            (v.is_number_unsigned() && v.get<std::uint64_t>() >= std::uint64_t{1} << 62);
-    if (v.is_number_integer() && !unlimited && v.get<std::int64_t>() > 0)
+    // PyTorch keeps it at least 20 MiB, in whole MiB (max_split_size_mb).
+    if (v.is_number_integer() && !unlimited && v.get<std::int64_t>() >= static_cast<std::int64_t>(kLargeBuffer) &&
+        v.get<std::int64_t>() % static_cast<std::int64_t>(MiB) == 0)
       out.recorded_config.max_split_size = static_cast<std::size_t>(v.get<std::int64_t>());
     else if (!unlimited)
-      throw TraceError(where + ": \"max_split_size\" must be a number of bytes or -1, not " + v.dump());
+      throw TraceError(where + ": \"max_split_size\" must be -1 or a whole number of MiB from 20 MiB up, not " + v.dump());
   }
   if (s.contains("expandable_segments")) {
     if (!s.at("expandable_segments").is_boolean())
       throw TraceError(where + ": \"expandable_segments\" must be true or false");
     out.recorded_config.expandable_segments = s.at("expandable_segments").get<bool>();
   }
-  if (s.contains("garbage_collection_threshold") && s.at("garbage_collection_threshold").is_number() &&
-      s.at("garbage_collection_threshold").get<double>() > 0)
-    out.not_followed.push_back({std::nullopt, "garbage_collection_threshold " +
-                                                  s.at("garbage_collection_threshold").dump() +
-                                                  " recorded: not modelled, replayed without it"});
+  if (s.contains("garbage_collection_threshold")) {
+    const nlohmann::json& v = s.at("garbage_collection_threshold");
+    if (!v.is_number() || v.get<double>() < 0 || v.get<double>() >= 1)
+      throw TraceError(where + ": \"garbage_collection_threshold\" must be a number from 0 to 1, not " + v.dump());
+    if (v.get<double>() > 0) {
+      out.recorded_config.garbage_collection_threshold = v.get<double>();
+      out.not_followed.push_back({std::nullopt, "garbage_collection_threshold " + v.dump() +
+                                                    " recorded: it acts under a memory fraction of the card, which the "
+                                                    "snapshot does not record; replayed as recorded, nothing is collected"});
+    }
+  }
+  // {"1": N, "2": N, ..., "32768": N}: the divisions of each interval, keyed by its start in MiB.
   if (s.contains("roundup_power2_divisions")) {
-    bool any = false;
-    for (const auto& v : s.at("roundup_power2_divisions"))
-      if (v.is_number() && v.get<double>() > 0) any = true;
-    if (any)
-      out.not_followed.push_back(
-          {std::nullopt, "roundup_power2_divisions recorded: not modelled, requests rounded to 512 bytes"});
+    const nlohmann::json& d = s.at("roundup_power2_divisions");
+    if (!d.is_object()) throw TraceError(where + ": \"roundup_power2_divisions\" must be an object {\"1\": N, ...}");
+    for (const auto& [key, value] : d.items()) {
+      std::size_t mb = 0;
+      const auto [ptr, ec] = std::from_chars(key.data(), key.data() + key.size(), mb);
+      const bool key_ok = ec == std::errc() && ptr == key.data() + key.size() && mb != 0 && (mb & (mb - 1)) == 0;
+      const bool value_ok = value.is_number_unsigned() || (value.is_number_integer() && value.get<std::int64_t>() >= 0);
+      const std::uint64_t n = value_ok ? value.get<std::uint64_t>() : 0;
+      if (!key_ok || !value_ok || (n > 1 && (n & (n - 1)) != 0) || n > (std::uint64_t{1} << 20))
+        throw TraceError(where + ": roundup_power2_divisions: \"" + key + "\": " + value.dump() +
+                         " is not an interval (MiB, a power of two) and its divisions (0 or a power of two)");
+      const std::size_t index = std::min<std::size_t>(63 - static_cast<std::size_t>(__builtin_clzll(mb)), kRoundupIntervals - 1);
+      out.recorded_config.roundup_power2_divisions[index] = n <= 1 ? 0 : static_cast<std::size_t>(n);
+    }
   }
 }
 
@@ -180,7 +198,7 @@ struct RunningPeak {
 
 // `before`'s segments: each held segment with its live blocks and the gaps between them free.
 std::vector<SegmentSnapshot> lay_out_before(std::vector<SegmentSnapshot> segments, std::vector<BlockBefore> blocks,
-                                            const std::string& source) {
+                                            const AllocatorConfig& config) {
   std::sort(segments.begin(), segments.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
   std::sort(blocks.begin(), blocks.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
   std::size_t k = 0;
@@ -200,7 +218,7 @@ std::vector<SegmentSnapshot> lay_out_before(std::vector<SegmentSnapshot> segment
       const std::uintptr_t next_start = k + 1 < blocks.size() ? std::min<std::uintptr_t>(blocks[k + 1].address, end) : end;
       std::size_t size = b.size;
       if (size == 0) {
-        size = round_size(b.requested);
+        size = round_request(b.requested, config);
         // The large pool keeps a rest of at most 1 MiB inside the block (it is not split off).
         const std::uintptr_t rest_start = b.address + size;
         if (!seg.is_small && rest_start < next_start && next_start - rest_start <= kSmallSize)
@@ -227,7 +245,6 @@ std::vector<SegmentSnapshot> lay_out_before(std::vector<SegmentSnapshot> segment
     throw TraceError(blocks[std::min(k, blocks.size() - 1)].where + ": a block at " +
                      std::to_string(blocks[std::min(k, blocks.size() - 1)].address) +
                      " lies in no segment held before the trace");
-  (void)source;
   return segments;
 }
 
@@ -442,7 +459,7 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
     throw TraceError(source + ": the segments held before the trace add up to more than any device holds");
   out.recorded.segments_before = segments_before.size();
   out.recorded.blocks_before = blocks_before.size();
-  out.before = lay_out_before(std::move(segments_before), std::move(blocks_before), source);
+  out.before = lay_out_before(std::move(segments_before), std::move(blocks_before), out.recorded_config);
 
   out.recorded.peak_reserved_bytes = out.recorded.reserved_before + static_cast<std::size_t>(reserved.peak);
   out.recorded.final_reserved_bytes = out.recorded.reserved_before + static_cast<std::size_t>(reserved.value);

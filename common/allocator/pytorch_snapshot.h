@@ -30,7 +30,7 @@
 // with their live blocks at their addresses and the gaps between them free, the state the replay
 // starts from (CachingAllocator::restore_segment). A block's size inside its segment is known for
 // blocks still live at the end (the snapshot's own); for one the trace frees, it is its request
-// rounded to 512, or up to the next block when the rest (at most 1 MiB, in the large pool) is too
+// rounded as the recorded settings round it, or up to the next block when the rest (at most 1 MiB, in the large pool) is too
 // small for the allocator to have split it off.
 #pragma once
 #include <cstddef>

@@ -71,7 +71,7 @@ std::vector<void*> CachingAllocator::restore_segment(const SegmentSnapshot& layo
     if (previous) previous->next = block;
     previous = block;
     if (b.state == BlockSnapshot::State::inactive) {
-      pool.blocks.insert(block);
+      pool.cache(block);
       if (split)
         for_pool_stats(pool, [&](std::size_t t) {
           stats_.inactive_split[t].increase(1);

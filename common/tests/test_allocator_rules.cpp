@@ -415,5 +415,43 @@ TEST_F(AllocatorRules, StatsUsePyTorchNames) {
   EXPECT_EQ(j["allocated_bytes.all.current"], 1024);
 }
 
+// roundup_power2_divisions: the block is the request rounded to its division, as allocated_bytes
+// counts it.
+TEST_F(AllocatorRules, RoundupPowerOfTwoDivisionsRoundTheBlock) {
+  make(GiB, "roundup_power2_divisions:4");
+  alloc(5 * MiB + 1);
+  EXPECT_EQ(cur(s().allocated_bytes), mib(6));
+  EXPECT_EQ(cur(s().requested_bytes), static_cast<std::int64_t>(5 * MiB + 1));
+}
+
+// garbage_collection_threshold, worked by hand on a 100 MiB card at 0.6 (60 MiB): before a miss
+// with reserved above 60 MiB, cached whole segments at least as old as the mean age are given back.
+TEST_F(AllocatorRules, GarbageCollectionGivesBackTheOldestCachedSegmentsFirst) {
+  for (const char* config : {"garbage_collection_threshold:0.6", ""}) {
+    SCOPED_TRACE(config);
+    make(100 * MiB, config);
+    void* a = alloc(20 * MiB);  // search 1: a miss; reserved 20
+    void* b = alloc(30 * MiB);  // search 2: a miss; reserved 50
+    release(a);                 // cached at search 2
+    void* c = alloc(25 * MiB);  // search 3: A is too small; reserved 50 <= 60: no collection; 26 MiB more
+    release(b);                 // cached at search 3
+    void* d = alloc(40 * MiB);  // search 4: a miss with reserved 76 > 60: collect 16 MiB
+    const MemoryStats st = s();
+    if (config[0] != '\0') {
+      // Ages: A 2, B 1, mean 1.5: A goes (20 MiB >= the 16 needed), B stays cached.
+      EXPECT_EQ(st.num_device_free, 1);
+      EXPECT_EQ(cur(st.reserved_bytes), mib(30 + 26 + 40));
+      EXPECT_EQ(st.num_alloc_retries, 0);
+    } else {
+      // Without it the device refuses (76 + 40 > 100): both cached segments go, and a retry.
+      EXPECT_EQ(st.num_device_free, 2);
+      EXPECT_EQ(cur(st.reserved_bytes), mib(26 + 40));
+      EXPECT_EQ(st.num_alloc_retries, 1);
+    }
+    release(c);
+    release(d);
+  }
+}
+
 }  // namespace
 }  // namespace trainmem::test

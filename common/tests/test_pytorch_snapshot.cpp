@@ -266,8 +266,18 @@ TEST(PytorchSnapshot, RecordedSettingsAreTheReplaysSettings) {
   EXPECT_TRUE(snap.recorded_config.expandable_segments);
   std::string notes;
   for (const SnapshotNote& n : snap.not_followed) notes += n.text + "\n";
-  EXPECT_NE(notes.find("garbage_collection_threshold 0.6 recorded: not modelled"), std::string::npos) << notes;
-  EXPECT_NE(notes.find("roundup_power2_divisions recorded: not modelled"), std::string::npos) << notes;
+  EXPECT_EQ(snap.recorded_config.garbage_collection_threshold, 0.6);
+  EXPECT_NE(notes.find("garbage_collection_threshold 0.6 recorded: it acts under a memory fraction"), std::string::npos)
+      << notes;
+  std::array<std::size_t, kRoundupIntervals> divisions{};
+  divisions[1] = 4;  // "2": the [2, 4) MiB interval
+  EXPECT_EQ(snap.recorded_config.roundup_power2_divisions, divisions);
+  EXPECT_EQ(AllocatorConfig::parse(snap.recorded_config.to_string()), snap.recorded_config);
+  doc["allocator_settings"]["roundup_power2_divisions"]["2"] = 3;
+  EXPECT_NE(error_of(doc).find("is not an interval (MiB, a power of two) and its divisions"), std::string::npos);
+  doc["allocator_settings"]["roundup_power2_divisions"]["2"] = 4;
+  doc["allocator_settings"]["max_split_size"] = 5;
+  EXPECT_NE(error_of(doc).find("a whole number of MiB from 20 MiB up, not 5"), std::string::npos) << error_of(doc);
   EXPECT_NE(notes.find("expandable_segments:True"), std::string::npos) << notes;
 }
 

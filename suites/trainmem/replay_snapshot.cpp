@@ -31,19 +31,42 @@ std::string setting_label(const AllocatorConfig& c) {
   if (c.backend == AllocatorConfig::Backend::raw) add("backend:raw");
   if (c.max_split_size != kNoMaxSplit) add("max_split_size_mb:" + std::to_string(c.max_split_size / MiB));
   if (c.expandable_segments) add("expandable_segments:True");
+  const std::string full = c.to_string();  // the rest as the config writes it
+  for (const char* key : {"roundup_power2_divisions:", "garbage_collection_threshold:"})
+    if (const auto at = full.find(key); at != std::string::npos) add(full.substr(at, full.find(",g", at) - at));
   return label.empty() ? "default" : label;
 }
 
 // "128.00 MiB (134217728 B)"
 std::string bytes_text(std::size_t bytes) { return format_bytes(bytes) + " (" + std::to_string(bytes) + " B)"; }
 
-// The frames an out-of-memory report shows: the program's own (Python files) first, at most 6.
+// The frames an out-of-memory report shows, at most 6: the program's own (Python files); else (a
+// request of autograd's own thread, in the backward) the autograd node and the operators, their
+// C++ argument lists cut; else those outside PyTorch's and Python's machinery; else the first.
 std::vector<std::string> oom_frames(const nlohmann::json& doc, int device, std::size_t event) {
   const std::vector<std::string> all = snapshot_event_frames(doc, device, event);
-  std::vector<std::string> shown;
-  for (const std::string& f : all)
-    if (f.find(".py") != std::string::npos && shown.size() < 6) shown.push_back(f);
-  for (std::size_t i = 0; shown.empty() && i < std::min<std::size_t>(all.size(), 6); ++i) shown.push_back(all[i]);
+  auto pick = [&](auto&& keep) {
+    std::vector<std::string> shown;
+    for (const std::string& f : all)
+      if (keep(f) && shown.size() < 6) shown.push_back(f);
+    return shown;
+  };
+  std::vector<std::string> shown = pick([](const std::string& f) { return f.find(".py:") != std::string::npos; });
+  if (shown.empty()) {
+    shown = pick([](const std::string& f) {
+      return f.find("autograd::generated::") != std::string::npos ||
+             (f.rfind("at::_ops::", 0) == 0 && f.find("::call(") != std::string::npos);
+    });
+    for (std::string& f : shown) f = f.substr(0, f.find('('));
+  }
+  if (shown.empty())
+    shown = pick([](const std::string& f) {
+      for (const char* machinery : {"torch::", "c10::", "at::", "_Py", "Py", "??", "__libc", "_start", "start_thread",
+                                    "__clone", "execute_native_thread_routine", "std::"})
+        if (f.rfind(machinery, 0) == 0) return false;
+      return true;
+    });
+  if (shown.empty()) shown = pick([](const std::string&) { return true; });
   return shown;
 }
 
@@ -134,27 +157,48 @@ void print_oom(const ReplayResult& r, const nlohmann::json& doc, int device, con
 }
 
 void print_what_if(const std::vector<std::pair<AllocatorConfig, ReplayResult>>& rows, std::size_t capacity,
-                   const std::string& capacity_source, const PytorchSnapshot& snap, const nlohmann::json& doc) {
+                   const std::string& capacity_source, const std::string& first_row, const PytorchSnapshot& snap,
+                   const nlohmann::json& doc) {
   constexpr std::size_t all = stat_index(StatType::all);
   std::cout << "\nWhat if (each row the same trace on a card of "
             << (capacity == kUnlimited ? std::string("unlimited size") : format_bytes(capacity)) << ", " << capacity_source << "):\n";
-  std::cout << "  " << std::left << std::setw(36) << "allocator config" << std::right << std::setw(13) << "peak reserved"
+  std::cout << "  " << std::left << std::setw(40) << "allocator config" << std::right << std::setw(13) << "peak reserved"
             << std::setw(15) << "peak allocated" << std::setw(17) << "unallocated@peak" << std::setw(11) << "cudaMalloc"
             << "  out of memory\n";
   for (const auto& [config, r] : rows) {
     std::string label = setting_label(config);
-    if (&config == &rows.front().first) label += " (as recorded)";
-    std::cout << "  " << std::left << std::setw(36) << label << std::right << std::setw(13)
+    if (&config == &rows.front().first) label += " " + first_row;
+    std::cout << "  " << std::left << std::setw(40) << label << std::right << std::setw(13)
               << format_bytes(r.stats.reserved_bytes[all].peak) << std::setw(15) << format_bytes(r.stats.allocated_bytes[all].peak)
               << std::setw(17) << format_bytes(r.unallocated_at_peak_reserved) << std::setw(11) << r.stats.num_device_alloc
               << "  " << (r.oom ? (r.oom_before_trace ? std::string("before the trace") : "at event " + std::to_string(r.oom_event_index)) : "no")
               << '\n';
   }
-  for (const auto& [config, r] : rows)
-    if (r.oom) {
-      std::cout << "  " << setting_label(config) << ":\n";
-      print_oom(r, doc, snap.device, "    ");
-    }
+  // Each out-of-memory point once, with the settings that ran out there.
+  std::vector<std::pair<std::vector<std::string>, const ReplayResult*>> points;  // the settings, a result
+  for (const auto& [config, r] : rows) {
+    if (!r.oom) continue;
+    auto same = std::find_if(points.begin(), points.end(), [&](const auto& p) {
+      return p.second->oom_before_trace == r.oom_before_trace && p.second->oom_event_index == r.oom_event_index;
+    });
+    if (same == points.end()) points.push_back({{setting_label(config)}, &r});
+    else same->first.push_back(setting_label(config));
+  }
+  auto joined = [](const std::vector<std::string>& labels) {
+    std::string text;
+    for (const std::string& l : labels) text += (text.empty() ? "" : ", ") + l;
+    return text;
+  };
+  for (const auto& [labels, r] : points) {
+    std::vector<std::string> others;  // the settings that did not run out here
+    for (const auto& [config, row] : rows)
+      if (std::find(labels.begin(), labels.end(), setting_label(config)) == labels.end()) others.push_back(setting_label(config));
+    std::cout << "  " << (labels.size() > 2 ? std::to_string(labels.size()) + " settings" +
+                                                  (others.empty() ? std::string(" (all)") : " (all but " + joined(others) + ")")
+                                            : joined(labels))
+              << ":\n";
+    print_oom(*r, doc, snap.device, "    ");
+  }
 }
 
 }  // namespace
@@ -240,6 +284,16 @@ std::vector<AllocatorConfig> what_if_settings(const AllocatorConfig& recorded) {
     split.max_split_size = mb * MiB;
     add(split);
   }
+  for (std::size_t divisions : {4, 8}) {
+    AllocatorConfig roundup = recorded;
+    roundup.roundup_power2_divisions.fill(divisions);
+    add(roundup);
+  }
+  for (double threshold : {0.6, 0.8}) {  // acts only against a card's size
+    AllocatorConfig gc = recorded;
+    gc.garbage_collection_threshold = threshold;
+    add(gc);
+  }
   return settings;
 }
 
@@ -278,13 +332,19 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
   const std::size_t what_if_capacity = capacity;
   if (request.what_if)
     for (const AllocatorConfig& c : what_if_settings(config)) rows.emplace_back(c, replay_on_card(snap, c, what_if_capacity));
-  // The lowest peak reserved among the settings that ran to the end (or among all, if none did).
-  const std::pair<AllocatorConfig, ReplayResult>* best = nullptr;
-  for (const auto& row : rows) {
-    auto key = [](const auto& r) { return std::make_pair(r.second.oom.has_value(), r.second.stats.reserved_bytes[0].peak); };
-    if (!best || key(row) < key(*best)) best = &row;
+  // The lowest peak reserved over the whole trace: each setting on a card that never refuses
+  // (a row that ran out on the card above stopped early, so its peak is not the run's).
+  std::optional<AllocatorConfig> best;
+  std::int64_t best_peak = 0;
+  for (const auto& [c, r] : rows) {
+    const std::int64_t peak = (r.oom || what_if_capacity != kUnlimited ? replay_on_card(snap, c, kUnlimited) : r)
+                                  .stats.reserved_bytes[0].peak;
+    if (!best || peak < best_peak) {
+      best = c;
+      best_peak = peak;
+    }
   }
-  const estimator::GpuSpec* card_for_best = best ? smallest_card(snap, best->first) : nullptr;
+  const estimator::GpuSpec* card_for_best = best ? smallest_card(snap, *best) : nullptr;
 
   if (request.json) {
     nlohmann::json j = replay_result_to_json(result, config, as_recorded ? 0 : capacity);
@@ -310,8 +370,8 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
       j["what_if"] = nlohmann::json::array();
       for (const auto& [c, r] : rows) j["what_if"].push_back(row_json(c, r, doc, snap.device));
       j["what_if_device_memory_bytes"] = what_if_capacity;
-      j["lowest_peak_reserved"] = {{"allocator_config", best->first.to_string()},
-                                   {"peak_reserved_bytes", best->second.stats.reserved_bytes[0].peak},
+      j["lowest_peak_reserved"] = {{"allocator_config", best->to_string()},
+                                   {"peak_reserved_bytes", best_peak},
                                    {"smallest_gpu", card_for_best ? nlohmann::json(card_for_best->name) : nlohmann::json(nullptr)}};
     }
     std::cout << j.dump(2) << '\n';
@@ -358,17 +418,17 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
     }
     print_oom(result, doc, snap.device, "  ");
     if (request.what_if) {
-      print_what_if(rows, what_if_capacity, capacity_source, snap, doc);
-      std::cout << "\nLowest peak reserved: " << setting_label(best->first) << " ("
-                << format_bytes(best->second.stats.reserved_bytes[0].peak) << ")"
+      print_what_if(rows, what_if_capacity, capacity_source, request.config ? "(as given)" : "(as recorded)", snap, doc);
+      std::cout << "\nLowest peak reserved over the whole trace: " << setting_label(*best) << " ("
+                << format_bytes(best_peak) << ")"
                 << (card_for_best ? "; the smallest card that holds the run with it: " + card_for_best->name + " (" +
                                         format_bytes(card_for_best->usable_bytes()) + " usable)"
                                   : std::string("; no card of the GPU list holds the run"))
                 << '\n';
-      std::cout << "Not modelled yet: roundup_power2_divisions, garbage_collection_threshold\n";
     }
   }
   if (result.oom) {
+    if (request.what_if && !request.json) return 1;  // the table says where and why
     std::cerr << "trainmem replay: " << (result.oom_before_trace ? std::string("before the first event")
                                                                   : "event " + std::to_string(result.oom_event_index))
               << " ran out of memory\n"

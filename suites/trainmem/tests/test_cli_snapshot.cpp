@@ -113,7 +113,7 @@ TEST(CliSnapshot, RunningOutOfMemoryNamesTheEventAndItsFrames) {
   EXPECT_NE(table.out.find("out of memory at event " + std::to_string(j["oom"]["event_index"].get<int>())),
             std::string::npos)
       << table.out;
-  EXPECT_NE(table.out.find("Lowest peak reserved: "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("Lowest peak reserved over the whole trace: "), std::string::npos) << table.out;
 }
 
 // A pickle that would run a command when Python loads it: refused in one line, and nothing ran.

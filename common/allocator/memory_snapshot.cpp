@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/allocator/pytorch_snapshot.h"
 #include "common/allocator/trace_file.h"
 #include "common/results/result_json.h"
 
@@ -26,6 +27,8 @@ void write_snapshot(const CachingAllocator& allocator, const std::function<void(
   }
   out("{\"segments\": ");
   out(segments.dump());
+  out(", \"allocator_settings\": ");  // as recent PyTorch records them (pytorch_snapshot.h)
+  out(allocator_settings_json(allocator.config()).dump());
   out(", \"device_traces\": [[");  // one device
   const MemoryRecorder& recorder = allocator.recorder();
   bool first = true;

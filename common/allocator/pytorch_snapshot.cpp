@@ -62,8 +62,17 @@ void read_settings(const nlohmann::json& snapshot, PytorchSnapshot& out) {
   const std::string where = out.source + ": allocator_settings";
   if (!s.is_object()) throw TraceError(where + ": expected an object, found " + std::string(s.type_name()));
   out.settings_recorded = true;
-  if (s.contains("PYTORCH_CUDA_ALLOC_CONF") && s.at("PYTORCH_CUDA_ALLOC_CONF").is_string())
+  if (s.contains("PYTORCH_CUDA_ALLOC_CONF") && s.at("PYTORCH_CUDA_ALLOC_CONF").is_string()) {
+    // The text as the user set it. Only the backend is taken from it (PyTorch's keys below say
+    // the rest): trainmem's raw mode, which PyTorch does not have, is recorded nowhere else.
     out.recorded_settings_text = s.at("PYTORCH_CUDA_ALLOC_CONF").get<std::string>();
+    try {
+      out.recorded_config.backend = AllocatorConfig::parse(out.recorded_settings_text).backend;
+    } catch (const AllocatorConfigError& e) {
+      out.not_followed.push_back({std::nullopt, "PYTORCH_CUDA_ALLOC_CONF \"" + out.recorded_settings_text +
+                                                    "\" not read (" + e.what() + "); its structured settings are"});
+    }
+  }
   if (s.contains("max_split_size")) {
     const nlohmann::json& v = s.at("max_split_size");
     // -1: unlimited (SIZE_MAX written as an int64); so is SIZE_MAX itself.
@@ -267,7 +276,7 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
   read_settings(snapshot, out);
   if (out.recorded_config.expandable_segments)
     out.not_followed.push_back({std::nullopt, "recorded with expandable_segments:True: the replay follows its "
-                                              "rules, but the page maps are not compared event by event"});
+                                              "rules, but neither page maps nor block addresses are compared"});
   out.after = read_segments(snapshot, source, out.device);
   if (snapshot.contains("external_annotations") && snapshot.at("external_annotations").is_array())
     for (const auto& a : snapshot.at("external_annotations"))
@@ -328,6 +337,9 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
       op.size = size;
       op.stream = stream;
       op.device_window_end = i;
+      // trainmem's own snapshots add each block's category (PyTorch's have none: "other").
+      if (e.contains("category") && e.at("category").is_string())
+        op.category = parse_memory_category(e.at("category").get<std::string>()).value_or(MemoryCategory::other);
       if (action == "oom") {
         op.id = -1 - static_cast<std::int64_t>(i);
         op.failed_in_trace = true;
@@ -344,7 +356,7 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
         freed.erase(addr);
         requested.add(static_cast<std::int64_t>(size), "requested", where);
         op.id = static_cast<std::int64_t>(addr);
-        op.address_recorded = true;
+        op.address_recorded = !out.recorded_config.expandable_segments;  // (recorded_device_memory.h)
       }
       out.ops.push_back(op);
     } else if (action == "free_requested") {
@@ -406,13 +418,24 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
         segments_freed.insert(addr);
         ++out.recorded.segment_frees;
         reserved.add(-static_cast<std::int64_t>(size), "reserved", where);
-        if (!free_run_start) free_run_start = i;
+        // Right after the free of a block at its address: the raw backend giving the block back
+        // with the free (that op's release); otherwise empty_cache's or a retry's.
+        TraceOp* last = out.ops.empty() ? nullptr : &out.ops.back();
+        if (out.recorded_config.backend == AllocatorConfig::Backend::raw && last && last->action == TraceOp::Action::free && static_cast<std::uint64_t>(last->id) == addr &&
+            last->device_window_end + 2 >= i && !free_run_start)
+          last->device_window_end = i + 1;
+        else if (!free_run_start)
+          free_run_start = i;
       }
       out.segment_events.push_back({is_alloc ? TraceAction::segment_alloc : TraceAction::segment_free, addr, size, stream, i});
     } else if (action == "segment_map" || action == "segment_unmap") {
-      reserved.add(action == "segment_map" ? static_cast<std::int64_t>(size) : -static_cast<std::int64_t>(size), "reserved",
-                   where);
-      out.not_followed.push_back({i, action + " (expandable segments): not compared"});
+      // Expandable segments: an unmap is a release (of empty_cache, or of the out-of-memory
+      // retry when a map follows), as a segment_free is. The maps are not compared.
+      const bool map = action == "segment_map";
+      reserved.add(map ? static_cast<std::int64_t>(size) : -static_cast<std::int64_t>(size), "reserved", where);
+      if (map) free_run_start.reset();
+      else if (!free_run_start) free_run_start = i;
+      ++(map ? out.recorded.segment_maps : out.recorded.segment_unmaps);
     } else {
       out.not_followed.push_back({i, "unknown action \"" + action + "\": not followed"});
     }
@@ -468,6 +491,17 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
     out.recorded.capacity_from_oom =
         out.recorded.reserved_before + static_cast<std::size_t>(*reserved_at_oom) + device_free_at_oom;
   return out;
+}
+
+nlohmann::json allocator_settings_json(const AllocatorConfig& config) {
+  nlohmann::json divisions = nlohmann::json::object();
+  for (std::size_t i = 0; i < kRoundupIntervals; ++i)
+    divisions[std::to_string(std::size_t{1} << i)] = config.roundup_power2_divisions[i];
+  return {{"PYTORCH_CUDA_ALLOC_CONF", config.to_string()},
+          {"max_split_size", config.max_split_size == kNoMaxSplit ? nlohmann::json(-1) : nlohmann::json(config.max_split_size)},
+          {"expandable_segments", config.expandable_segments},
+          {"garbage_collection_threshold", config.garbage_collection_threshold},
+          {"roundup_power2_divisions", divisions}};
 }
 
 std::vector<std::string> snapshot_event_frames(const nlohmann::json& snapshot, int device, std::size_t event) {

@@ -20,9 +20,11 @@
 //                   trace; its "addr" is the device's free bytes then, so reserved + that is the
 //                   memory the process could have had (`capacity_from_oom`)
 //   snapshot        nothing (PyTorch marks where memory_snapshot() was called)
-//   segment_free with no segment_alloc after it before the next request: the program's
-//                   empty_cache() (PyTorch does not record the call itself), an empty_cache op
-//   segment_map/unmap, any other action: named in `not_followed` with its event index
+//   segment_map/unmap  expandable segments' pages: counted, not compared one by one
+//   segment_free (or segment_unmap) with no segment_alloc (or segment_map) after it before the
+//                   next request: the program's empty_cache() (PyTorch does not record the call
+//                   itself), an empty_cache op
+//   any other action: named in `not_followed` with its event index
 //
 // Before recording began: blocks the trace frees without allocating them, blocks live at the end
 // that it never allocated, segments it frees without allocating them and segments present at the
@@ -63,6 +65,7 @@ struct RecordedFigures {
   std::size_t peak_requested_bytes = 0;   // the live blocks' requested sizes
   std::size_t final_reserved_bytes = 0;
   std::size_t segment_allocs = 0, segment_frees = 0, ooms = 0;
+  std::size_t segment_maps = 0, segment_unmaps = 0;  // expandable segments (not compared one by one)
   std::optional<std::size_t> capacity_from_oom;  // reserved + device free at the first oom event
 };
 
@@ -91,6 +94,12 @@ bool is_pytorch_snapshot(const nlohmann::json& document);
 // up (a block freed twice, a block live at the end outside every segment, ...).
 PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std::string& source,
                                       std::optional<int> device = std::nullopt);
+
+// `config` as PyTorch's snapshot records it in "allocator_settings" ({"PYTORCH_CUDA_ALLOC_CONF",
+// "max_split_size" (-1: unlimited), "expandable_segments", "garbage_collection_threshold",
+// "roundup_power2_divisions": {"1": N, ..., "32768": N}}): what trainmem's own snapshots write,
+// and what read_pytorch_snapshot reads back (recorded_config) to the same config.
+nlohmann::json allocator_settings_json(const AllocatorConfig& config);
 
 // The trace's frames for an event ("name (file:line)" each, innermost first), empty when not
 // recorded or out of range: what an out-of-memory report shows of where the request came from.

@@ -1,5 +1,7 @@
 #include "common/allocator/recorded_device_memory.h"
 
+#include <limits>
+
 #include "common/allocator/trace_replay.h"
 
 namespace trainmem {
@@ -107,6 +109,26 @@ void RecordedDeviceMemory::release(void* ptr, std::size_t bytes) {
           "the replay released the " + std::to_string(bytes) + "-byte segment at " + std::to_string(address) +
               (e ? " where the real allocator made a " + segment_text(*e) : " where the real allocator released none"),
           "release of cached segments (empty_cache, out-of-memory retry: wholly free segments only)");
+}
+
+void* RecordedDeviceMemory::reserve_address_range(std::size_t bytes) {
+  // Address space only (pages count when mapped); the fresh addresses run out only after ~900,000.
+  constexpr std::size_t kAlign = std::size_t{2} << 20;
+  const std::size_t aligned = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (aligned > std::numeric_limits<std::uintptr_t>::max() - next_fresh_) return nullptr;
+  const std::uintptr_t address = next_fresh_;
+  next_fresh_ += aligned;
+  return reinterpret_cast<void*>(address);
+}
+
+bool RecordedDeviceMemory::map_pages(void* /*ptr*/, std::size_t bytes, std::size_t /*page_bytes*/) {
+  if (op_failed_in_trace_ || bytes > kUnlimited - in_use_) return false;
+  in_use_ += bytes;
+  return true;
+}
+
+void RecordedDeviceMemory::unmap_pages(void* /*ptr*/, std::size_t bytes, std::size_t /*page_bytes*/, StreamId /*stream*/) {
+  in_use_ -= bytes;
 }
 
 }  // namespace trainmem

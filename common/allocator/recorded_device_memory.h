@@ -61,12 +61,22 @@ class RecordedDeviceMemory final : public DeviceMemory {
 
   void* allocate(std::size_t bytes) override;
   void release(void* ptr, std::size_t bytes) override;
+  // Expandable segments: address ranges from the fresh addresses, pages mapped without limit but
+  // where the trace shows the request running out. Their addresses are not the recorded ones, so
+  // a replay of an expandable recording compares peaks and segments' sizes, not addresses.
+  bool supports_virtual_memory() const override { return true; }
+  void* reserve_address_range(std::size_t bytes) override;
+  bool map_pages(void* ptr, std::size_t bytes, std::size_t page_bytes) override;
+  void unmap_pages(void* ptr, std::size_t bytes, std::size_t page_bytes, StreamId stream) override;
+
   std::size_t total_bytes() const override { return kUnlimited; }
   std::size_t free_bytes() const override { return kUnlimited - in_use_; }
   std::string name() const override { return "the recorded device (its own segment events)"; }
 
  private:
-  static constexpr std::size_t kUnlimited = std::size_t{1} << 62;
+  // More than any card (16 TiB), yet small enough that expandable segments' reserved ranges
+  // (1 1/8 of the capacity each) fit many times above kFreshAddresses.
+  static constexpr std::size_t kUnlimited = std::size_t{1} << 44;
   static constexpr std::uintptr_t kFreshAddresses = std::uintptr_t{1} << 56;  // above every user-space address
 
   void* fresh(std::size_t bytes);

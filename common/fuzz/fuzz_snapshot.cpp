@@ -46,7 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                                        : snapshot.recorded_config);
     (void)trainmem::replay_trace(snapshot.ops, allocator, snapshot.before, &recorded);
   }
-  for (const char* text : {"", "max_split_size_mb:20,expandable_segments:False", "expandable_segments:True"}) {
+  for (const char* text : {"", "max_split_size_mb:20,expandable_segments:False", "expandable_segments:True",
+                           "garbage_collection_threshold:0.5,roundup_power2_divisions:4"}) {
     trainmem::BudgetDeviceMemory card(std::size_t{64} << 20, /*backed=*/false);
     trainmem::CachingAllocator allocator(card, trainmem::AllocatorConfig::parse(text));
     (void)trainmem::replay_trace(snapshot.ops, allocator, snapshot.before);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "common/allocator/host_device_memory.h"
 #include "common/allocator/pytorch_snapshot.h"
@@ -71,13 +72,28 @@ nlohmann::json block(std::uint64_t address, std::uint64_t size, std::uint64_t re
   return {{"address", address}, {"size", size}, {"requested_size", requested}, {"state", state}};
 }
 
-nlohmann::json segment(std::uint64_t address, std::uint64_t size, bool small, nlohmann::json blocks) {
-  return {{"device", 0}, {"address", address}, {"total_size", size}, {"stream", 0},
-          {"segment_type", small ? "small" : "large"}, {"is_expandable", false}, {"blocks", std::move(blocks)}};
+// Lists as std::vector: a one-element braced list of nlohmann::json is read as that element by
+// some compilers (clang) and as a list by others (GCC).
+using List = std::vector<nlohmann::json>;
+
+nlohmann::json segment(std::uint64_t address, std::uint64_t size, bool small, const List& blocks) {
+  nlohmann::json s = nlohmann::json::object();
+  s["device"] = 0;
+  s["address"] = address;
+  s["total_size"] = size;
+  s["stream"] = 0;
+  s["segment_type"] = small ? "small" : "large";
+  s["is_expandable"] = false;
+  s["blocks"] = nlohmann::json(blocks);
+  return s;
 }
 
-nlohmann::json snapshot_of(nlohmann::json events, nlohmann::json segments = nlohmann::json::array()) {
-  return {{"segments", std::move(segments)}, {"device_traces", nlohmann::json::array({std::move(events)})}};
+nlohmann::json snapshot_of(const List& events, const List& segments = {}) {
+  nlohmann::json doc = nlohmann::json::object();
+  doc["segments"] = nlohmann::json(segments);
+  doc["device_traces"] = nlohmann::json::array();
+  doc["device_traces"].push_back(nlohmann::json(events));
+  return doc;
 }
 
 std::string error_of(const nlohmann::json& doc, std::optional<int> device = std::nullopt) {
@@ -217,14 +233,14 @@ TEST(PytorchSnapshot, TheFirstDifferentDecisionIsNamedWithItsEventAndRule) {
 }
 
 TEST(PytorchSnapshot, DevicesAreChosenAndTheOnlyOneWithEventsIsTheDefault) {
-  nlohmann::json doc = {{"segments", nlohmann::json::array()},
-                        {"device_traces", {nlohmann::json::array(), {ev("segment_alloc", kA, 2 * MB), ev("alloc", kA, 512)}}}};
+  nlohmann::json doc = snapshot_of({});
+  doc["device_traces"].push_back(nlohmann::json(List{ev("segment_alloc", kA, 2 * MB), ev("alloc", kA, 512)}));
   doc["segments"].push_back(segment(kA, 2 * MB, true, {block(kA, 512, 512, "active_allocated"), block(kA + 512, 2 * MB - 512, 0, "inactive")}));
   doc["segments"][0]["device"] = 1;
   EXPECT_EQ(read_pytorch_snapshot(doc, "hand.json").device, 1);
   EXPECT_EQ(read_pytorch_snapshot(doc, "hand.json", 0).ops.size(), 0u);
   EXPECT_EQ(read_pytorch_snapshot(doc, "hand.json", 0).after.size(), 0u);  // device 1's segment is not device 0's
-  doc["device_traces"][0] = {ev("alloc", kB, 512), ev("free_requested", kB, 512)};
+  doc["device_traces"][0] = nlohmann::json(List{ev("alloc", kB, 512), ev("free_requested", kB, 512)});
   EXPECT_NE(error_of(doc).find("several devices have events: 0 (2 events), 1 (2 events); pick one with --device N"),
             std::string::npos)
       << error_of(doc);
@@ -290,7 +306,10 @@ TEST(PytorchSnapshot, ATraceThatDoesNotAddUpIsRefusedNamingTheEvent) {
             std::string::npos);
   EXPECT_NE(error_of(snapshot_of({ev("alloc", kA, 512), ev("free_requested", kA, 1024)})).find("allocated with 512"),
             std::string::npos);
-  EXPECT_NE(error_of(snapshot_of({{{"action", "alloc"}, {"size", 512}}})).find("device_traces[0][0]: missing \"addr\""),
+  nlohmann::json no_addr = nlohmann::json::object();
+  no_addr["action"] = "alloc";
+  no_addr["size"] = 512;
+  EXPECT_NE(error_of(snapshot_of({no_addr})).find("device_traces[0][0]: missing \"addr\""),
             std::string::npos);
   nlohmann::json negative = ev("alloc", kA, 512);
   negative["addr"] = -5;
@@ -301,8 +320,12 @@ TEST(PytorchSnapshot, ATraceThatDoesNotAddUpIsRefusedNamingTheEvent) {
   EXPECT_NE(error_of(snapshot_of({ev("free_requested", kA, 512)})).find("lies in no segment held before the trace"),
             std::string::npos)
       << error_of(snapshot_of({ev("free_requested", kA, 512)}));
-  EXPECT_NE(error_of({{"events", nlohmann::json::array()}}).find("not a PyTorch memory snapshot"), std::string::npos);
-  EXPECT_NE(error_of({{"device_traces", 3}}).find("\"device_traces\" must be a list"), std::string::npos);
+  nlohmann::json events_only = nlohmann::json::object();
+  events_only["events"] = nlohmann::json::array();
+  EXPECT_NE(error_of(events_only).find("not a PyTorch memory snapshot"), std::string::npos);
+  nlohmann::json bad_traces = nlohmann::json::object();
+  bad_traces["device_traces"] = 3;
+  EXPECT_NE(error_of(bad_traces).find("\"device_traces\" must be a list"), std::string::npos);
 }
 
 }  // namespace

@@ -116,6 +116,40 @@ TEST(CliSnapshot, RunningOutOfMemoryNamesTheEventAndItsFrames) {
   EXPECT_NE(table.out.find("Lowest peak reserved over the whole trace: "), std::string::npos) << table.out;
 }
 
+// trainmem's own --memory-snapshot files (PyTorch's structure, with allocator_settings) replay as
+// recorded to the run's own figures: every statistic of the run's --json, its settings read back
+// from the snapshot, every decision the run's.
+TEST(CliSnapshot, TrainmemsOwnSnapshotsReplayToTheRunsFigures) {
+  const std::string snapshot = temp_path("own_snapshot.json");
+  const std::string json = temp_path("own_snapshot_run.json");
+  for (const std::string flags : {"", "--precision bf16 --recompute selective", "--allocator-config max_split_size_mb:20",
+                                  "--empty-cache every-step --allocator-config expandable_segments:True",
+                                  "--allocator-config roundup_power2_divisions:4",
+                                  "--allocator-config backend:raw --device-memory 64MiB"}) {
+    SCOPED_TRACE(flags);
+    const CliRun run =
+        trainmem("train --device cpu --model tiny --steps 3 " + flags + " --memory-snapshot " + snapshot + " --json " + json);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    std::ifstream in(json);
+    const nlohmann::json measured = nlohmann::json::parse(in)["memory"];
+    const CliRun replay = trainmem("replay " + snapshot + " --json");
+    ASSERT_EQ(replay.exit_code, 0) << replay.err;
+    nlohmann::json replayed = json_of(replay);
+    EXPECT_EQ(replayed["allocator_config"], measured["stats"].is_object() ? replayed["allocator_config"] : nullptr);
+    EXPECT_EQ(replayed["comparison"]["divergence"], nullptr) << replayed["comparison"];
+    EXPECT_EQ(replayed["segments_as_snapshot"], true);
+    EXPECT_EQ(replayed["summary"]["peak_allocated_bytes"], measured["peak_allocated_bytes"]);
+    EXPECT_EQ(replayed["summary"]["peak_reserved_bytes"], measured["peak_reserved_bytes"]);
+    // Every statistic but the syncs: an empty_cache() that released nothing leaves no event.
+    nlohmann::json stats = measured["stats"];
+    stats.erase("num_sync_all_streams");
+    replayed["memory_stats"].erase("num_sync_all_streams");
+    EXPECT_EQ(replayed["memory_stats"], stats);
+  }
+  std::filesystem::remove(snapshot);
+  std::filesystem::remove(json);
+}
+
 // A pickle that would run a command when Python loads it: refused in one line, and nothing ran.
 TEST(CliSnapshot, AHostileOrBrokenFileIsRefusedInOneLine) {
   const std::filesystem::path marker = std::filesystem::temp_directory_path() / "trainmem_cli_pickle_ran_code";
@@ -139,8 +173,15 @@ TEST(CliSnapshot, AHostileOrBrokenFileIsRefusedInOneLine) {
 
   // A snapshot of two devices with events needs --device; --device on a trace is refused.
   const std::string two = temp_path("two_devices.json");
-  const nlohmann::json ev = {{"action", "alloc"}, {"addr", 1 << 30}, {"size", 512}, {"stream", 0}};
-  write_file(two, nlohmann::json{{"segments", nlohmann::json::array()}, {"device_traces", {{ev}, {ev}}}}.dump());
+  nlohmann::json ev = nlohmann::json::object();
+  ev["action"] = "alloc";
+  ev["addr"] = 1 << 30;
+  ev["size"] = 512;
+  nlohmann::json doc = nlohmann::json::object();
+  doc["segments"] = nlohmann::json::array();
+  doc["device_traces"] = nlohmann::json::array();
+  for (int device = 0; device < 2; ++device) doc["device_traces"].push_back(nlohmann::json::array({ev}));
+  write_file(two, doc.dump());
   r = trainmem("replay " + two);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("pick one with --device N"), std::string::npos) << r.err;

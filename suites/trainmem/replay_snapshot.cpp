@@ -179,7 +179,9 @@ void print_what_if(const std::vector<std::pair<AllocatorConfig, ReplayResult>>& 
   }
   // Each out-of-memory point once, with the settings that ran out there.
   std::vector<std::pair<std::vector<std::string>, const ReplayResult*>> points;  // the settings, a result
-  for (const auto& [config, r] : rows) {
+  for (const auto& row : rows) {
+    const AllocatorConfig& config = row.first;
+    const ReplayResult& r = row.second;  // (not a structured binding: clang does not capture those)
     if (!r.oom) continue;
     auto same = std::find_if(points.begin(), points.end(), [&](const auto& p) {
       return p.second->oom_before_trace == r.oom_before_trace && p.second->oom_event_index == r.oom_event_index;

@@ -252,13 +252,19 @@ void* CachingAllocator::alloc_found_block(Block* block, std::size_t rounded, std
     });
   }
 
+  hand_out(block, requested, category, name);
+  return reinterpret_cast<void*>(block->address);
+}
+
+// The block becomes a caller's: live, and counted (alloc_found_block, restore_segment).
+void CachingAllocator::hand_out(Block* block, std::size_t requested, MemoryCategory category, std::uint32_t name) {
   block->allocated = true;
   block->requested_size = requested;
   block->category = category;
   block->name = name;
   live_blocks_[block->address] = block;
 
-  for_pool_stats(pool, [&](std::size_t t) {
+  for_pool_stats(*block->pool, [&](std::size_t t) {
     stats_.allocation[t].increase(1);
     stats_.allocated_bytes[t].increase(static_cast<std::int64_t>(block->size));
     stats_.active[t].increase(1);
@@ -268,7 +274,6 @@ void* CachingAllocator::alloc_found_block(Block* block, std::size_t rounded, std
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
   stats_.by_category[index_of(category)].increase(static_cast<std::int64_t>(block->size));
   recorder_.record(TraceAction::alloc, block->address, requested, block->size, category, block->stream, name);
-  return reinterpret_cast<void*>(block->address);
 }
 
 void CachingAllocator::raise_oom(std::size_t requested, std::size_t rounded, std::size_t segment_size,

@@ -152,6 +152,7 @@ class CachingAllocator {
   bool should_split(const Block* block, std::size_t rounded) const;
   void* alloc_found_block(Block* block, std::size_t rounded, std::size_t requested, MemoryCategory category,
                           std::uint32_t name);
+  void hand_out(Block* block, std::size_t requested, MemoryCategory category, std::uint32_t name);
   [[noreturn]] void raise_oom(std::size_t requested, std::size_t rounded, std::size_t segment_size,
                               MemoryCategory category, StreamId stream, std::string_view name);
 

@@ -79,21 +79,7 @@ std::vector<void*> CachingAllocator::restore_segment(const SegmentSnapshot& layo
         });
       continue;
     }
-    block->allocated = true;
-    block->requested_size = b.requested_size;
-    block->category = b.category;
-    live_blocks_[block->address] = block;
-    for_pool_stats(pool, [&](std::size_t t) {
-      stats_.allocation[t].increase(1);
-      stats_.allocated_bytes[t].increase(static_cast<std::int64_t>(block->size));
-      stats_.active[t].increase(1);
-      stats_.active_bytes[t].increase(static_cast<std::int64_t>(block->size));
-      stats_.requested_bytes[t].increase(static_cast<std::int64_t>(block->requested_size));
-    });
-    if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
-    stats_.by_category[index_of(block->category)].increase(static_cast<std::int64_t>(block->size));
-    recorder_.record(TraceAction::alloc, block->address, block->requested_size, block->size, block->category,
-                     block->stream);
+    hand_out(block, b.requested_size, b.category, /*name=*/0);
     live.push_back(reinterpret_cast<void*>(block->address));
   }
   return live;

@@ -26,15 +26,17 @@ TEST(AllocatorConfig, ParsesPyTorchStyleKeyValueLists) {
   EXPECT_EQ(AllocatorConfig::parse(e.to_string()), e);
 }
 
+// What parse says of `text`: its error's message, or "no error".
+std::string message_of(const char* text) {
+  try {
+    AllocatorConfig::parse(text);
+  } catch (const AllocatorConfigError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(AllocatorConfig, RejectsWhatItCannotDoWithAMessage) {
-  auto message_of = [](const char* text) {
-    try {
-      AllocatorConfig::parse(text);
-    } catch (const AllocatorConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message_of("max_split_size_mb:10").find("at least 20"), std::string::npos);
   EXPECT_NE(message_of("max_split_size_mb:lots").find("whole number"), std::string::npos);
   EXPECT_NE(message_of("colour:blue").find("unknown key 'colour'"), std::string::npos);
@@ -66,14 +68,6 @@ TEST(AllocatorConfig, RoundupPowerOfTwoDivisionsInBothForms) {
   EXPECT_EQ(gc.garbage_collection_threshold, 0.6);
   EXPECT_EQ(gc.to_string(), "backend:caching,expandable_segments:False,garbage_collection_threshold:0.6");
   EXPECT_EQ(AllocatorConfig::parse(gc.to_string()), gc);
-  auto message_of = [](const char* text) {
-    try {
-      AllocatorConfig::parse(text);
-    } catch (const AllocatorConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message_of("roundup_power2_divisions:3").find("must be a power of two"), std::string::npos);
   EXPECT_NE(message_of("roundup_power2_divisions:[300:2]").find("the interval 300 MiB is not a power of two"), std::string::npos);
   EXPECT_NE(message_of("roundup_power2_divisions:[256:2").find("lacks its ']'"), std::string::npos);

@@ -286,6 +286,10 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
   const nlohmann::json& events = static_cast<std::size_t>(out.device) < traces.size() ? traces[out.device] : kEmpty;
   if (!events.is_array()) throw TraceError(source + ": device_traces[" + std::to_string(out.device) + "] must be a list");
   out.events = events.size();
+  out.phases = snapshot_phases(snapshot, out.device);
+  out.phases.phase.resize(events.size(), SnapshotPhases::kUnknown);
+  out.recorded.phase_peaks = PhasePeaks(out.phases.names.size());
+  out.recorded.timeline = MemoryTimeline(events.size(), kSnapshotTimelinePoints);
 
   std::unordered_map<std::uintptr_t, LiveBlock> live;        // blocks the trace allocated, still live
   std::unordered_set<std::uintptr_t> freed;                  // blocks the trace freed, not allocated again
@@ -316,14 +320,16 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
     if (!e.is_object() || !e.contains("action") || !e.at("action").is_string())
       throw TraceError(where + ": expected an object with an \"action\"");
     const std::string action = e.at("action").get<std::string>();
-    if (action == "snapshot") continue;
+    if (action == "snapshot" || action == "annotate" || action == "user_defined") continue;  // markers
     if (awaiting_completion && action != "free_completed") {
       out.not_followed.push_back({i - 1, "free_requested of the block at " + std::to_string(awaiting_address) +
                                              " completes later (another stream used it: record_stream); the replay "
                                              "frees it at once"});
       awaiting_completion = false;
     }
-    const std::uint64_t addr = count_field(e, "addr", where);
+    // PyTorch writes an oom's device free bytes as "device_free"; trainmem's own snapshots as "addr".
+    const char* addr_key = action == "oom" && (e.contains("device_free") || !e.contains("addr")) ? "device_free" : "addr";
+    const std::uint64_t addr = count_field(e, addr_key, where);
     const std::size_t size = count_field(e, "size", where);
     const StreamId stream = e.contains("stream") ? count_field(e, "stream", where) : kDefaultStream;
 
@@ -439,6 +445,8 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
     } else {
       out.not_followed.push_back({i, "unknown action \"" + action + "\": not followed"});
     }
+    out.recorded.timeline.add(i, requested.value, reserved.value);
+    out.recorded.phase_peaks.add(out.phases.phase[i], i, requested.value, reserved.value);
   }
   if (awaiting_completion)
     out.not_followed.push_back({events.size() - 1, "the last free_requested never completes in the trace"});
@@ -484,6 +492,9 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
   out.recorded.blocks_before = blocks_before.size();
   out.before = lay_out_before(std::move(segments_before), std::move(blocks_before), out.recorded_config);
 
+  // The events' values were counted from where recording began.
+  out.recorded.timeline.shift(static_cast<std::int64_t>(out.recorded.requested_before), static_cast<std::int64_t>(out.recorded.reserved_before));
+  out.recorded.phase_peaks.shift(static_cast<std::int64_t>(out.recorded.requested_before), static_cast<std::int64_t>(out.recorded.reserved_before));
   out.recorded.peak_reserved_bytes = out.recorded.reserved_before + static_cast<std::size_t>(reserved.peak);
   out.recorded.final_reserved_bytes = out.recorded.reserved_before + static_cast<std::size_t>(reserved.value);
   out.recorded.peak_requested_bytes = out.recorded.requested_before + static_cast<std::size_t>(requested.peak);

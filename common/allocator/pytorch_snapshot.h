@@ -17,9 +17,12 @@
 //                   the real allocator's decisions: the recorded device (recorded_device_memory.h)
 //                   answers from them and checks the replay's against them
 //   oom             an op: the request again ("size" is its rounded size), marked as failed in the
-//                   trace; its "addr" is the device's free bytes then, so reserved + that is the
-//                   memory the process could have had (`capacity_from_oom`)
+//                   trace; its "device_free" (trainmem's own snapshots: "addr") is the device's free
+//                   bytes then, so reserved + that is the memory the process could have had
+//                   (`capacity_from_oom`)
 //   snapshot        nothing (PyTorch marks where memory_snapshot() was called)
+//   annotate, user_defined
+//                   nothing for the allocator (markers; snapshot_phases.h reads the ranges)
 //   segment_map/unmap  expandable segments' pages: counted, not compared one by one
 //   segment_free (or segment_unmap) with no segment_alloc (or segment_map) after it before the
 //                   next request: the program's empty_cache() (PyTorch does not record the call
@@ -45,7 +48,9 @@
 
 #include "common/allocator/allocator_config.h"
 #include "common/allocator/caching_allocator.h"
+#include "common/allocator/memory_timeline.h"
 #include "common/allocator/recorded_device_memory.h"
+#include "common/allocator/snapshot_phases.h"
 #include "common/allocator/trace_replay.h"
 
 namespace trainmem {
@@ -67,7 +72,13 @@ struct RecordedFigures {
   std::size_t segment_allocs = 0, segment_frees = 0, ooms = 0;
   std::size_t segment_maps = 0, segment_unmaps = 0;  // expandable segments (not compared one by one)
   std::optional<std::size_t> capacity_from_oom;  // reserved + device free at the first oom event
+  // Where the memory went: each phase's peaks of requested and reserved bytes, and the trace's
+  // timeline of them (kSnapshotTimelinePoints points at most).
+  PhasePeaks phase_peaks;
+  MemoryTimeline timeline{0, 1};
 };
+
+constexpr std::size_t kSnapshotTimelinePoints = 1000;  // a plot's width in points, whatever the trace's length
 
 struct PytorchSnapshot {
   std::string source;
@@ -81,6 +92,7 @@ struct PytorchSnapshot {
   bool settings_recorded = false;                   // allocator_settings was in the snapshot
   std::string recorded_settings_text;               // its PYTORCH_CUDA_ALLOC_CONF, as written
   std::size_t annotations = 0;                      // external_annotations of this device
+  SnapshotPhases phases;                            // each event's phase and step (snapshot_phases.h)
   std::vector<SnapshotNote> not_followed;
   RecordedFigures recorded;
 };

@@ -216,7 +216,8 @@ std::vector<TraceOp> parse_trace_stream(std::istream& in, const std::string& sou
 }
 
 ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& allocator,
-                          const std::vector<SegmentSnapshot>& before, RecordedDeviceMemory* follow) {
+                          const std::vector<SegmentSnapshot>& before, RecordedDeviceMemory* follow,
+                          const ReplayObserver& observe) {
   ReplayResult result;
   result.events_total = ops.size();
   result.followed = follow != nullptr;
@@ -225,6 +226,8 @@ ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& all
   auto note_peak = [&](std::optional<std::size_t> event) {
     const MemoryStats s = allocator.stats();
     constexpr std::size_t all = stat_index(StatType::all);
+    if (event && observe)
+      observe({*event, s.allocated_bytes[all].current, s.reserved_bytes[all].current, s.requested_bytes[all].current});
     if (s.reserved_bytes[all].current > peak_reserved) {
       peak_reserved = s.reserved_bytes[all].current;
       result.peak_reserved_event = event;

@@ -21,6 +21,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <istream>
 #include <optional>
 #include <stdexcept>
@@ -97,8 +98,17 @@ struct ReplayResult {
 // blocks named in the ops by their recorded address. `follow`: the allocator's device, when it is
 // the recorded one; the replay then tells it each op and compares each block's address with the
 // recorded one.
+//
+// `observe`, where given, is told after each op completes: its event and the allocator's bytes then
+// (a timeline, the peaks of each phase).
+struct ReplayPoint {
+  std::size_t event = 0;
+  std::int64_t allocated = 0, reserved = 0, requested = 0;
+};
+using ReplayObserver = std::function<void(const ReplayPoint&)>;
 ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& allocator,
-                          const std::vector<SegmentSnapshot>& before = {}, RecordedDeviceMemory* follow = nullptr);
+                          const std::vector<SegmentSnapshot>& before = {}, RecordedDeviceMemory* follow = nullptr,
+                          const ReplayObserver& observe = {});
 
 // {"allocator_config", "device_memory_bytes", "events", "events_replayed", "summary": {...},
 //  "memory_stats": {flat PyTorch names}, "fragmentation", "segments", "oom": null | {...}}

@@ -1,7 +1,8 @@
 // Fuzz target: a PyTorch memory snapshot (common/allocator/pytorch_snapshot.h) on arbitrary bytes,
 // as `trainmem replay SNAPSHOT` reads one: JSON (or a pickle, by the restricted reader with small
 // limits) into read_pytorch_snapshot, then the replay as recorded (RecordedDeviceMemory, every
-// decision compared) and on a small simulated card under two allocator configs.
+// decision compared) and on a small simulated card under four allocator configs; the phases
+// (snapshot_phases.h) are read with it, and the replays' points placed in them as the CLI does.
 //
 // Expected, not findings: TraceError and PickleError (one-line input errors), nlohmann's parse
 // errors, and an OOM (a result of the replay). Anything else — a crash, a sanitizer report, a
@@ -44,7 +45,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     trainmem::CachingAllocator allocator(recorded, snapshot.recorded_config.expandable_segments
                                                        ? trainmem::AllocatorConfig{}
                                                        : snapshot.recorded_config);
-    (void)trainmem::replay_trace(snapshot.ops, allocator, snapshot.before, &recorded);
+    trainmem::PhasePeaks peaks(snapshot.phases.names.size());
+    trainmem::MemoryTimeline timeline(snapshot.events, trainmem::kSnapshotTimelinePoints);
+    (void)trainmem::replay_trace(snapshot.ops, allocator, snapshot.before, &recorded, [&](const trainmem::ReplayPoint& p) {
+      peaks.add(p.event < snapshot.phases.phase.size() ? snapshot.phases.phase[p.event] : 0, p.event, p.allocated, p.reserved);
+      timeline.add(p.event, p.allocated, p.reserved);
+    });
+    if (timeline.size() > trainmem::kSnapshotTimelinePoints) __builtin_trap();  // the bound is the point
+    (void)snapshot.phases.spans();
   }
   for (const char* text : {"", "max_split_size_mb:20,expandable_segments:False", "expandable_segments:True",
                            "garbage_collection_threshold:0.5,roundup_power2_divisions:4"}) {

@@ -64,8 +64,10 @@ constexpr std::uint64_t MB = 1 << 20;
 constexpr std::uint64_t kA = std::uint64_t{1} << 30;  // a segment's address
 constexpr std::uint64_t kB = std::uint64_t{2} << 30;  // another's
 
+// An event as PyTorch writes it (an oom's `addr` is the device's free bytes, which PyTorch names "device_free").
 nlohmann::json ev(const char* action, std::uint64_t addr, std::uint64_t size, std::uint64_t stream = 0) {
-  return {{"action", action}, {"addr", addr}, {"size", size}, {"stream", stream}, {"frames", nlohmann::json::array()}};
+  return {{"action", action}, {std::string(action) == "oom" ? "device_free" : "addr", addr}, {"size", size},
+          {"stream", stream}, {"frames", nlohmann::json::array()}};
 }
 
 nlohmann::json block(std::uint64_t address, std::uint64_t size, std::uint64_t requested, const char* state) {
@@ -189,6 +191,13 @@ TEST(PytorchSnapshot, ARecordedOutOfMemoryFailsAgainAndTheRunGoesOn) {
   EXPECT_EQ(snap.recorded.ooms, 1u);
   ASSERT_TRUE(snap.recorded.capacity_from_oom);
   EXPECT_EQ(*snap.recorded.capacity_from_oom, 25 * MB);  // 20 MiB reserved + 5 MiB free on the device
+  {  // trainmem's own snapshots write the free bytes as "addr"
+    nlohmann::json own = doc;
+    nlohmann::json& oom = own["device_traces"][0][2];
+    oom["addr"] = oom["device_free"];
+    oom.erase("device_free");
+    EXPECT_EQ(read_pytorch_snapshot(own, "own.json").recorded.capacity_from_oom, 25 * MB);
+  }
   const ReplayResult r = follow(snap);
   EXPECT_FALSE(r.divergence) << r.divergence->event << ": " << r.divergence->what;
   EXPECT_FALSE(r.oom);

@@ -9,6 +9,9 @@
   python3 -m reports.trainmem_report plan plan.json [-o DIR]
       -> a page for `trainmem plan --json plan.json`: index.html, summary.md and plots/ in DIR
          (default: plan-page/ beside the file)
+  python3 -m reports.trainmem_report replay replay.json [-o DIR]
+      -> a page for `trainmem replay SNAPSHOT --what-if --json > replay.json`: the snapshot's recorded
+         and replayed timelines, its phases and the what-if bars (default: replay-page/ beside the file)
 """
 from __future__ import annotations
 
@@ -16,9 +19,10 @@ import argparse
 import pathlib
 import sys
 
-from . import compare, html, markdown, plan, report
+from . import compare, plan, replay_page, report
 from .errors import InputError, OutputError
 from .output_file import make_folder
+from .page import write_page
 from .results import load_folder
 from .snapshot import snapshot_to_pickle
 
@@ -32,8 +36,7 @@ def render(dirs: list[pathlib.Path], out: pathlib.Path | None) -> int:
         out = out or dirs[0].parent / ("compare-" + "-vs-".join(report.slug(d.name)[:24] for d in dirs))
         make_folder(out)
         doc = compare.build(folders, out)
-    html.write(doc, out / "index.html")
-    markdown.write(doc, out / "summary.md")
+    write_page(doc, out)
     print(f"trainmem report: {out / 'index.html'} and {out / 'summary.md'}")
     if doc.missing:
         print(f"trainmem report: {len(doc.missing)} thing(s) missing, listed at the end of the report:")
@@ -56,17 +59,20 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("plan", help="`trainmem plan --json` document -> index.html, summary.md, plots/")
     q.add_argument("plan", type=pathlib.Path, help="the file `trainmem plan --json FILE` wrote")
     q.add_argument("-o", "--out", type=pathlib.Path, help="output folder (default: <name>-page beside the file)")
+    w = sub.add_parser("replay", help="`trainmem replay SNAPSHOT --json` document -> index.html, summary.md, plots/")
+    w.add_argument("replay", type=pathlib.Path, help="what `trainmem replay SNAPSHOT --what-if --json` printed")
+    w.add_argument("-o", "--out", type=pathlib.Path, help="output folder (default: <name>-page beside the file)")
     a = parser.parse_args(argv)
     try:
         if a.command == "render":
             return render(a.dirs, a.out)
-        if a.command == "plan":
-            out = plan.render_plan(a.plan, a.out)
+        if a.command in ("plan", "replay"):
+            out = plan.render_plan(a.plan, a.out) if a.command == "plan" else replay_page.render_replay(a.replay, a.out)
             print(f"trainmem report: {out / 'index.html'} and {out / 'summary.md'}")
             return 0
         print(f"trainmem report: wrote {snapshot_to_pickle(a.snapshot, a.output)}")
         return 0
-    except InputError as e:  # a SnapshotError and a PlanError too
+    except InputError as e:  # a SnapshotError, a PlanError and a ReplayError too
         print(f"trainmem report: error: {e}", file=sys.stderr)
         return 2
     except OutputError as e:  # files already written stay whole: each is written whole or not at all

@@ -27,11 +27,12 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from . import html, markdown, plots
+from . import plots
 from .document import Document, Figure, Section, Table
 from .errors import InputError
 from .input_file import read_json
 from .output_file import make_folder
+from .page import write_page
 from .result_schema import PEAK_ALLOCATED, PEAK_RESERVED
 from .results import finite_number
 
@@ -397,7 +398,4 @@ def render_plan(path: pathlib.Path, out: pathlib.Path | None = None) -> pathlib.
     read and checked before anything is written. Returns the folder."""
     plan = read_plan(path)
     out = make_folder(out or default_out(path))
-    doc = build(plan, out)
-    html.write(doc, out / "index.html")
-    markdown.write(doc, out / "summary.md")
-    return out
+    return write_page(build(plan, out), out)

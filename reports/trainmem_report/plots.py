@@ -21,7 +21,7 @@ from .timeline import Timeline  # noqa: E402
 MiB = 1024.0 * 1024.0
 CATEGORY_COLORS = dict(zip(CATEGORIES, ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
                                         "#da8bc3", "#8c8c8c"]))
-PHASE_COLORS = {"forward": "#e8f0fb", "backward": "#fbeee6", "optimizer": "#eaf5ea"}
+PHASE_COLORS = {"forward": "#e8f0fb", "backward": "#fbeee6", "optimizer": "#eaf5ea", "zero_grad": "#f3eaf7"}
 
 # One colour per method, the same in every plot: a recompute policy, a precision, an attention
 # implementation, a way of holding gradients, a loader, an allocator mode, a ZeRO stage. Each
@@ -338,5 +338,100 @@ def plan_scatter_figure(points: list[PlanPoint], capacity_bytes: float, title: s
     ax.set_ylabel("peak reserved per rank (GiB)")
     ax.set_title(plain_text(title))
     ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+@dataclass
+class Series:
+    """One line of a snapshot's timeline: x = event index, y = bytes (the largest in each run of events)."""
+    label: str
+    events: list[int]
+    values: list[float]
+    color: str
+    style: str = "-"
+
+
+def _bytes_scale(largest: float) -> tuple[float, str]:
+    return (GiB, "GiB") if largest >= 4 * GiB else (MiB, "MiB")
+
+
+def snapshot_timeline(series: list[Series], spans: list[tuple[str, int, int]], peaks: list[tuple[str, int, float]],
+                      title: str, path: pathlib.Path) -> pathlib.Path:
+    return _save(snapshot_timeline_figure(series, spans, peaks, title), path)
+
+
+def snapshot_timeline_figure(series: list[Series], spans: list[tuple[str, int, int]],
+                             peaks: list[tuple[str, int, float]], title: str):
+    """A replayed snapshot's memory against its trace's events: each series a line (recorded
+    solid, replayed dashed), the phases shaded (`spans`: phase, first event, last event; a phase's
+    name written over the spans wide enough to hold it), each peak a marker (`peaks`: label, event,
+    bytes). Spans and points are bounded by the replay's JSON, so any trace draws in one time."""
+    _check_count(len(series) + len(peaks), "lines and peaks")
+    fig, ax = plt.subplots(figsize=(10, 4.6))
+    largest = max([max(s.values, default=0) for s in series] + [p[2] for p in peaks] + [1])
+    scale, unit = _bytes_scale(largest)
+    last = max([s.events[-1] for s in series if s.events] + [e for _, _, e in spans] + [1])
+    for phase, first, end in spans:
+        ax.axvspan(first - 0.5, end + 0.5, color=PHASE_COLORS.get(phase, "#f4f4f4"), zorder=0, linewidth=0)
+        if (end - first) > 0.06 * last:
+            ax.text((first + end) / 2, 1.0, plain_text(phase), transform=ax.get_xaxis_transform(), ha="center",
+                    va="bottom", fontsize=7)
+    for s in series:
+        ax.plot(s.events, [v / scale for v in s.values], label=plain_text(s.label), color=s.color, linestyle=s.style,
+                linewidth=1.2, drawstyle="steps-post", zorder=3)
+    for i, (label, event, value) in enumerate(peaks):
+        ax.scatter([event], [value / scale], s=90, marker=MARKERS[i % len(MARKERS)], facecolors="none",
+                   edgecolors="black", linewidths=1.2, label=plain_text(label), zorder=5)
+    ax.set_xlabel("event of the snapshot's trace")
+    ax.set_ylabel(unit)
+    ax.set_ylim(bottom=0, top=largest / scale * 1.08)
+    ax.set_xlim(-0.5, last + 0.5)
+    ax.set_title(plain_text(title), pad=16)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+@dataclass
+class WhatIfBar:
+    label: str                      # the setting ("default", "expandable_segments:True", ...)
+    reserved_bytes: float           # peak reserved
+    allocated_bytes: float          # peak allocated
+    out_of_memory: str = ""         # where it ran out ("event 4512"), or ""
+    lowest: bool = False            # the setting with the lowest peak reserved
+
+
+def what_if_bars(bars: list[WhatIfBar], capacity_bytes: float | None, title: str, path: pathlib.Path) -> pathlib.Path:
+    return _save(what_if_bars_figure(bars, capacity_bytes, title), path)
+
+
+def what_if_bars_figure(bars: list[WhatIfBar], capacity_bytes: float | None, title: str):
+    """The what-if table as bars: per setting its peak reserved, and its peak allocated inside it (the
+    gap between them is what the cache held unallocated at worst); a setting that ran out of memory
+    hatched and marked with where; the lowest peak reserved outlined; the card's size a dashed line."""
+    _check_count(len(bars), "settings")
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.9 * len(bars) + 3), 4.4))
+    largest = max([b.reserved_bytes for b in bars] + [capacity_bytes or 0, 1])
+    scale, unit = _bytes_scale(largest)
+    xs = range(len(bars))
+    ax.bar(xs, [b.reserved_bytes / scale for b in bars], width=0.7, color=_PALETTE[0], alpha=0.45, label="peak reserved",
+           edgecolor=["black" if b.lowest else "none" for b in bars],
+           linewidth=[2 if b.lowest else 0 for b in bars], zorder=2)
+    ax.bar(xs, [b.allocated_bytes / scale for b in bars], width=0.4, color=_PALETTE[0], label="peak allocated", zorder=3)
+    for x, b in zip(xs, bars):
+        if b.out_of_memory:
+            ax.bar([x], [b.reserved_bytes / scale], width=0.7, fill=False, hatch="//", edgecolor=_PALETTE[3], zorder=4)
+            ax.text(x, b.reserved_bytes / scale, plain_text("OOM at\n" + b.out_of_memory), ha="center", va="bottom",
+                    fontsize=6, color=_PALETTE[3], zorder=5)
+    if capacity_bytes:
+        ax.axhline(capacity_bytes / scale, color="black", linestyle="--", linewidth=1,
+                   label=f"card ({capacity_bytes / scale:.2f} {unit})", zorder=1)
+    ax.set_xticks(list(xs), [plain_text(b.label) + (" (lowest)" if b.lowest else "") for b in bars], rotation=30,
+                  ha="right", fontsize=7)
+    ax.set_ylabel(unit)
+    ax.set_ylim(bottom=0, top=largest / scale * 1.15)
+    ax.set_title(plain_text(title))
+    ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig

@@ -16,6 +16,7 @@
 #include "common/util/restricted_pickle.h"
 #include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
+#include "suites/trainmem/replay_phases.h"
 
 namespace trainmem::cli {
 
@@ -70,25 +71,30 @@ std::vector<std::string> oom_frames(const nlohmann::json& doc, int device, std::
   return shown;
 }
 
-nlohmann::json oom_json(const ReplayResult& r, const nlohmann::json& doc, int device) {
+nlohmann::json oom_json(const ReplayResult& r, const nlohmann::json& doc, const PytorchSnapshot& snap) {
   if (!r.oom) return nullptr;
+  const bool placed = !r.oom_before_trace && !snap.phases.sources.empty();
+  const std::uint32_t step = placed ? snap.phases.step_of(r.oom_event_index) : 0;
   nlohmann::json j = {{"event_index", r.oom_before_trace ? nlohmann::json(nullptr) : nlohmann::json(r.oom_event_index)},
                       {"before_trace", r.oom_before_trace},
+                      {"phase", placed ? nlohmann::json(snap.phases.phase_of(r.oom_event_index)) : nlohmann::json(nullptr)},
+                      {"step", step ? nlohmann::json(step) : nlohmann::json(nullptr)},
                       {"requested_bytes", r.oom->requested_bytes},
                       {"device_request_bytes", r.oom->device_request_bytes},
-                      {"frames", r.oom_before_trace ? std::vector<std::string>{} : oom_frames(doc, device, r.oom_event_index)}};
+                      {"frames", r.oom_before_trace ? std::vector<std::string>{} : oom_frames(doc, snap.device, r.oom_event_index)}};
   return j;
 }
 
 // A what-if row: {"allocator_config", "peak_reserved_bytes", ...}.
-nlohmann::json row_json(const AllocatorConfig& config, const ReplayResult& r, const nlohmann::json& doc, int device) {
+nlohmann::json row_json(const AllocatorConfig& config, const ReplayResult& r, const nlohmann::json& doc, const PytorchSnapshot& snap) {
   constexpr std::size_t all = stat_index(StatType::all);
   return {{"allocator_config", config.to_string()},
+          {"label", setting_label(config)},
           {"peak_reserved_bytes", r.stats.reserved_bytes[all].peak},
           {"peak_allocated_bytes", r.stats.allocated_bytes[all].peak},
           {"unallocated_at_peak_reserved_bytes", r.unallocated_at_peak_reserved},
           {"num_device_alloc", r.stats.num_device_alloc},
-          {"oom", oom_json(r, doc, device)}};
+          {"oom", oom_json(r, doc, snap)}};
 }
 
 nlohmann::json snapshot_json(const PytorchSnapshot& s) {
@@ -148,15 +154,15 @@ void print_notes(const PytorchSnapshot& s) {
     std::cout << "    " << (n.event ? "event " + std::to_string(*n.event) + ": " : "") << n.text << '\n';
 }
 
-void print_oom(const ReplayResult& r, const nlohmann::json& doc, int device, const std::string& indent) {
+void print_oom(const ReplayResult& r, const nlohmann::json& doc, const PytorchSnapshot& snap, const std::string& indent) {
   if (!r.oom) return;
   if (r.oom_before_trace) {
     std::cout << indent << "out of memory before the first event: the segments held before recording do not fit\n";
     return;
   }
-  std::cout << indent << "out of memory at event " << r.oom_event_index << ": " << format_bytes(r.oom->requested_bytes)
+  std::cout << indent << "out of memory at " << place_text(snap.phases, r.oom_event_index) << ": " << format_bytes(r.oom->requested_bytes)
             << " requested, " << format_bytes(r.oom->device_request_bytes) << " asked of the device\n";
-  for (const std::string& f : oom_frames(doc, device, r.oom_event_index)) std::cout << indent << "  at " << f << '\n';
+  for (const std::string& f : oom_frames(doc, snap.device, r.oom_event_index)) std::cout << indent << "  at " << f << '\n';
 }
 
 void print_what_if(const std::vector<std::pair<AllocatorConfig, ReplayResult>>& rows, std::size_t capacity,
@@ -202,7 +208,7 @@ void print_what_if(const std::vector<std::pair<AllocatorConfig, ReplayResult>>& 
                                                   (others.empty() ? std::string(" (all)") : " (all but " + joined(others) + ")")
                                             : joined(labels))
               << ":\n";
-    print_oom(*r, doc, snap.device, "    ");
+    print_oom(*r, doc, snap, "    ");
   }
 }
 
@@ -269,10 +275,11 @@ nlohmann::json read_snapshot_document(const std::string& path) {
   }
 }
 
-ReplayResult replay_on_card(const PytorchSnapshot& snapshot, const AllocatorConfig& config, std::size_t capacity) {
+ReplayResult replay_on_card(const PytorchSnapshot& snapshot, const AllocatorConfig& config, std::size_t capacity,
+                            const ReplayObserver& observe) {
   BudgetDeviceMemory card(capacity, /*backed=*/false);
   CachingAllocator allocator(card, config);
-  return replay_trace(snapshot.ops, allocator, snapshot.before);
+  return replay_trace(snapshot.ops, allocator, snapshot.before, nullptr, observe);
 }
 
 std::vector<AllocatorConfig> what_if_settings(const AllocatorConfig& recorded) {
@@ -328,8 +335,9 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
     allocator.recorder().enable();
     record.emplace(allocator.recorder(), request.record, "--record");
   }
+  ReplayedMemory replayed(snap);
   const ReplayResult result =
-      replay_trace(snap.ops, allocator, snap.before, recorded_device ? &*recorded_device : nullptr);
+      replay_trace(snap.ops, allocator, snap.before, recorded_device ? &*recorded_device : nullptr, replayed.observer());
   if (record) record->finish();
   const bool same_end = same_layout(result.segments, snap.after, !config.expandable_segments);
 
@@ -357,7 +365,10 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
     j["replayed_as_recorded"] = as_recorded;
     j["snapshot"] = snapshot_json(snap);
     j["oom"] = result.oom ? j["oom"] : nlohmann::json(nullptr);
-    if (result.oom) j["oom"]["frames"] = oom_json(result, doc, snap.device)["frames"];
+    if (result.oom) {
+      const nlohmann::json placed = oom_json(result, doc, snap);
+      for (const char* key : {"frames", "phase", "step"}) j["oom"][key] = placed[key];
+    }
     j["peak_reserved_event"] = result.peak_reserved_event ? nlohmann::json(*result.peak_reserved_event) : nlohmann::json(nullptr);
     j["unallocated_at_peak_reserved_bytes"] = result.unallocated_at_peak_reserved;
     j["recorded_ooms_again"] = result.recorded_ooms_again;
@@ -373,12 +384,18 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
           {"segment_events_recorded", result.segment_events_recorded}};
     if (request.what_if) {
       j["what_if"] = nlohmann::json::array();
-      for (const auto& [c, r] : rows) j["what_if"].push_back(row_json(c, r, doc, snap.device));
-      j["what_if_device_memory_bytes"] = what_if_capacity;
+      for (const auto& [c, r] : rows) j["what_if"].push_back(row_json(c, r, doc, snap));
+      // (null: a card that never refuses, the snapshot not saying how large the real one was)
+      j["what_if_device_memory_bytes"] = what_if_capacity == kUnlimited ? nlohmann::json(nullptr) : nlohmann::json(what_if_capacity);
       j["lowest_peak_reserved"] = {{"allocator_config", best->to_string()},
+                                   {"label", setting_label(*best)},
                                    {"peak_reserved_bytes", best_peak},
                                    {"smallest_gpu", card_for_best ? nlohmann::json(card_for_best->name) : nlohmann::json(nullptr)}};
     }
+    // The lowest setting's timeline, beside the replayed one (over the whole trace, as its peak).
+    std::optional<ReplayedMemory> lowest;
+    if (best) replay_on_card(snap, *best, kUnlimited, lowest.emplace(snap).observer());
+    add_where_json(j, snap, replayed, lowest ? &*lowest : nullptr, best ? best->to_string() : std::string());
     std::cout << j.dump(2) << '\n';
   } else {
     constexpr std::size_t all = stat_index(StatType::all);
@@ -421,7 +438,8 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
       std::cout << "  segments at end   " << (same_end ? "the snapshot's, block for block" : "differ from the snapshot's")
                 << '\n';
     }
-    print_oom(result, doc, snap.device, "  ");
+    print_oom(result, doc, snap, "  ");
+    print_where(snap, replayed);
     if (request.what_if) {
       print_what_if(rows, what_if_capacity, capacity_source, request.config ? "(as given)" : "(as recorded)", snap, doc);
       std::cout << "\nLowest peak reserved over the whole trace: " << setting_label(*best) << " ("

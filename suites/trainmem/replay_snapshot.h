@@ -34,7 +34,8 @@ nlohmann::json read_snapshot_document(const std::string& path);
 
 // One replay of the trace on a simulated card of `capacity` bytes under `config`: a row of the
 // what-if table, and what a direct replay under those settings gives.
-ReplayResult replay_on_card(const PytorchSnapshot& snapshot, const AllocatorConfig& config, std::size_t capacity);
+ReplayResult replay_on_card(const PytorchSnapshot& snapshot, const AllocatorConfig& config, std::size_t capacity,
+                            const ReplayObserver& observe = {});
 
 // The settings --what-if compares (the recorded ones first).
 std::vector<AllocatorConfig> what_if_settings(const AllocatorConfig& recorded);

@@ -5,8 +5,10 @@
 // refused in one line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -116,6 +118,47 @@ TEST(CliSnapshot, RunningOutOfMemoryNamesTheEventAndItsFrames) {
   EXPECT_NE(table.out.find("Lowest peak reserved over the whole trace: "), std::string::npos) << table.out;
 }
 
+// Where the memory went: the real snapshot's phases come from its stack frames; replayed as
+// recorded, each phase's peak reserved is the recorded one and both peaks fall in the same phase;
+// the timelines are bounded and reach the peaks; an out-of-memory event is placed in its phase.
+TEST(CliSnapshot, ThePeaksArePlacedInTheirPhase) {
+  const CliRun r = trainmem("replay " + kSnapshot + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = json_of(r);
+  EXPECT_EQ(j["phases"]["sources"], nlohmann::json(std::vector<std::string>{"stack frames"}));
+  std::vector<std::string> names;
+  for (const nlohmann::json& row : j["phases"]["table"]) {
+    names.push_back(row["phase"]);
+    EXPECT_EQ(row["replayed_peak_reserved_bytes"], row["recorded_peak_reserved_bytes"]) << row;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"unknown", "forward", "backward", "optimizer", "zero_grad"}));
+  const nlohmann::json& peaks = j["peaks"];
+  EXPECT_EQ(peaks["recorded_reserved"]["bytes"], 134217728);
+  EXPECT_EQ(peaks["replayed_reserved"]["bytes"], 134217728);
+  EXPECT_EQ(peaks["replayed_reserved"]["phase"], peaks["recorded_reserved"]["phase"]);
+  EXPECT_EQ(peaks["replayed_reserved"]["step"], peaks["recorded_reserved"]["step"]);
+  EXPECT_EQ(peaks["recorded_requested"]["bytes"], 108258676);
+  EXPECT_EQ(peaks["replayed_allocated"]["bytes"], j["summary"]["peak_allocated_bytes"]);
+  for (const char* which : {"recorded", "replayed"}) {
+    const nlohmann::json& t = j["timeline"][which];
+    EXPECT_LE(t["event"].size(), j["timeline"]["points"].get<std::size_t>()) << which;
+    EXPECT_EQ(*std::max_element(t["reserved_bytes"].begin(), t["reserved_bytes"].end()), 134217728) << which;
+  }
+  EXPECT_FALSE(j["timeline"].contains("lowest_peak_setting"));  // only with --what-if
+
+  const CliRun text = trainmem("replay " + kSnapshot);
+  EXPECT_NE(text.out.find("Where the memory went (phases from stack frames"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("recorded peak reserved at event " + std::to_string(peaks["recorded_reserved"]["event"].get<int>()) +
+                          " (" + peaks["recorded_reserved"]["phase"].get<std::string>()),
+            std::string::npos)
+      << text.out;
+
+  const nlohmann::json small = json_of(trainmem("replay " + kSnapshot + " --device-memory 112MiB --json"));
+  ASSERT_TRUE(small["oom"].is_object());
+  EXPECT_EQ(small["oom"]["phase"], "backward");  // a backward's request (its frames: PowBackward0)
+  EXPECT_TRUE(small["oom"]["step"].is_number());
+}
+
 // trainmem's own --memory-snapshot files (PyTorch's structure, with allocator_settings) replay as
 // recorded to the run's own figures: every statistic of the run's --json, its settings read back
 // from the snapshot, every decision the run's.
@@ -145,6 +188,13 @@ TEST(CliSnapshot, TrainmemsOwnSnapshotsReplayToTheRunsFigures) {
     stats.erase("num_sync_all_streams");
     replayed["memory_stats"].erase("num_sync_all_streams");
     EXPECT_EQ(replayed["memory_stats"], stats);
+    // The run's own phases, and its peak placed in one of them.
+    EXPECT_EQ(replayed["phases"]["sources"], nlohmann::json(std::vector<std::string>{"trainmem's phases"}));
+    std::set<std::string> phases;
+    for (const nlohmann::json& row : replayed["phases"]["table"]) phases.insert(row["phase"].get<std::string>());
+    for (const char* phase : {"forward", "backward", "optimizer"}) EXPECT_TRUE(phases.count(phase)) << phase;
+    EXPECT_EQ(replayed["peaks"]["replayed_allocated"]["bytes"], measured["peak_allocated_bytes"]);
+    EXPECT_TRUE(phases.count(replayed["peaks"]["replayed_allocated"]["phase"].get<std::string>()));
   }
   std::filesystem::remove(snapshot);
   std::filesystem::remove(json);

@@ -1,0 +1,40 @@
+// Where the memory of a replayed snapshot went: each phase's peaks (recorded and replayed), the
+// events where the peaks were reached placed in their phase and step, and the timelines the
+// report plots (recorded beside replayed). Phases as snapshot_phases.h reads them.
+#pragma once
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/allocator/pytorch_snapshot.h"
+
+namespace trainmem::cli {
+
+// A replay's memory as its observer sees it: the timeline and each phase's peaks.
+class ReplayedMemory {
+ public:
+  explicit ReplayedMemory(const PytorchSnapshot& snapshot);
+  ReplayObserver observer();
+  const MemoryTimeline& timeline() const { return timeline_; }
+  const PhasePeaks& peaks() const { return peaks_; }
+
+ private:
+  const SnapshotPhases* phases_;
+  MemoryTimeline timeline_;
+  PhasePeaks peaks_;
+};
+
+// "event 1234 (backward, step 2)"; "event 1234" when the snapshot records no phases.
+std::string place_text(const SnapshotPhases& phases, std::size_t event);
+
+// {"phases": {"sources", "steps_counted", "table": [...], "spans": [...]}, "peaks": {...},
+//  "timeline": {"recorded", "replayed"[, "lowest_peak_setting"]}}, added to the replay's JSON.
+void add_where_json(nlohmann::json& out, const PytorchSnapshot& snapshot, const ReplayedMemory& replayed,
+                    const ReplayedMemory* lowest, const std::string& lowest_config);
+
+// The table of the phases and the peaks' places, for the text output.
+void print_where(const PytorchSnapshot& snapshot, const ReplayedMemory& replayed);
+
+}  // namespace trainmem::cli

@@ -28,7 +28,8 @@ CachingAllocator::~CachingAllocator() {
   // stream's use of one): unmapping a page does not wait for it as cudaFree would, so wait for
   // the whole device first.
   device_.synchronize_all_streams();
-  for (auto& [event, block] : pending_events_) device_.destroy_event(event);
+  for (const PendingFree& p : pending_events_)
+    if (!p.done) device_.destroy_event(p.event);
   release_all_expandable_segments();
   std::vector<Block*> heads;
   for (BlockPool* pool : {small_pool_.get(), large_pool_.get()})
@@ -309,10 +310,29 @@ void CachingAllocator::raise_oom(std::size_t requested, std::size_t rounded, std
 void CachingAllocator::free(void* ptr) {
   if (!ptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  Block* block = free_requested(ptr, "free");
+  if (!block->stream_uses.empty()) {
+    insert_events(block);  // stays active until the other streams are done with it
+  } else {
+    free_block(block);
+  }
+}
+
+void CachingAllocator::free_after(void* ptr, std::function<bool()> other_stream_done) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Block* block = free_requested(ptr, "free_after");
+  block->event_count += 1;
+  pending_events_.push_back({nullptr, block, std::move(other_stream_done)});
+}
+
+// The caller's free: the block no longer allocated (its statistics and the recorder's
+// free_requested), but still active until free_block.
+CachingAllocator::Block* CachingAllocator::free_requested(void* ptr, const char* what) {
   auto it = live_blocks_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == live_blocks_.end() || !it->second->allocated)
-    throw std::invalid_argument(it == live_blocks_.end() ? "free: pointer was not allocated by this allocator"
-                                                         : "free: block freed twice");
+    throw std::invalid_argument(std::string(what) + (it == live_blocks_.end() ? ": pointer was not allocated by this allocator"
+                                                                              : ": block freed twice"));
   Block* block = it->second;
   block->allocated = false;
   for_pool_stats(*block->pool, [&](std::size_t t) {
@@ -323,12 +343,7 @@ void CachingAllocator::free(void* ptr) {
   stats_.by_category[index_of(block->category)].decrease(static_cast<std::int64_t>(block->size));
   recorder_.record(TraceAction::free_requested, block->address, block->requested_size, block->size, block->category,
                    block->stream, block->name);
-
-  if (!block->stream_uses.empty()) {
-    insert_events(block);  // stays active until the other streams are done with it
-  } else {
-    free_block(block);
-  }
+  return block;
 }
 
 void CachingAllocator::record_stream(void* ptr, StreamId stream) {
@@ -343,7 +358,7 @@ void CachingAllocator::insert_events(Block* block) {
   for (StreamId s : block->stream_uses) {
     EventHandle event = device_.record_event(s);
     block->event_count += 1;
-    pending_events_.emplace_back(event, block);
+    pending_events_.push_back({event, block, {}});
   }
   block->stream_uses.clear();
 }
@@ -355,12 +370,12 @@ void CachingAllocator::process_events() {
 
 void CachingAllocator::process_events_locked() {
   for (auto it = pending_events_.begin(); it != pending_events_.end();) {
-    auto [event, block] = *it;
-    if (!device_.event_completed(event)) {
+    Block* block = it->block;
+    if (it->done ? !it->done() : !device_.event_completed(it->event)) {
       ++it;
       continue;
     }
-    device_.destroy_event(event);
+    if (!it->done) device_.destroy_event(it->event);
     it = pending_events_.erase(it);
     if (--block->event_count == 0) free_block(block);
   }
@@ -370,10 +385,12 @@ void CachingAllocator::synchronize_and_free_events() {
   stats_.num_sync_all_streams += 1;
   auto pending = std::move(pending_events_);
   pending_events_.clear();
-  for (auto [event, block] : pending) {
-    device_.synchronize_event(event);
-    device_.destroy_event(event);
-    if (--block->event_count == 0) free_block(block);
+  for (const PendingFree& p : pending) {
+    if (!p.done) {
+      device_.synchronize_event(p.event);
+      device_.destroy_event(p.event);
+    }
+    if (--p.block->event_count == 0) free_block(p.block);
   }
 }
 

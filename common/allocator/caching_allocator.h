@@ -95,6 +95,11 @@ class CachingAllocator {
   // The block will also be used on `stream`: on free, it is reused only after that stream's
   // queued work is done (PyTorch's Tensor.record_stream).
   void record_stream(void* ptr, StreamId stream);
+  // A free of a block another stream still uses, as a replayed trace records one (a PyTorch
+  // snapshot's free_requested whose free_completed comes later): the block is reused once
+  // `other_stream_done()` says so (the replay reached the trace's free_completed), or at a
+  // synchronization (empty_cache, the out-of-memory retry), as a device event would be.
+  void free_after(void* ptr, std::function<bool()> other_stream_done);
 
   // Gives every wholly free segment back to the device (torch.cuda.empty_cache). Segments that
   // hold a live block stay, split as they are.
@@ -181,6 +186,7 @@ class CachingAllocator {
 
   // Freeing steps.
   void insert_events(Block* block);
+  Block* free_requested(void* ptr, const char* what);  // free and free_after: the caller gives the block up
   void free_block(Block* block);
   std::size_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool);
   void release_block(Block* block);
@@ -200,7 +206,14 @@ class CachingAllocator {
   std::unordered_map<std::uintptr_t, Block*> live_blocks_;  // allocated or awaiting free
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
   std::size_t refused_map_bytes_ = 0;  // expandable: the pages the device last refused (for the OOM report)
-  std::vector<std::pair<EventHandle, Block*>> pending_events_;
+  // Frees waiting on other streams: a device event each (insert_events), or a replay's own
+  // completion (free_after: `done` set, no event).
+  struct PendingFree {
+    EventHandle event = nullptr;
+    Block* block = nullptr;
+    std::function<bool()> done;
+  };
+  std::vector<PendingFree> pending_events_;
   MemoryStats stats_;
   MemoryRecorder recorder_;
   OomAdvisor oom_advisor_;

@@ -301,6 +301,14 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
   std::optional<std::size_t> free_run_start;  // segment_frees not yet followed by a segment_alloc
   bool awaiting_completion = false;  // the last free_requested, until its free_completed
   std::uintptr_t awaiting_address = 0;
+  std::size_t awaiting_op = 0;
+  // Frees another stream held up (record_stream): their free_completed comes later. Address -> op.
+  std::unordered_map<std::uintptr_t, std::size_t> deferred;
+  auto defer_awaiting = [&] {  // the last free_requested is not completed at once
+    out.ops[awaiting_op].deferred = true;
+    deferred[awaiting_address] = awaiting_op;
+    awaiting_completion = false;
+  };
   std::optional<std::int64_t> reserved_at_oom;
   std::uint64_t device_free_at_oom = 0;
 
@@ -321,17 +329,12 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
       throw TraceError(where + ": expected an object with an \"action\"");
     const std::string action = e.at("action").get<std::string>();
     if (action == "snapshot" || action == "annotate" || action == "user_defined") continue;  // markers
-    if (awaiting_completion && action != "free_completed") {
-      out.not_followed.push_back({i - 1, "free_requested of the block at " + std::to_string(awaiting_address) +
-                                             " completes later (another stream used it: record_stream); the replay "
-                                             "frees it at once"});
-      awaiting_completion = false;
-    }
     // PyTorch writes an oom's device free bytes as "device_free"; trainmem's own snapshots as "addr".
     const char* addr_key = action == "oom" && (e.contains("device_free") || !e.contains("addr")) ? "device_free" : "addr";
     const std::uint64_t addr = count_field(e, addr_key, where);
     const std::size_t size = count_field(e, "size", where);
     const StreamId stream = e.contains("stream") ? count_field(e, "stream", where) : kDefaultStream;
+    if (awaiting_completion && !(action == "free_completed" && addr == awaiting_address)) defer_awaiting();
 
     if ((action == "alloc" || action == "free_requested" || action == "segment_alloc" || action == "segment_free") &&
         size == 0)
@@ -388,10 +391,17 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
       out.ops.push_back(op);
       awaiting_completion = true;
       awaiting_address = addr;
+      awaiting_op = out.ops.size() - 1;
     } else if (action == "free_completed") {
-      if (awaiting_completion && awaiting_address == addr) awaiting_completion = false;
-      else out.not_followed.push_back({i, "free_completed of the block at " + std::to_string(addr) +
-                                             " apart from its free_requested (another stream used it)"});
+      if (awaiting_completion) {
+        awaiting_completion = false;  // (defer_awaiting above took any other block's)
+      } else if (const auto it = deferred.find(addr); it != deferred.end()) {
+        out.ops[it->second].completes_at = i;
+        deferred.erase(it);
+      } else {
+        out.not_followed.push_back({i, "free_completed of the block at " + std::to_string(addr) +
+                                           ", which has no free_requested waiting: not followed"});
+      }
     } else if (action == "segment_alloc" || action == "segment_free") {
       const bool is_alloc = action == "segment_alloc";
       if (is_alloc) {
@@ -448,8 +458,7 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
     out.recorded.timeline.add(i, requested.value, reserved.value);
     out.recorded.phase_peaks.add(out.phases.phase[i], i, requested.value, reserved.value);
   }
-  if (awaiting_completion)
-    out.not_followed.push_back({events.size() - 1, "the last free_requested never completes in the trace"});
+  if (awaiting_completion) defer_awaiting();  // the last free: not completed in the trace
   end_free_run(events.size());
 
   // What the end says about before: segments and live blocks the trace never allocated.
@@ -471,6 +480,7 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
     for (const BlockSnapshot& b : seg.blocks) {
       if (b.state == BlockSnapshot::State::inactive) continue;
       if (live.erase(b.address)) continue;
+      if (b.state == BlockSnapshot::State::active_awaiting_free && deferred.count(b.address)) continue;  // its free waits
       if (freed.count(b.address))
         throw TraceError(source + ": the block at " + std::to_string(b.address) +
                          " is live at the end, but the trace freed it and never allocated it again");

@@ -12,7 +12,9 @@
 // What each event becomes:
 //   alloc           an op: the request (its "size" is what the caller asked), named by its address
 //   free_requested  an op: the free of that block
-//   free_completed  checked to follow its free_requested (another stream's use is not followed: named)
+//   free_completed  right after its free_requested: nothing more. Later (another stream used the
+//                   block: record_stream): the free op is `deferred` and `completes_at` this event,
+//                   the block not reused before it (CachingAllocator::free_after)
 //   segment_alloc, segment_free
 //                   the real allocator's decisions: the recorded device (recorded_device_memory.h)
 //                   answers from them and checks the replay's against them

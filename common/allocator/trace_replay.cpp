@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -263,8 +264,12 @@ ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& all
   }
   note_peak(std::nullopt);
 
+  // The trace's event the replay is at, for the frees another stream held up: shared, as the
+  // allocator keeps their completion tests past this call.
+  const auto now = std::make_shared<std::size_t>(0);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const TraceOp& op = ops[i];
+    *now = op.event;
     if (follow) follow->begin_op(op);
     void* block = nullptr;  // an alloc's
     switch (op.action) {
@@ -290,7 +295,10 @@ ReplayResult replay_trace(const std::vector<TraceOp>& ops, CachingAllocator& all
         if (it == live.end())
           throw TraceError("event " + std::to_string(op.event) + ": free of id " + std::to_string(op.id) +
                            " which is not allocated");
-        allocator.free(it->second);
+        if (op.deferred)
+          allocator.free_after(it->second, [now, at = op.completes_at] { return at && *now > *at; });
+        else
+          allocator.free(it->second);
         live.erase(it);
         break;
       }

@@ -52,6 +52,11 @@ struct TraceOp {
   bool failed_in_trace = false;   // a recorded oom's request: its failing again is the recorded
                                   // run's own out-of-memory, which the run went on after
   bool address_recorded = false;  // alloc: `id` is the address the recorded allocator gave the block
+  // free: another stream still used the block (record_stream), so the free completed later: at
+  // the trace's event `completes_at` (nullopt: not within the trace). The replay frees it with
+  // CachingAllocator::free_after, reused once the replay has passed that event.
+  bool deferred = false;
+  std::optional<std::size_t> completes_at;
   std::size_t device_window_end = 0;  // a followed replay (recorded_device_memory.h): the segment
                                       // events recorded before this index are this op's
 };

@@ -172,27 +172,56 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
   return config;
 }
 
-std::string AllocatorConfig::to_string() const {
-  std::string s = "backend:" + std::string(kAllocatorBackends.name(backend));
-  if (max_split_size != kNoMaxSplit) s += ",max_split_size_mb:" + std::to_string(max_split_size / MiB);
-  s += std::string(",expandable_segments:") + (expandable_segments ? "True" : "False");
-  const auto& d = roundup_power2_divisions;
+namespace {
+
+// The settings as PYTORCH_CUDA_ALLOC_CONF spells them, each with whether it is the default. The
+// backend and expandable_segments are always written by to_string; the others only when set.
+struct SettingText {
+  std::string text;
+  bool is_default;
+  bool always_written;
+};
+
+std::vector<SettingText> setting_texts(const AllocatorConfig& c) {
+  std::vector<SettingText> out;
+  out.push_back({"backend:" + std::string(kAllocatorBackends.name(c.backend)), c.backend == AllocatorConfig::Backend::caching, true});
+  if (c.max_split_size != kNoMaxSplit) out.push_back({"max_split_size_mb:" + std::to_string(c.max_split_size / MiB), false, false});
+  out.push_back({std::string("expandable_segments:") + (c.expandable_segments ? "True" : "False"), !c.expandable_segments, true});
+  const auto& d = c.roundup_power2_divisions;
   if (std::any_of(d.begin(), d.end(), [](std::size_t n) { return n > 1; })) {
+    std::string text = "roundup_power2_divisions:";
     if (std::all_of(d.begin(), d.end(), [&](std::size_t n) { return n == d[0]; })) {
-      s += ",roundup_power2_divisions:" + std::to_string(d[0]);
+      text += std::to_string(d[0]);
     } else {  // every interval by its start in MiB
-      s += ",roundup_power2_divisions:[";
+      text += "[";
       for (std::size_t i = 0; i < kRoundupIntervals; ++i)
-        s += (i ? "," : "") + std::to_string(std::size_t{1} << i) + ":" + std::to_string(std::max<std::size_t>(d[i], 1));
-      s += "]";
+        text += (i ? "," : "") + std::to_string(std::size_t{1} << i) + ":" + std::to_string(std::max<std::size_t>(d[i], 1));
+      text += "]";
     }
+    out.push_back({text, false, false});
   }
-  if (garbage_collection_threshold > 0) {
+  if (c.garbage_collection_threshold > 0) {
     char text[32];
-    const auto [end, ec] = std::to_chars(text, text + sizeof text, garbage_collection_threshold);  // shortest exact
-    s += ",garbage_collection_threshold:" + std::string(text, ec == std::errc() ? end : text);
+    const auto [end, ec] = std::to_chars(text, text + sizeof text, c.garbage_collection_threshold);  // shortest exact
+    out.push_back({"garbage_collection_threshold:" + std::string(text, ec == std::errc() ? end : text), false, false});
   }
+  return out;
+}
+
+}  // namespace
+
+std::string AllocatorConfig::to_string() const {
+  std::string s;
+  for (const SettingText& t : setting_texts(*this))
+    if (t.always_written || !t.is_default) s += (s.empty() ? "" : ",") + t.text;
   return s;
+}
+
+std::string AllocatorConfig::label() const {
+  std::string s;
+  for (const SettingText& t : setting_texts(*this))
+    if (!t.is_default) s += (s.empty() ? "" : ",") + t.text;
+  return s.empty() ? "default" : s;
 }
 
 }  // namespace trainmem

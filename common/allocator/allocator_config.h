@@ -82,6 +82,9 @@ struct AllocatorConfig {
 
   static AllocatorConfig parse(std::string_view text);  // throws AllocatorConfigError
   std::string to_string() const;                        // parse(to_string()) == *this
+  // Only what differs from the default, as to_string writes it ("expandable_segments:True",
+  // "backend:raw,max_split_size_mb:20"), or "default": a setting's name in a table.
+  std::string label() const;
   bool operator==(const AllocatorConfig& o) const {  // (spelled out: .cu files are C++17)
     return backend == o.backend && max_split_size == o.max_split_size && expandable_segments == o.expandable_segments &&
            roundup_power2_divisions == o.roundup_power2_divisions &&

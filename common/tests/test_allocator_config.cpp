@@ -26,6 +26,20 @@ TEST(AllocatorConfig, ParsesPyTorchStyleKeyValueLists) {
   EXPECT_EQ(AllocatorConfig::parse(e.to_string()), e);
 }
 
+// A label names what differs from the default, in to_string's words, and parses back to the config.
+TEST(AllocatorConfig, ALabelIsWhatDiffersFromTheDefault) {
+  EXPECT_EQ(AllocatorConfig{}.label(), "default");
+  EXPECT_EQ(AllocatorConfig::parse("expandable_segments:False,backend:native").label(), "default");
+  for (const char* text : {"expandable_segments:True", "backend:raw,max_split_size_mb:20", "roundup_power2_divisions:4",
+                           "max_split_size_mb:128,garbage_collection_threshold:0.6",
+                           "roundup_power2_divisions:[1:4,2:8,4:4,8:4,16:4,32:4,64:4,128:4,256:4,512:4,1024:4,2048:4,"
+                           "4096:4,8192:4,16384:4,32768:4]"}) {
+    const AllocatorConfig c = AllocatorConfig::parse(text);
+    EXPECT_EQ(c.label(), text);
+    EXPECT_EQ(AllocatorConfig::parse(c.label()), c) << text;
+  }
+}
+
 // What parse says of `text`: its error's message, or "no error".
 std::string message_of(const char* text) {
   try {

@@ -24,20 +24,6 @@ namespace {
 
 constexpr std::size_t kUnlimited = kMaxDeviceMemory;  // a card that never refuses
 
-// A setting as a table shows it: what differs from the default ("expandable_segments:True",
-// "max_split_size_mb:128"), or "default".
-std::string setting_label(const AllocatorConfig& c) {
-  std::string label;
-  auto add = [&](const std::string& part) { label += (label.empty() ? "" : ",") + part; };
-  if (c.backend == AllocatorConfig::Backend::raw) add("backend:raw");
-  if (c.max_split_size != kNoMaxSplit) add("max_split_size_mb:" + std::to_string(c.max_split_size / MiB));
-  if (c.expandable_segments) add("expandable_segments:True");
-  const std::string full = c.to_string();  // the rest as the config writes it
-  for (const char* key : {"roundup_power2_divisions:", "garbage_collection_threshold:"})
-    if (const auto at = full.find(key); at != std::string::npos) add(full.substr(at, full.find(",g", at) - at));
-  return label.empty() ? "default" : label;
-}
-
 // "128.00 MiB (134217728 B)"
 std::string bytes_text(std::size_t bytes) { return format_bytes(bytes) + " (" + std::to_string(bytes) + " B)"; }
 
@@ -89,7 +75,7 @@ nlohmann::json oom_json(const ReplayResult& r, const nlohmann::json& doc, const 
 nlohmann::json row_json(const AllocatorConfig& config, const ReplayResult& r, const nlohmann::json& doc, const PytorchSnapshot& snap) {
   constexpr std::size_t all = stat_index(StatType::all);
   return {{"allocator_config", config.to_string()},
-          {"label", setting_label(config)},
+          {"label", config.label()},
           {"peak_reserved_bytes", r.stats.reserved_bytes[all].peak},
           {"peak_allocated_bytes", r.stats.allocated_bytes[all].peak},
           {"unallocated_at_peak_reserved_bytes", r.unallocated_at_peak_reserved},
@@ -175,7 +161,7 @@ void print_what_if(const std::vector<std::pair<AllocatorConfig, ReplayResult>>& 
             << std::setw(15) << "peak allocated" << std::setw(17) << "unallocated@peak" << std::setw(11) << "cudaMalloc"
             << "  out of memory\n";
   for (const auto& [config, r] : rows) {
-    std::string label = setting_label(config);
+    std::string label = config.label();
     if (&config == &rows.front().first) label += " " + first_row;
     std::cout << "  " << std::left << std::setw(40) << label << std::right << std::setw(13)
               << format_bytes(r.stats.reserved_bytes[all].peak) << std::setw(15) << format_bytes(r.stats.allocated_bytes[all].peak)
@@ -192,8 +178,8 @@ void print_what_if(const std::vector<std::pair<AllocatorConfig, ReplayResult>>& 
     auto same = std::find_if(points.begin(), points.end(), [&](const auto& p) {
       return p.second->oom_before_trace == r.oom_before_trace && p.second->oom_event_index == r.oom_event_index;
     });
-    if (same == points.end()) points.push_back({{setting_label(config)}, &r});
-    else same->first.push_back(setting_label(config));
+    if (same == points.end()) points.push_back({{config.label()}, &r});
+    else same->first.push_back(config.label());
   }
   auto joined = [](const std::vector<std::string>& labels) {
     std::string text;
@@ -203,7 +189,7 @@ void print_what_if(const std::vector<std::pair<AllocatorConfig, ReplayResult>>& 
   for (const auto& [labels, r] : points) {
     std::vector<std::string> others;  // the settings that did not run out here
     for (const auto& [config, row] : rows)
-      if (std::find(labels.begin(), labels.end(), setting_label(config)) == labels.end()) others.push_back(setting_label(config));
+      if (std::find(labels.begin(), labels.end(), config.label()) == labels.end()) others.push_back(config.label());
     std::cout << "  " << (labels.size() > 2 ? std::to_string(labels.size()) + " settings" +
                                                   (others.empty() ? std::string(" (all)") : " (all but " + joined(others) + ")")
                                             : joined(labels))
@@ -388,7 +374,7 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
       // (null: a card that never refuses, the snapshot not saying how large the real one was)
       j["what_if_device_memory_bytes"] = what_if_capacity == kUnlimited ? nlohmann::json(nullptr) : nlohmann::json(what_if_capacity);
       j["lowest_peak_reserved"] = {{"allocator_config", best->to_string()},
-                                   {"label", setting_label(*best)},
+                                   {"label", best->label()},
                                    {"peak_reserved_bytes", best_peak},
                                    {"smallest_gpu", card_for_best ? nlohmann::json(card_for_best->name) : nlohmann::json(nullptr)}};
     }
@@ -405,13 +391,13 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
               << "  before recording: " << f.segments_before << " segments (" << format_bytes(f.reserved_before) << "), "
               << f.blocks_before << " live blocks (" << format_bytes(f.requested_before) << " requested)\n"
               << "  settings: "
-              << (snap.settings_recorded ? setting_label(snap.recorded_config) + " (recorded)"
+              << (snap.settings_recorded ? snap.recorded_config.label() + " (recorded)"
                                          : std::string("not recorded (PyTorch before 2.5): the default assumed"))
               << '\n';
     print_notes(snap);
     std::cout << '\n'
-              << (as_recorded ? "Replayed as recorded (" + setting_label(config) + ", the recorded device's own answers):\n"
-                              : "Replayed under " + setting_label(config) + " on a card of " +
+              << (as_recorded ? "Replayed as recorded (" + config.label() + ", the recorded device's own answers):\n"
+                              : "Replayed under " + config.label() + " on a card of " +
                                     (capacity == kUnlimited ? std::string("unlimited size") : format_bytes(capacity)) +
                                     " (" + capacity_source + "):\n");
     auto compare = [&](const char* name, std::size_t replayed, std::size_t recorded) {
@@ -442,7 +428,7 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
     print_where(snap, replayed);
     if (request.what_if) {
       print_what_if(rows, what_if_capacity, capacity_source, request.config ? "(as given)" : "(as recorded)", snap, doc);
-      std::cout << "\nLowest peak reserved over the whole trace: " << setting_label(*best) << " ("
+      std::cout << "\nLowest peak reserved over the whole trace: " << best->label() << " ("
                 << format_bytes(best_peak) << ")"
                 << (card_for_best ? "; the smallest card that holds the run with it: " + card_for_best->name + " (" +
                                         format_bytes(card_for_best->usable_bytes()) + " usable)"

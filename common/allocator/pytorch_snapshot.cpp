@@ -288,8 +288,7 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
   out.events = events.size();
   out.phases = snapshot_phases(snapshot, out.device);
   out.phases.phase.resize(events.size(), SnapshotPhases::kUnknown);
-  out.recorded.phase_peaks = PhasePeaks(out.phases.names.size());
-  out.recorded.timeline = MemoryTimeline(events.size(), kSnapshotTimelinePoints);
+  out.recorded.memory = SnapshotMemory(out.phases.names.size(), events.size());
 
   std::unordered_map<std::uintptr_t, LiveBlock> live;        // blocks the trace allocated, still live
   std::unordered_set<std::uintptr_t> freed;                  // blocks the trace freed, not allocated again
@@ -455,8 +454,7 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
     } else {
       out.not_followed.push_back({i, "unknown action \"" + action + "\": not followed"});
     }
-    out.recorded.timeline.add(i, requested.value, reserved.value);
-    out.recorded.phase_peaks.add(out.phases.phase[i], i, requested.value, reserved.value);
+    out.recorded.memory.add(out.phases.phase[i], i, requested.value, reserved.value);
   }
   if (awaiting_completion) defer_awaiting();  // the last free: not completed in the trace
   end_free_run(events.size());
@@ -503,8 +501,8 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
   out.before = lay_out_before(std::move(segments_before), std::move(blocks_before), out.recorded_config);
 
   // The events' values were counted from where recording began.
-  out.recorded.timeline.shift(static_cast<std::int64_t>(out.recorded.requested_before), static_cast<std::int64_t>(out.recorded.reserved_before));
-  out.recorded.phase_peaks.shift(static_cast<std::int64_t>(out.recorded.requested_before), static_cast<std::int64_t>(out.recorded.reserved_before));
+  out.recorded.memory.shift(static_cast<std::int64_t>(out.recorded.requested_before),
+                            static_cast<std::int64_t>(out.recorded.reserved_before));
   out.recorded.peak_reserved_bytes = out.recorded.reserved_before + static_cast<std::size_t>(reserved.peak);
   out.recorded.final_reserved_bytes = out.recorded.reserved_before + static_cast<std::size_t>(reserved.value);
   out.recorded.peak_requested_bytes = out.recorded.requested_before + static_cast<std::size_t>(requested.peak);
@@ -512,6 +510,13 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
     out.recorded.capacity_from_oom =
         out.recorded.reserved_before + static_cast<std::size_t>(*reserved_at_oom) + device_free_at_oom;
   return out;
+}
+
+ReplayObserver observe_into(SnapshotMemory& memory, const SnapshotPhases& phases) {
+  return [&memory, &phases](const ReplayPoint& p) {
+    memory.add(p.event < phases.phase.size() ? phases.phase[p.event] : SnapshotPhases::kUnknown, p.event, p.allocated,
+               p.reserved);
+  };
 }
 
 nlohmann::json allocator_settings_json(const AllocatorConfig& config) {

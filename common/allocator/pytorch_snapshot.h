@@ -64,6 +64,26 @@ struct SnapshotNote {
   std::string text;
 };
 
+constexpr std::size_t kSnapshotTimelinePoints = 1000;  // a plot's width in points, whatever the trace's length
+
+// A run's memory over a snapshot's trace, where it went: each phase's peaks and the timeline (at
+// most kSnapshotTimelinePoints points). The recorded run's is the reader's (allocated: the
+// requested bytes the trace gives); a replay's is filled by observe_into.
+struct SnapshotMemory {
+  PhasePeaks peaks;
+  MemoryTimeline timeline{0, 1};
+  SnapshotMemory() = default;
+  SnapshotMemory(std::size_t phases, std::size_t events) : peaks(phases), timeline(events, kSnapshotTimelinePoints) {}
+  void add(std::uint16_t phase, std::size_t event, std::int64_t allocated, std::int64_t reserved) {
+    peaks.add(phase, event, allocated, reserved);
+    timeline.add(event, allocated, reserved);
+  }
+  void shift(std::int64_t allocated, std::int64_t reserved) {
+    peaks.shift(allocated, reserved);
+    timeline.shift(allocated, reserved);
+  }
+};
+
 // The figures the trace itself gives, before any replay: what the replay must reproduce.
 struct RecordedFigures {
   std::size_t segments_before = 0, reserved_before = 0;  // held when recording began
@@ -74,13 +94,8 @@ struct RecordedFigures {
   std::size_t segment_allocs = 0, segment_frees = 0, ooms = 0;
   std::size_t segment_maps = 0, segment_unmaps = 0;  // expandable segments (not compared one by one)
   std::optional<std::size_t> capacity_from_oom;  // reserved + device free at the first oom event
-  // Where the memory went: each phase's peaks of requested and reserved bytes, and the trace's
-  // timeline of them (kSnapshotTimelinePoints points at most).
-  PhasePeaks phase_peaks;
-  MemoryTimeline timeline{0, 1};
+  SnapshotMemory memory;  // where the memory went: requested and reserved bytes, by phase and over the trace
 };
-
-constexpr std::size_t kSnapshotTimelinePoints = 1000;  // a plot's width in points, whatever the trace's length
 
 struct PytorchSnapshot {
   std::string source;
@@ -114,6 +129,10 @@ PytorchSnapshot read_pytorch_snapshot(const nlohmann::json& snapshot, const std:
 // "roundup_power2_divisions": {"1": N, ..., "32768": N}}): what trainmem's own snapshots write,
 // and what read_pytorch_snapshot reads back (recorded_config) to the same config.
 nlohmann::json allocator_settings_json(const AllocatorConfig& config);
+
+// A replay's observer (replay_trace) that fills `memory`, each point in its event's phase.
+// `memory` and `phases` must outlive the replay.
+ReplayObserver observe_into(SnapshotMemory& memory, const SnapshotPhases& phases);
 
 // The trace's frames for an event ("name (file:line)" each, innermost first), empty when not
 // recorded or out of range: what an out-of-memory report shows of where the request came from.

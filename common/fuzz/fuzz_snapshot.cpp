@@ -45,13 +45,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     trainmem::CachingAllocator allocator(recorded, snapshot.recorded_config.expandable_segments
                                                        ? trainmem::AllocatorConfig{}
                                                        : snapshot.recorded_config);
-    trainmem::PhasePeaks peaks(snapshot.phases.names.size());
-    trainmem::MemoryTimeline timeline(snapshot.events, trainmem::kSnapshotTimelinePoints);
-    (void)trainmem::replay_trace(snapshot.ops, allocator, snapshot.before, &recorded, [&](const trainmem::ReplayPoint& p) {
-      peaks.add(p.event < snapshot.phases.phase.size() ? snapshot.phases.phase[p.event] : 0, p.event, p.allocated, p.reserved);
-      timeline.add(p.event, p.allocated, p.reserved);
-    });
-    if (timeline.size() > trainmem::kSnapshotTimelinePoints) __builtin_trap();  // the bound is the point
+    trainmem::SnapshotMemory memory(snapshot.phases.names.size(), snapshot.events);
+    (void)trainmem::replay_trace(snapshot.ops, allocator, snapshot.before, &recorded,
+                                 trainmem::observe_into(memory, snapshot.phases));
+    if (memory.timeline.size() > trainmem::kSnapshotTimelinePoints) __builtin_trap();  // the bound is the point
     (void)snapshot.phases.spans();
   }
   for (const char* text : {"", "max_split_size_mb:20,expandable_segments:False", "expandable_segments:True",

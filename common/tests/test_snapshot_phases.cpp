@@ -179,7 +179,7 @@ TEST(SnapshotPhases, RealSnapshotsPhasesComeFromItsFrames) {
 
   // The recorded peaks, placed: the overall peaks are the snapshot's figures, and each is some
   // phase's own peak.
-  const PhasePeaks& peaks = snap.recorded.phase_peaks;
+  const PhasePeaks& peaks = snap.recorded.memory.peaks;
   EXPECT_EQ(peaks.overall().reserved, 134217728);
   EXPECT_EQ(peaks.overall().allocated, 108258676);  // (requested bytes: the trace's sizes)
   ASSERT_TRUE(peaks.overall().reserved_event);
@@ -215,7 +215,7 @@ TEST(SnapshotPhases, TrainmemsOwnPhasesRoundTrip) {
   }
   // Each phase's peak requested after its events: the forward's both activations (4 MiB), the
   // backward's a and g (2 MiB, after b's free), the optimizer's g alone (after a's free).
-  const PhasePeaks& peaks = snap.recorded.phase_peaks;
+  const PhasePeaks& peaks = snap.recorded.memory.peaks;
   std::uint16_t forward = 0, backward = 0, optimizer = 0;
   for (std::uint16_t k = 0; k < snap.phases.names.size(); ++k) {
     if (snap.phases.names[k] == "forward") forward = k;

@@ -7,9 +7,6 @@
 
 namespace trainmem::cli {
 
-namespace {
-
-// A phase's peak where it was reached: {"bytes", "event", "phase", "step"}.
 nlohmann::json place_json(const SnapshotPhases& phases, std::int64_t bytes, std::optional<std::size_t> event) {
   nlohmann::json j = {{"bytes", bytes}, {"event", nullptr}, {"phase", nullptr}, {"step", nullptr}};
   if (!event) return j;
@@ -20,24 +17,13 @@ nlohmann::json place_json(const SnapshotPhases& phases, std::int64_t bytes, std:
   return j;
 }
 
+namespace {
+
 // At most this many spans in the JSON: more are narrower than a plot's point (the timeline has
 // kSnapshotTimelinePoints), and a hostile file could make one per event.
 constexpr std::size_t kMaxSpans = 4 * kSnapshotTimelinePoints;
 
 }  // namespace
-
-ReplayedMemory::ReplayedMemory(const PytorchSnapshot& snapshot)
-    : phases_(&snapshot.phases),
-      timeline_(snapshot.events, kSnapshotTimelinePoints),
-      peaks_(snapshot.phases.names.size()) {}
-
-ReplayObserver ReplayedMemory::observer() {
-  return [this](const ReplayPoint& p) {
-    timeline_.add(p.event, p.allocated, p.reserved);
-    const std::uint16_t phase = p.event < phases_->phase.size() ? phases_->phase[p.event] : SnapshotPhases::kUnknown;
-    peaks_.add(phase, p.event, p.allocated, p.reserved);
-  };
-}
 
 std::string place_text(const SnapshotPhases& phases, std::size_t event) {
   std::string text = "event " + std::to_string(event);
@@ -47,15 +33,15 @@ std::string place_text(const SnapshotPhases& phases, std::size_t event) {
   return text + ")";
 }
 
-void add_where_json(nlohmann::json& out, const PytorchSnapshot& snap, const ReplayedMemory& replayed,
-                    const ReplayedMemory* lowest, const std::string& lowest_config) {
+void add_where_json(nlohmann::json& out, const PytorchSnapshot& snap, const SnapshotMemory& replayed,
+                    const SnapshotMemory* lowest, const std::string& lowest_config) {
   const SnapshotPhases& phases = snap.phases;
-  const PhasePeaks& recorded = snap.recorded.phase_peaks;
+  const PhasePeaks& recorded = snap.recorded.memory.peaks;
   nlohmann::json table = nlohmann::json::array();
   for (std::uint16_t p = 0; p < phases.names.size(); ++p) {
     const PhasePeaks::Peak& r = recorded.of(p);
     if (r.events == 0) continue;
-    const PhasePeaks::Peak* q = p < replayed.peaks().phases() ? &replayed.peaks().of(p) : nullptr;
+    const PhasePeaks::Peak* q = p < replayed.peaks.phases() ? &replayed.peaks.of(p) : nullptr;
     table.push_back({{"phase", phases.names[p]},
                      {"events", r.events},
                      {"recorded_peak_requested_bytes", r.allocated},
@@ -74,24 +60,24 @@ void add_where_json(nlohmann::json& out, const PytorchSnapshot& snap, const Repl
                    {"table", table},
                    {"spans", spans},
                    {"spans_total", all_spans.size()}};
-  const PhasePeaks::Peak &r = recorded.overall(), &q = replayed.peaks().overall();
+  const PhasePeaks::Peak &r = recorded.overall(), &q = replayed.peaks.overall();
   out["peaks"] = {{"recorded_requested", place_json(phases, r.allocated, r.allocated_event)},
                   {"recorded_reserved", place_json(phases, r.reserved, r.reserved_event)},
                   {"replayed_allocated", place_json(phases, q.allocated, q.allocated_event)},
                   {"replayed_reserved", place_json(phases, q.reserved, q.reserved_event)}};
   out["timeline"] = {{"points", kSnapshotTimelinePoints},
-                     {"recorded", snap.recorded.timeline.to_json("requested_bytes")},
-                     {"replayed", replayed.timeline().to_json("allocated_bytes")}};
+                     {"recorded", snap.recorded.memory.timeline.to_json("requested_bytes")},
+                     {"replayed", replayed.timeline.to_json("allocated_bytes")}};
   if (lowest) {
-    nlohmann::json t = lowest->timeline().to_json("allocated_bytes");
+    nlohmann::json t = lowest->timeline.to_json("allocated_bytes");
     t["allocator_config"] = lowest_config;
     out["timeline"]["lowest_peak_setting"] = t;
   }
 }
 
-void print_where(const PytorchSnapshot& snap, const ReplayedMemory& replayed) {
+void print_where(const PytorchSnapshot& snap, const SnapshotMemory& replayed) {
   const SnapshotPhases& phases = snap.phases;
-  const PhasePeaks& recorded = snap.recorded.phase_peaks;
+  const PhasePeaks& recorded = snap.recorded.memory.peaks;
   if (phases.sources.empty()) {
     std::cout << "\nWhere the memory went: the snapshot records no phases (no record_function ranges, no stack "
                  "frames: record with _record_memory_history(stacks=\"python\") or wrap the phases in "
@@ -107,8 +93,8 @@ void print_where(const PytorchSnapshot& snap, const ReplayedMemory& replayed) {
     for (std::uint16_t p = 0; p < phases.names.size(); ++p) {
       const PhasePeaks::Peak& r = recorded.of(p);
       if (r.events == 0) continue;
-      const bool replayed_here = p < replayed.peaks().phases() && replayed.peaks().of(p).events > 0;
-      const PhasePeaks::Peak& q = replayed_here ? replayed.peaks().of(p) : r;
+      const bool replayed_here = p < replayed.peaks.phases() && replayed.peaks.of(p).events > 0;
+      const PhasePeaks::Peak& q = replayed_here ? replayed.peaks.of(p) : r;
       std::string name = phases.names[p];
       if (name.size() > 21) name = name.substr(0, 20) + "~";
       std::cout << "  " << std::left << std::setw(22) << name << std::right << std::setw(8) << r.events << std::setw(16)
@@ -118,7 +104,7 @@ void print_where(const PytorchSnapshot& snap, const ReplayedMemory& replayed) {
                 << (replayed_here ? format_bytes(static_cast<std::uint64_t>(q.reserved)) : std::string("-")) << '\n';
     }
   }
-  const PhasePeaks::Peak &r = recorded.overall(), &q = replayed.peaks().overall();
+  const PhasePeaks::Peak &r = recorded.overall(), &q = replayed.peaks.overall();
   // (A recorded peak reserved is a segment_alloc's event; the replay's, the alloc's after it.)
   if (r.reserved_event) std::cout << "  recorded peak reserved at " << place_text(phases, *r.reserved_event) << '\n';
   if (r.allocated_event) std::cout << "  recorded peak requested at " << place_text(phases, *r.allocated_event) << '\n';

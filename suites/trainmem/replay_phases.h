@@ -12,29 +12,18 @@
 
 namespace trainmem::cli {
 
-// A replay's memory as its observer sees it: the timeline and each phase's peaks.
-class ReplayedMemory {
- public:
-  explicit ReplayedMemory(const PytorchSnapshot& snapshot);
-  ReplayObserver observer();
-  const MemoryTimeline& timeline() const { return timeline_; }
-  const PhasePeaks& peaks() const { return peaks_; }
-
- private:
-  const SnapshotPhases* phases_;
-  MemoryTimeline timeline_;
-  PhasePeaks peaks_;
-};
+// Where `bytes` were reached: {"bytes", "event", "phase", "step"} (null: no event, no recorded phases, step unknown).
+nlohmann::json place_json(const SnapshotPhases& phases, std::int64_t bytes, std::optional<std::size_t> event);
 
 // "event 1234 (backward, step 2)"; "event 1234" when the snapshot records no phases.
 std::string place_text(const SnapshotPhases& phases, std::size_t event);
 
 // {"phases": {"sources", "steps_counted", "table": [...], "spans": [...]}, "peaks": {...},
 //  "timeline": {"recorded", "replayed"[, "lowest_peak_setting"]}}, added to the replay's JSON.
-void add_where_json(nlohmann::json& out, const PytorchSnapshot& snapshot, const ReplayedMemory& replayed,
-                    const ReplayedMemory* lowest, const std::string& lowest_config);
+void add_where_json(nlohmann::json& out, const PytorchSnapshot& snapshot, const SnapshotMemory& replayed,
+                    const SnapshotMemory* lowest, const std::string& lowest_config);
 
 // The table of the phases and the peaks' places, for the text output.
-void print_where(const PytorchSnapshot& snapshot, const ReplayedMemory& replayed);
+void print_where(const PytorchSnapshot& snapshot, const SnapshotMemory& replayed);
 
 }  // namespace trainmem::cli

@@ -59,12 +59,12 @@ std::vector<std::string> oom_frames(const nlohmann::json& doc, int device, std::
 
 nlohmann::json oom_json(const ReplayResult& r, const nlohmann::json& doc, const PytorchSnapshot& snap) {
   if (!r.oom) return nullptr;
-  const bool placed = !r.oom_before_trace && !snap.phases.sources.empty();
-  const std::uint32_t step = placed ? snap.phases.step_of(r.oom_event_index) : 0;
+  const nlohmann::json place =
+      place_json(snap.phases, 0, r.oom_before_trace ? std::nullopt : std::optional<std::size_t>(r.oom_event_index));
   nlohmann::json j = {{"event_index", r.oom_before_trace ? nlohmann::json(nullptr) : nlohmann::json(r.oom_event_index)},
                       {"before_trace", r.oom_before_trace},
-                      {"phase", placed ? nlohmann::json(snap.phases.phase_of(r.oom_event_index)) : nlohmann::json(nullptr)},
-                      {"step", step ? nlohmann::json(step) : nlohmann::json(nullptr)},
+                      {"phase", place["phase"]},
+                      {"step", place["step"]},
                       {"requested_bytes", r.oom->requested_bytes},
                       {"device_request_bytes", r.oom->device_request_bytes},
                       {"frames", r.oom_before_trace ? std::vector<std::string>{} : oom_frames(doc, snap.device, r.oom_event_index)}};
@@ -321,9 +321,9 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
     allocator.recorder().enable();
     record.emplace(allocator.recorder(), request.record, "--record");
   }
-  ReplayedMemory replayed(snap);
-  const ReplayResult result =
-      replay_trace(snap.ops, allocator, snap.before, recorded_device ? &*recorded_device : nullptr, replayed.observer());
+  SnapshotMemory replayed(snap.phases.names.size(), snap.events);
+  const ReplayResult result = replay_trace(snap.ops, allocator, snap.before, recorded_device ? &*recorded_device : nullptr,
+                                           observe_into(replayed, snap.phases));
   if (record) record->finish();
   const bool same_end = same_layout(result.segments, snap.after, !config.expandable_segments);
 
@@ -379,8 +379,8 @@ int run_snapshot_replay(const std::string& path, const SnapshotReplayRequest& re
                                    {"smallest_gpu", card_for_best ? nlohmann::json(card_for_best->name) : nlohmann::json(nullptr)}};
     }
     // The lowest setting's timeline, beside the replayed one (over the whole trace, as its peak).
-    std::optional<ReplayedMemory> lowest;
-    if (best) replay_on_card(snap, *best, kUnlimited, lowest.emplace(snap).observer());
+    std::optional<SnapshotMemory> lowest;
+    if (best) replay_on_card(snap, *best, kUnlimited, observe_into(lowest.emplace(snap.phases.names.size(), snap.events), snap.phases));
     add_where_json(j, snap, replayed, lowest ? &*lowest : nullptr, best ? best->to_string() : std::string());
     std::cout << j.dump(2) << '\n';
   } else {

@@ -7,12 +7,10 @@
 
 namespace trainmem {
 
-std::vector<std::string> default_oom_advice(const OomReport& r) {
+std::vector<std::string> fragmentation_advice(const OomReport& r) {
   std::vector<std::string> advice;
-  auto bytes_of = [&](MemoryCategory c) { return r.category_bytes[index_of(c)]; };
-
-  // Fragmentation first: the cache had enough free bytes in total, but no piece big enough. (Not
-  // when the run's live tensors alone exceed the device: better packing cannot close that gap.)
+  // The cache had enough free bytes in total, but no piece big enough. (Not when the run's live
+  // tensors alone exceed the device: better packing cannot close that gap.)
   if (r.live_tensors_exceed_device) {
     // (the estimator's own lines say what does)
   } else if (r.reserved_unallocated_bytes() >= r.rounded_bytes) {
@@ -39,53 +37,26 @@ std::vector<std::string> default_oom_advice(const OomReport& r) {
                      " request, but not in one piece: expandable segments (allocator config "
                      "expandable_segments:True) may help, by growing a segment's free end in place");
   }
-  // Then the categories in order of size, each with the technique that shrinks it.
-  std::vector<MemoryCategory> order(kAllMemoryCategories.begin(), kAllMemoryCategories.end());
-  std::sort(order.begin(), order.end(), [&](MemoryCategory a, MemoryCategory b) { return bytes_of(a) > bytes_of(b); });
-  // A category's ways out, but those already in effect: "activations: a, b or c".
-  const RemediesInEffect& in = r.in_effect;
-  auto add = [&advice](MemoryCategory c, const std::vector<std::string>& ways) {
-    std::string line;
-    for (std::size_t i = 0; i < ways.size(); ++i) {
-      if (i > 0) line += i + 1 < ways.size() ? ", " : ways.size() > 2 ? ", or " : " or ";
-      line += ways[i];
+  return advice;
+}
+
+std::vector<MemoryCategory> categories_to_shrink(const OomReport& r) {
+  auto bytes_of = [&](MemoryCategory c) { return r.category_bytes[index_of(c)]; };
+  std::vector<MemoryCategory> order;
+  for (MemoryCategory c : kAllMemoryCategories) {
+    if (c == r.category) {
+      order.push_back(c);
+      continue;
     }
-    if (!line.empty()) advice.push_back(std::string(to_string(c)) + ": " + line);
-  };
-  for (MemoryCategory c : order) {
-    // Only categories that hold a real share (5%) of the memory, and the request's own.
-    if (c != r.category && bytes_of(c) * 20 < static_cast<std::int64_t>(r.allocated_bytes)) continue;
-    if (bytes_of(c) == 0 && c != r.category) continue;
-    std::vector<std::string> ways;
-    switch (c) {
-      case MemoryCategory::activations:
-        if (!in.smallest_micro_batch)
-          ways.push_back("a smaller micro-batch with gradient accumulation (--batch smaller, --accum K)");
-        if (!in.full_recompute)
-          ways.push_back(in.some_recompute ? "full activation recompute (--recompute full)"
-                                           : "activation recompute (--recompute selective|full)");
-        if (!in.sixteen_bit) ways.push_back("16-bit activations (--precision bf16)");
-        break;
-      case MemoryCategory::optimizer_state:
-        if (in.sharding_stage < 1) ways.push_back("shard it across ranks (--zero 1 or higher)");
-        if (!in.optimizer_offloaded) ways.push_back("offload it (--offload optimizer)");
-        break;
-      case MemoryCategory::gradients:
-        if (!in.sixteen_bit) ways.push_back("16-bit gradients (--precision bf16)");
-        if (in.sharding_stage < 2) ways.push_back("shard them (--zero 2)");
-        break;
-      case MemoryCategory::parameters:
-        if (!in.sixteen_bit) ways.push_back("16-bit weights (--precision bf16)");
-        if (in.sharding_stage < 3) ways.push_back("shard them (--zero 3)");
-        break;
-      case MemoryCategory::data:
-        if (!in.data_off_device) ways.push_back("keep the dataset on the host and stream batches (--loader lazy)");
-        break;
-      default:
-        break;
-    }
-    add(c, ways);
+    if (bytes_of(c) == 0 || bytes_of(c) * 20 < static_cast<std::int64_t>(r.allocated_bytes)) continue;
+    order.push_back(c);
   }
+  std::stable_sort(order.begin(), order.end(), [&](MemoryCategory a, MemoryCategory b) { return bytes_of(a) > bytes_of(b); });
+  return order;
+}
+
+std::vector<std::string> default_oom_advice(const OomReport& r) {
+  std::vector<std::string> advice = fragmentation_advice(r);
   if (advice.empty()) advice.push_back("use a device with more memory (or a larger --device-memory budget)");
   return advice;
 }

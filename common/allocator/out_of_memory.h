@@ -13,19 +13,6 @@
 
 namespace trainmem {
 
-// What the run already does, so that the advice does not propose it again. Filled by the advisor
-// that knows the run (the estimator's, suites/trainmem/estimator/oom_advice.h); by default nothing
-// is known to be in effect.
-struct RemediesInEffect {
-  bool smallest_micro_batch = false;  // --batch 1: no smaller micro-batch
-  bool some_recompute = false;        // --recompute selective, every:K, sqrt or full
-  bool full_recompute = false;        // --recompute full
-  bool sixteen_bit = false;           // --precision bf16 or fp16
-  int sharding_stage = 0;             // what is sharded: ZeRO's stage (FSDP full: 3, grad_op: 2)
-  bool optimizer_offloaded = false;   // --offload optimizer or params
-  bool data_off_device = false;       // the dataset is not on the device (--loader lazy or sequential)
-};
-
 struct OomReport {
   std::string device;                  // e.g. "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu budget (16.00 GiB)"
   MemoryCategory category = MemoryCategory::other;  // what the failed request was for
@@ -44,7 +31,6 @@ struct OomReport {
   // (its peak allocated on an unlimited device) exceed what the device can give. Then no allocator
   // setting can make it fit, and the fragmentation advice is left out.
   bool live_tensors_exceed_device = false;
-  RemediesInEffect in_effect;          // left out of the advice
   std::vector<std::string> advice;     // what would help, most specific first
 
   std::size_t reserved_unallocated_bytes() const { return reserved_bytes - allocated_bytes; }
@@ -53,11 +39,20 @@ struct OomReport {
   std::string message() const;
 };
 
-// The generic advice: which techniques shrink which categories (but those report.in_effect says
-// the run already uses), plus expandable segments when
-// "reserved but unallocated" is large, i.e. the free bytes exist (cached free blocks + the
-// device's free memory >= the request) but not in one piece (fragmentation), as PyTorch's message
-// suggests expandable_segments:True.
+// What the allocator itself can say would help: expandable segments when "reserved but
+// unallocated" is large, i.e. the free bytes exist (cached free blocks + the device's free memory
+// >= the request) but not in one piece (fragmentation), as PyTorch's message suggests
+// expandable_segments:True. Empty when the memory is not fragmented. (Which technique shrinks which
+// category is the techniques' to say, through their registrations: the estimator's advisor,
+// suites/trainmem/estimator/oom_advice.h, joins both.)
+std::vector<std::string> fragmentation_advice(const OomReport& report);
+
+// The categories worth shrinking, the largest first: those holding a real share (5%) of the
+// allocated bytes, and the failed request's own.
+std::vector<MemoryCategory> categories_to_shrink(const OomReport& report);
+
+// The advice of an allocator that knows nothing of the run: the fragmentation advice, else a
+// device with more memory.
 std::vector<std::string> default_oom_advice(const OomReport& report);
 
 // The host refused memory the device's budget allows (DeviceMemory::host_refusal): host memory

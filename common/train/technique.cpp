@@ -61,13 +61,17 @@ DatasetHome Techniques::dataset_home(const TrainingSetup& setup) const {
   return DatasetHome::host_memory;
 }
 
-RemediesInEffect Techniques::in_effect(const TrainingSetup& setup) const {
-  RemediesInEffect in;
-  in.smallest_micro_batch = setup.batch <= 1;
-  in.sixteen_bit = setup.precision != Precision::fp32;
-  in.data_off_device = dataset_home(setup) != DatasetHome::device;
-  for (const Technique* t : list_) t->mark_in_effect(setup, in);
-  return in;
+int Techniques::sharding_stage(const TrainingSetup& setup) const {
+  const Technique* t = sharding(setup);
+  return t ? t->sharding_stage(setup) : 0;
+}
+
+std::vector<std::string> Techniques::category_remedies(const TrainingSetup& setup, MemoryCategory category) const {
+  std::vector<std::string> words;
+  for (const Technique* t : list_)
+    for (CategoryRemedy& r : t->category_remedies(setup, *this))
+      if (r.category == category) words.push_back(std::move(r.words));
+  return words;
 }
 
 }  // namespace trainmem

@@ -9,7 +9,8 @@
 //                  optimizer (sharding), maybe the data loader
 //   describe       its words in the progress line and in messages: "recompute=selective"
 //   add_config_json / add_result_json   its part of `trainmem train --json`
-//   remedies       its ways out of an out-of-memory, for the OOM advice
+//   remedies       its ways out of an out-of-memory, for the OOM advice: setups the estimator
+//                  tries; category_remedies the words for each category of memory it shrinks
 //   add_formulas   its closed-form memory (formula_bytes.h), for the estimate and the report;
 //                  complete_formulas what depends on the others' (ZeRO: the paper's figures)
 //   dataset_home   where the run holds the dataset, when it provides the loader
@@ -36,7 +37,7 @@
 #include <vector>
 
 #include "common/allocator/memory_stats.h"
-#include "common/allocator/out_of_memory.h"
+#include "common/allocator/memory_category.h"
 #include "common/data/batch_source.h"
 #include "common/train/data_parallel_strategy.h"
 #include "common/train/formula_bytes.h"
@@ -106,6 +107,12 @@ struct Remedy {
     TrainingSetup setup;
   };
   std::function<std::vector<Variant>(const TrainingSetup&)> variants;
+};
+// A way a technique offers to shrink one category of memory, for the OOM advice's lines of what
+// would help: "activations: activation recompute (--recompute selective|full)".
+struct CategoryRemedy {
+  MemoryCategory category;
+  std::string words;  // what to do, with its flags: "activation recompute (--recompute selective|full)"
 };
 // The ranks of the remedies' costs, cheapest first.
 enum RemedyCost : int {
@@ -179,8 +186,14 @@ class Technique {
   virtual void add_config_json(const TrainingSetup&, nlohmann::json& /*config*/) const {}
   virtual void add_result_json(const RunFacts&, const Strategy* /*its strategy or nullptr*/, nlohmann::json& /*result*/) const {}
   virtual std::vector<Remedy> remedies(const TrainingSetup&) const { return {}; }
-  // What of the OOM advice this setup already does (the generic advice then leaves it out).
-  virtual void mark_in_effect(const TrainingSetup&, RemediesInEffect&) const {}
+  // Its ways to shrink each category of memory, but those the setup already uses (`all`: to ask
+  // what the other techniques do).
+  virtual std::vector<CategoryRemedy> category_remedies(const TrainingSetup&, const Techniques& /*all*/) const {
+    return {};
+  }
+  // Which model states it spreads over the ranks, as ZeRO's stages count them: 1 the optimizer
+  // state, 2 the gradients too, 3 the parameters too (0: none, or plain data parallelism).
+  virtual int sharding_stage(const TrainingSetup&) const { return 0; }
   virtual void add_formulas(const TrainingSetup&, FormulaBytes&) const {}
   // Called after every technique's add_formulas: what it adds that depends on the others' (ZeRO:
   // the paper's figures of the stage whose arithmetic the run's sharding matches, FSDP's included).
@@ -223,9 +236,10 @@ class Techniques {
   FormulaBytes formulas(const TrainingSetup& setup) const;  // every add_formulas, then every complete_formulas
   // Where the run holds the dataset: the first technique's that says (host_memory: none does).
   DatasetHome dataset_home(const TrainingSetup& setup) const;
-  // What the core (batch, precision, where the data is) and every technique already do of the
-  // OOM advice.
-  RemediesInEffect in_effect(const TrainingSetup& setup) const;
+  // Which model states the run shards (Technique::sharding_stage of its sharding; 0: none).
+  int sharding_stage(const TrainingSetup& setup) const;
+  // Every technique's category_remedies for `category`, in the order of registration.
+  std::vector<std::string> category_remedies(const TrainingSetup& setup, MemoryCategory category) const;
 
  private:
   std::vector<const Technique*> list_;

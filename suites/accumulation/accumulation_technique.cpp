@@ -52,6 +52,11 @@ class AccumulationTechnique : public Technique {
              }}};
   }
 
+  std::vector<CategoryRemedy> category_remedies(const TrainingSetup& s, const Techniques&) const override {
+    if (s.batch <= 1) return {};  // no smaller micro-batch
+    return {{MemoryCategory::activations, "a smaller micro-batch with gradient accumulation (--batch smaller, --accum K)"}};
+  }
+
   // Micro-batches of the default batch; with fp16's loss scaler and selective recompute; a batch
   // of 16 in bf16 (the allocator's large pool).
   std::vector<SampleSetup> sample_setups() const override {

@@ -62,10 +62,15 @@ class CheckpointingTechnique : public Technique {
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {recompute_remedy("selective", kCostSmallRecompute), recompute_remedy("full", kCostFullRecompute)};
   }
-  void mark_in_effect(const TrainingSetup& s, RemediesInEffect& in) const override {
-    const RecomputePolicy::Kind recompute = s.option<RecomputePolicy>().kind;
-    in.some_recompute = recompute != RecomputePolicy::Kind::none;
-    in.full_recompute = recompute == RecomputePolicy::Kind::full;
+  std::vector<CategoryRemedy> category_remedies(const TrainingSetup& s, const Techniques&) const override {
+    switch (s.option<RecomputePolicy>().kind) {
+      case RecomputePolicy::Kind::none:
+        return {{MemoryCategory::activations, "activation recompute (--recompute selective|full)"}};
+      case RecomputePolicy::Kind::full:
+        return {};
+      default:
+        return {{MemoryCategory::activations, "full activation recompute (--recompute full)"}};
+    }
   }
   void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
     f.activations = predicted_activation_peak(s.model, s.batch, s.seq(), s.option<RecomputePolicy>(),

@@ -125,11 +125,11 @@ class FsdpTechnique : public Technique {
     if (const auto* fsdp = dynamic_cast<const FsdpStrategy*>(strategy)) result["fsdp"] = fsdp_json(*fsdp, run);
   }
 
-  void mark_in_effect(const TrainingSetup& s, RemediesInEffect& in) const override {
+  // FULL_SHARD shards what ZeRO-3 does, SHARD_GRAD_OP what ZeRO-2 does, NO_SHARD nothing.
+  int sharding_stage(const TrainingSetup& s) const override {
     const FsdpChoice& fsdp = s.option<FsdpChoice>();
-    if (!fsdp.enabled) return;
-    const int stage = fsdp.options.mode == ShardingMode::full ? 3 : fsdp.options.mode == ShardingMode::grad_op ? 2 : 0;
-    in.sharding_stage = std::max(in.sharding_stage, stage);  // FULL_SHARD shards what ZeRO-3 does, SHARD_GRAD_OP ZeRO-2
+    if (!fsdp.enabled) return 0;
+    return fsdp.options.mode == ShardingMode::full ? 3 : fsdp.options.mode == ShardingMode::grad_op ? 2 : 0;
   }
   void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
     const FsdpChoice& choice = s.option<FsdpChoice>();

@@ -99,6 +99,11 @@ class LazyLoadingTechnique : public Technique {
              }}};
   }
 
+  std::vector<CategoryRemedy> category_remedies(const TrainingSetup& s, const Techniques& all) const override {
+    if (all.dataset_home(s) != DatasetHome::device) return {};  // already off the device
+    return {{MemoryCategory::data, "keep the dataset on the host and stream batches (--loader lazy)"}};
+  }
+
   // The trainer's int32 tokens and targets; eager: the whole dataset as int32; lazy: `prefetch`
   // slots of tokens + targets (lazy_loader.h).
   void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {

@@ -86,6 +86,14 @@ class MixedPrecisionTechnique : public Technique {
              }}};
   }
 
+  // 16 bits halve what each weight, gradient and activation takes.
+  std::vector<CategoryRemedy> category_remedies(const TrainingSetup& s, const Techniques&) const override {
+    if (s.precision != Precision::fp32) return {};
+    return {{MemoryCategory::activations, "16-bit activations (--precision bf16)"},
+            {MemoryCategory::gradients, "16-bit gradients (--precision bf16)"},
+            {MemoryCategory::parameters, "16-bit weights (--precision bf16)"}};
+  }
+
   // precision_memory.h: bytes per parameter per category, each tensor rounded to 512 bytes; the
   // optimizer's fp32 tensors (m, v and, in 16 bits, the master weights) are 4 bytes each.
   void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {

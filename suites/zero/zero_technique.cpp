@@ -109,10 +109,18 @@ class ZeroTechnique : public Technique {
   // ZeRO-Offload, the standard answer on one device as on many: the optimizer state (12 of a
   // 16-bit model's 16 bytes a parameter) and its update move to the host (ZeRO-2, as DeepSpeed
   // offloads it), then the parameter shards too (ZeRO-3). Tried after every on-device remedy.
-  void mark_in_effect(const TrainingSetup& s, RemediesInEffect& in) const override {
-    const ZeroChoice& zero = s.option<ZeroChoice>();
-    in.sharding_stage = std::max(in.sharding_stage, std::max(zero.stage, 0));
-    in.optimizer_offloaded = zero.offload != Offload::none;
+  int sharding_stage(const TrainingSetup& s) const override { return std::max(s.option<ZeroChoice>().stage, 0); }
+  // Each stage shards one more of the model states; offload moves the optimizer state to the host.
+  // (Not what the run's sharding, ZeRO's or another technique's, already shards.)
+  std::vector<CategoryRemedy> category_remedies(const TrainingSetup& s, const Techniques& all) const override {
+    const int sharded = all.sharding_stage(s);
+    std::vector<CategoryRemedy> ways;
+    if (sharded < 1) ways.push_back({MemoryCategory::optimizer_state, "shard it across ranks (--zero 1 or higher)"});
+    if (s.option<ZeroChoice>().offload == Offload::none)
+      ways.push_back({MemoryCategory::optimizer_state, "offload it (--offload optimizer)"});
+    if (sharded < 2) ways.push_back({MemoryCategory::gradients, "shard them (--zero 2)"});
+    if (sharded < 3) ways.push_back({MemoryCategory::parameters, "shard them (--zero 3)"});
+    return ways;
   }
   // Over N ranks: plain data parallelism, then each stage (more sharded, more communication),
   // then ZeRO-Offload; on one device only offload shards anything away.

@@ -28,7 +28,20 @@ std::string on_host(const FittingRemedy& fix) {
 
 }  // namespace
 
-RemediesInEffect remedies_in_effect(const TrainingSetup& s) { return registered_techniques().in_effect(s); }
+std::vector<std::string> category_advice(const TrainingSetup& setup, const OomReport& report) {
+  std::vector<std::string> advice;
+  for (MemoryCategory c : categories_to_shrink(report)) {
+    const std::vector<std::string> ways = registered_techniques().category_remedies(setup, c);
+    if (ways.empty()) continue;
+    std::string line = std::string(to_string(c)) + ": ";  // "activations: a, b, or c"
+    for (std::size_t i = 0; i < ways.size(); ++i) {
+      if (i > 0) line += i + 1 < ways.size() ? ", " : ways.size() > 2 ? ", or " : " or ";
+      line += ways[i];
+    }
+    advice.push_back(std::move(line));
+  }
+  return advice;
+}
 
 std::vector<FittingRemedy> remedies_that_fit(const TrainingSetup& failed, std::size_t capacity) {
   std::vector<FittingRemedy> out;
@@ -72,7 +85,6 @@ std::vector<FittingRemedy> remedies_that_fit(const TrainingSetup& failed, std::s
 std::vector<std::string> estimator_oom_advice(const TrainingSetup& failed, std::size_t capacity, const OomReport& report) {
   std::vector<std::string> advice;
   OomReport known = report;
-  known.in_effect = remedies_in_effect(failed);  // the generic advice leaves out what the run already does
   try {
     const MetaRun unlimited = run_on_meta(failed, 0, 0, PeakMoment::skip);
     const std::size_t before = unlimited.peak_reserved;
@@ -94,7 +106,10 @@ std::vector<std::string> estimator_oom_advice(const TrainingSetup& failed, std::
   } catch (const std::exception& e) {
     advice.push_back(std::string("(the estimator could not advise: ") + e.what() + ")");
   }
-  for (std::string& line : default_oom_advice(known)) advice.push_back(std::move(line));
+  std::vector<std::string> more = fragmentation_advice(known);
+  for (std::string& line : category_advice(failed, known)) more.push_back(std::move(line));
+  if (more.empty()) more = default_oom_advice(known);  // a larger device
+  for (std::string& line : more) advice.push_back(std::move(line));
   return advice;
 }
 

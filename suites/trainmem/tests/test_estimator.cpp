@@ -243,8 +243,8 @@ namespace {
 
 // The advice leaves out what the run already does: a run with full recompute in bf16 is not told
 // to recompute or to use 16 bits (the review found "--recompute full" proposed to a run using it),
-// and is still told what is left (a smaller micro-batch). Without knowledge of the run, the
-// generic advice proposes them.
+// and is still told what is left (a smaller micro-batch). The same report for a run in fp32
+// without recompute is told both.
 TEST(Estimator, OomAdviceLeavesOutWhatTheRunAlreadyDoes) {
   const TrainingSetup failed = setup_from_flags("--batch 64 --precision bf16 --recompute full");
   const std::size_t capacity = 4 * MiB;
@@ -258,10 +258,38 @@ TEST(Estimator, OomAdviceLeavesOutWhatTheRunAlreadyDoes) {
   EXPECT_EQ(all.find("--precision bf16"), std::string::npos) << all;
   EXPECT_NE(all.find("--batch smaller"), std::string::npos) << all;
 
-  std::string generic;
-  for (const std::string& line : default_oom_advice(*oom.oom)) generic += line + "\n";
-  EXPECT_NE(generic.find("--recompute selective|full"), std::string::npos) << generic;
-  EXPECT_NE(generic.find("--precision bf16"), std::string::npos) << generic;
+  std::string plain;
+  for (const std::string& line : category_advice(setup_from_flags("--batch 64"), *oom.oom)) plain += line + "\n";
+  EXPECT_NE(plain.find("--recompute selective|full"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("--precision bf16"), std::string::npos) << plain;
+}
+
+// What the run's sharding already shards is not proposed, whichever technique shards: FSDP's
+// FULL_SHARD shards what ZeRO-3 does, SHARD_GRAD_OP what ZeRO-2 does. (A report whose model
+// states hold a quarter of the memory each.)
+TEST(Estimator, OomAdviceLeavesOutWhatTheRunShardsAlready) {
+  OomReport report;
+  report.category = MemoryCategory::activations;
+  report.allocated_bytes = 4 * MiB;
+  for (MemoryCategory c : {MemoryCategory::parameters, MemoryCategory::gradients, MemoryCategory::optimizer_state,
+                           MemoryCategory::activations})
+    report.category_bytes[index_of(c)] = MiB;
+  auto advice_for = [&](const std::string& flags) {
+    std::string all;
+    for (const std::string& line : category_advice(setup_from_flags(flags), report)) all += line + "\n";
+    return all;
+  };
+  const std::string plain = advice_for("--batch 4");
+  EXPECT_NE(plain.find("shard it across ranks (--zero 1 or higher)"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("shard them (--zero 2)"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("shard them (--zero 3)"), std::string::npos) << plain;
+  EXPECT_EQ(advice_for("--batch 4 --fsdp full").find("shard"), std::string::npos);
+  const std::string grad_op = advice_for("--batch 4 --fsdp grad_op");
+  EXPECT_EQ(grad_op.find("--zero 2"), std::string::npos) << grad_op;
+  EXPECT_NE(grad_op.find("shard them (--zero 3)"), std::string::npos) << grad_op;
+  const std::string zero2 = advice_for("--batch 4 --zero 2 --offload optimizer");
+  EXPECT_EQ(zero2.find("--offload optimizer"), std::string::npos) << zero2;
+  EXPECT_NE(zero2.find("shard them (--zero 3)"), std::string::npos) << zero2;
 }
 
 }  // namespace

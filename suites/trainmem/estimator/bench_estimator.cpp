@@ -6,20 +6,23 @@
 //    steps, bf16, flash attention, B=1 -- what every estimate does once per configuration.
 // 2. BM_Estimate/<model>: `trainmem estimate --gpu h100-80gb`: the meta run, whether it fits and
 //    the largest micro-batch that does (batch_search.h: a meta run per batch up to it, within a bound).
-// 3. BM_MetaRunSharded/<scheme>/<ranks>: the 7.5B model of the ZeRO paper's Figure 1, rank 0's
-//    ZeRO-3 or FSDP full strategy over a meta communicator of N ranks (the setup as `trainmem
+// 3. BM_MetaRunSharded/<technique>/<ranks>: the 7.5B model of the ZeRO paper's Figure 1, rank 0's
+//    strategy over a meta communicator of N ranks for each sharding technique's first plan setting
+//    that shards every model state (ZeRO-3, FSDP's FULL_SHARD; its flags in the label) (the setup as `trainmem
 //    train` flags, read by train's parser through the registrations: tests/sample_setups.h);
 //    BM_MetaRunSharded/llama3-70b_128k/<scheme>/<ranks>: Llama-3 70B at a 128k context the same way.
 // Counters: the model's parameters, the run's peak allocated and reserved (bytes), and the
 // allocations the run made (its work: nothing else runs on meta).
 #include <benchmark/benchmark.h>
 
+#include <exception>
 #include <string>
 #include <vector>
 
 #include "common/results/benchmark_context.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
+#include "suites/trainmem/techniques.h"
 #include "suites/trainmem/tests/sample_setups.h"
 
 namespace trainmem::estimator {
@@ -105,14 +108,41 @@ TrainingSetup llama3_70b_128k(const std::string& scheme, std::size_t ranks) {
                                            DeviceKind::cpu, ranks);
 }
 
-void BM_MetaRunSharded(benchmark::State& state, TrainingSetup (*setup)(const std::string&, std::size_t), bool fsdp) {
-  const TrainingSetup s = setup(fsdp ? "--fsdp full" : "--zero 3", static_cast<std::size_t>(state.range(0)));
+// The schemes: each registered technique's first plan setting that shards every model state
+// (Techniques::sharding_stage 3) over `ranks`: ZeRO-3, FSDP's FULL_SHARD; as flags, and named by
+// the technique.
+struct ShardingScheme {
+  std::string technique;
+  std::string flags;
+};
+std::vector<ShardingScheme> full_sharding_schemes(std::size_t ranks) {
+  std::vector<ShardingScheme> schemes;
+  const TrainingSetup plain = zero_paper_7_5b("", ranks);
+  auto shards_everything = [&](const std::string& flags) {
+    try {
+      return registered_techniques().sharding_stage(zero_paper_7_5b(flags, ranks)) == 3;
+    } catch (const std::exception&) {
+      return false;  // a setting this setup already gives (its precision, its attention)
+    }
+  };
+  for (const Technique* t : registered_techniques())
+    for (const std::string& flags : t->plan_choices(plain).flags)
+      if (!flags.empty() && shards_everything(flags)) {
+        schemes.push_back({t->name(), flags});
+        break;
+      }
+  return schemes;
+}
+
+void BM_MetaRunSharded(benchmark::State& state, TrainingSetup (*setup)(const std::string&, std::size_t), std::string flags) {
+  const TrainingSetup s = setup(flags, static_cast<std::size_t>(state.range(0)));
   MetaRun r;
   for (auto _ : state) {
     r = run_on_meta(s);
     benchmark::DoNotOptimize(r.peak_reserved);
   }
   set_counters(state, s, r);
+  state.SetLabel(flags);
   state.counters["comm_volume_per_step"] =
       benchmark::Counter(static_cast<double>(r.comm.total.volume_bytes) / kMetaSteps, benchmark::Counter::kDefaults,
                          benchmark::Counter::kIs1024);
@@ -125,15 +155,15 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark((std::string("BM_Estimate/") + m.name).c_str(), BM_Estimate, m.config)
         ->Unit(benchmark::kMillisecond);
   }
-  for (const bool fsdp : {false, true}) {
-    benchmark::RegisterBenchmark(fsdp ? "BM_MetaRunSharded/fsdp_full" : "BM_MetaRunSharded/zero3", BM_MetaRunSharded,
-                                 zero_paper_7_5b, fsdp)
+  for (const ShardingScheme& scheme : full_sharding_schemes(8)) {
+    benchmark::RegisterBenchmark(("BM_MetaRunSharded/" + scheme.technique).c_str(), BM_MetaRunSharded, zero_paper_7_5b,
+                                 scheme.flags)
         ->Arg(8)
         ->Arg(64)
         ->Arg(1024)
         ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(fsdp ? "BM_MetaRunSharded/llama3-70b_128k/fsdp_full" : "BM_MetaRunSharded/llama3-70b_128k/zero3",
-                                 BM_MetaRunSharded, llama3_70b_128k, fsdp)
+    benchmark::RegisterBenchmark(("BM_MetaRunSharded/llama3-70b_128k/" + scheme.technique).c_str(), BM_MetaRunSharded,
+                                 llama3_70b_128k, scheme.flags)
         ->Arg(8)
         ->Arg(64)
         ->Arg(1024)

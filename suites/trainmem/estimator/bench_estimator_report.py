@@ -4,7 +4,7 @@ from reports.trainmem_report.presentation import Suite, plain
 from reports.trainmem_report.results import Benchmark
 
 
-# BM_MetaRun/<model>, BM_Estimate/<model>, BM_MetaRunSharded/<zero3|fsdp_full>/<ranks>.
+# BM_MetaRun/<model>, BM_Estimate/<model>, BM_MetaRunSharded/<sharding technique>/<ranks> (and /llama3-70b_128k/<technique>/<ranks>).
 def _group(b: Benchmark) -> str:
     parts = b.name.split("/")
     return f"{plain(parts[0])} {parts[1]}" if parts[0] == "BM_MetaRunSharded" else plain(parts[0])

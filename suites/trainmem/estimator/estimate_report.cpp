@@ -195,15 +195,14 @@ nlohmann::json estimate_json(const MemoryEstimate& e, const EstimateTarget& targ
   j["memory_stats"] = e.run.stats.to_json();
   if (e.formulas.sharded) {
     const ShardedFormulas& f = *e.formulas.sharded;
+    const Technique* sharding = registered_techniques().sharding(e.setup);
     j["sharding"] = {
         {"scheme", f.scheme},
         {"world_size", e.setup.world_size},
         {"figures", "per rank"},
         {"formula_counts", f.peaks ? "peaks in the step" : "held after a step"},
-        // the sharding flags, as the registrations put them in "config"
-        {"zero", j["config"]["zero"]},
-        {"fsdp", j["config"]["fsdp"].is_object() ? j["config"]["fsdp"]["mode"] : nlohmann::json()},
-        {"offload", j["config"]["offload"]},
+        // the sharding technique's registration, whose flags are in "config" under its own keys
+        {"technique", sharding ? nlohmann::json(sharding->name()) : nlohmann::json()},
         {"formula_per_rank_bytes",
          {{"parameters", f.parameters},
           {"gradients", f.gradients},

@@ -17,6 +17,7 @@
 #include "common/util/output_file.h"
 #include "suites/trainmem/estimator/meta_run.h"
 #include "suites/trainmem/planner/cpu_timing.h"
+#include "suites/trainmem/planner/technique_settings.h"
 #include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
 
@@ -26,41 +27,56 @@ namespace {
 
 constexpr int kFormat = 4;  // the cache file's format (4: time curves); a file of another is measured again
 
-// The workloads: both families, every precision and attention kernel, at three widths (up to
-// GPT-2 124M's, whose products are the ones OpenBLAS threads), so that each kernel's curve is
-// fitted over calls of several sizes. Under mpirun every rank runs them at once, in lockstep as a
-// data-parallel run keeps its ranks (each step ends in an all-reduce: --zero 0 is added where the
-// workload names no sharding), then the sharded workloads below (ZeRO-2's reduce-scatter and
-// all-gather, FSDP's). Ranks that run unaligned share the cores differently: tiny's steps were
-// predicted 10-15 points slower that way.
-const std::vector<std::string>& workloads() {
-  static const std::vector<std::string> list = {
-      "--model tiny --batch 8",
-      "--model tiny --batch 8 --precision bf16 --attention flash",
-      "--model tiny --batch 8 --precision fp16 --attention flash",
-      "--model small --batch 4 --dim 192 --heads 6",
-      "--model small --batch 4 --precision bf16",
-      "--model small --batch 4 --precision fp16 --attention flash --dim 192 --heads 6",
-      "--model llama-tiny --batch 8",
-      "--model llama-tiny --batch 8 --precision bf16 --attention flash",
-      "--model llama-small --batch 2 --precision fp16",
-      "--model llama-small --batch 2 --attention flash",
-      "--model small --batch 2 --zero 3 --offload params --precision bf16",
-      "--model gpt2-124m --layers 1 --seq 64 --vocab 4096 --batch 2",
-      "--model gpt2-124m --layers 1 --seq 64 --vocab 4096 --batch 2 --precision bf16 --attention flash",
-      "--model gpt2-124m --layers 1 --seq 64 --vocab 4096 --batch 2 --precision fp16",
-      "--model tiny --batch 8 --zero 2 --offload optimizer",
+}  // namespace
+
+// The workloads' shapes: both families at several widths (up to GPT-2 124M's, whose products are
+// the ones OpenBLAS threads), so that each kernel's curve is fitted over calls of several sizes.
+// Ordered so that every other shape (the even ones, the odd ones) holds both families and two widths.
+const std::vector<Shape>& calibration_shapes() {
+  static const std::vector<Shape> list = {
+      {"--model tiny", 8},
+      {"--model small --dim 192 --heads 6", 4},
+      {"--model llama-tiny", 8},
+      {"--model gpt2-124m --layers 1 --seq 64 --vocab 4096", 2},
+      {"--model small", 4},
+      {"--model llama-small", 2},
   };
   return list;
 }
-const std::vector<std::string>& sharded_workloads() {
-  static const std::vector<std::string> list = {
-      "--model small --batch 4 --zero 2",
-      "--model small --batch 4 --zero 0 --precision bf16",
-      "--model tiny --batch 8 --fsdp full",
-  };
+
+// The technique settings they run, from the registrations (technique_settings.h):
+//  - every mix of the settings that pick kernels (each precision with each attention kernel: each
+//    kernel's curve in each storage type), mix c on every other shape from shape c on;
+//  - then every other setting (recompute, accumulation, offload, sharding over the ranks: more or
+//    fewer of the same calls, and the host's work, copies and collectives), one shape each in turn.
+// Under mpirun every rank runs them at once, in lockstep as a data-parallel run keeps its ranks
+// (each step ends in an all-reduce; a setup under mpirun is data parallel when no setting shards).
+// Ranks that run unaligned share the cores differently: tiny's steps were predicted 10-15 points
+// slower that way.
+std::vector<std::string> calibration_workloads(int ranks) {
+  const std::vector<TechniqueSetting> settings = technique_settings(calibration_shapes().front(), static_cast<std::size_t>(ranks));
+  std::vector<std::string> mixes = {""};  // the kernel mixes: "" is every technique as the shape has it
+  for (std::size_t i = 0; i < settings.size();) {
+    if (!settings[i].picks_kernels) { ++i; continue; }
+    std::vector<std::string> more;  // each mix so far, and each with one of this technique's settings
+    std::size_t j = i;
+    for (; j < settings.size() && settings[j].technique == settings[i].technique; ++j)
+      for (const std::string& mix : mixes) more.push_back(mix.empty() ? settings[j].flags : mix + " " + settings[j].flags);
+    mixes.insert(mixes.end(), more.begin(), more.end());
+    i = j;
+  }
+  std::vector<std::string> list;
+  const std::size_t n = calibration_shapes().size();
+  for (std::size_t c = 0; c < mixes.size(); ++c)
+    for (std::size_t s = c % 2; s < n; s += 2) list.push_back(workload_flags(calibration_shapes()[s], mixes[c]));
+  std::size_t next = 0;
+  for (const TechniqueSetting& setting : settings)
+    if (!setting.picks_kernels) list.push_back(workload_flags(calibration_shapes()[next++ % n], setting.flags));
   return list;
 }
+
+namespace {
+
 constexpr int kSteps = 3;  // the first is left out (warm-up: first touches, Adam's state)
 
 // One workload as the calibration runs it among `ranks` ranks: its setup, and whether the ranks run
@@ -71,16 +87,8 @@ struct Workload {
 };
 std::vector<Workload> workloads_for(int ranks) {
   std::vector<Workload> list;
-  for (const std::string& flags : workloads()) {
-    TrainingSetup alone = cli::setup_from_train_flags(flags);
-    if (ranks > 1 && registered_techniques().sharding(alone) == nullptr)
-      list.push_back({cli::setup_from_train_flags(flags + " --zero 0", DeviceKind::cpu, static_cast<std::size_t>(ranks)), true});
-    else
-      list.push_back({std::move(alone), false});
-  }
-  if (ranks > 1)
-    for (const std::string& flags : sharded_workloads())
-      list.push_back({cli::setup_from_train_flags(flags, DeviceKind::cpu, static_cast<std::size_t>(ranks)), true});
+  for (const std::string& flags : calibration_workloads(ranks))
+    list.push_back({cli::setup_from_train_flags(flags, DeviceKind::cpu, static_cast<std::size_t>(ranks)), ranks > 1});
   return list;
 }
 
@@ -154,6 +162,7 @@ Calibration curves_of_log(const RecordingLog& log, int ranks) {
 }
 
 }  // namespace
+
 
 std::string machine_description(int ranks) {
   const DeviceInfo cpu = query_cpu_device_info();

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "suites/trainmem/planner/technique_settings.h"
 #include "suites/trainmem/planner/time_curve.h"
 
 namespace trainmem {
@@ -35,6 +36,11 @@ struct Calibration {
   std::map<std::string, TimeCurve> collectives;  // "all_reduce": against bytes sent
   double micro_batch_seconds = 0;            // what a micro-batch costs beyond its timed parts (the median)
 };
+
+// The calibration's model shapes (technique_settings.h), and the workloads calibrate_this_machine runs for `ranks` ranks, as train flags: the calibration's
+// shapes with the registered techniques' settings (calibration.cpp says how they are spread).
+const std::vector<Shape>& calibration_shapes();
+std::vector<std::string> calibration_workloads(int ranks);
 
 // Runs the workloads and reads the curves. `world`: the ranks under mpirun (nullptr: one process); every
 // rank calls it. Throws std::runtime_error when a workload fails.

@@ -8,38 +8,30 @@
 
 #include "suites/trainmem/planner/cpu_timing.h"
 #include "suites/trainmem/planner/step_time.h"
+#include "suites/trainmem/planner/technique_settings.h"
 #include "suites/trainmem/train_flags.h"
 
 namespace trainmem::planner {
 
-const std::vector<std::string>& checked_configurations(int ranks) {
-  static const std::vector<std::string> one_rank = {
-      "--model tiny --batch 8",
-      "--model tiny --batch 8 --recompute full",
-      "--model tiny --batch 4 --accum 2 --precision bf16",
-      "--model small --batch 4",
-      "--model small --batch 4 --recompute selective",
-      "--model small --batch 4 --precision bf16 --attention flash",
-      "--model small --batch 2 --accum 4 --recompute sqrt",
-      "--model small --batch 4 --precision fp16 --recompute every:2",
-      "--model gpt2-124m --layers 2 --seq 128 --vocab 8192 --batch 2",
-      "--model gpt2-124m --layers 2 --seq 128 --vocab 8192 --batch 2 --precision bf16 --recompute full",
-      "--model llama-tiny --batch 8 --recompute every:2",
-      "--model small --batch 4 --zero 2 --offload optimizer",
+// The shapes checked: none of them a calibration's (calibration.cpp), so the check times shapes the
+// curves were not read off.
+const std::vector<Shape>& checked_shapes() {
+  static const std::vector<Shape> list = {
+      {"--model tiny", 6},
+      {"--model small", 6},
+      {"--model gpt2-124m --layers 2 --seq 128 --vocab 8192", 2},
+      {"--model llama-tiny", 6},
   };
-  static const std::vector<std::string> sharded = {
-      "--model tiny --batch 8 --zero 0",
-      "--model small --batch 2 --zero 1",
-      "--model small --batch 2 --zero 2 --precision bf16",
-      "--model small --batch 2 --zero 3",
-      "--model small --batch 2 --fsdp full",
-      "--model small --batch 2 --fsdp grad_op --precision bf16",
-      "--model tiny --batch 4 --accum 2 --zero 3 --recompute full",
-      "--model llama-tiny --batch 4 --fsdp full --recompute selective",
-      "--model gpt2-124m --layers 2 --seq 128 --vocab 8192 --batch 2 --zero 2",
-      "--model small --batch 2 --zero 2 --offload optimizer",
-  };
-  return ranks <= 1 ? one_rank : sharded;
+  return list;
+}
+
+std::vector<std::string> checked_configurations(int ranks) {
+  std::vector<std::string> list;
+  for (const Shape& shape : checked_shapes()) list.push_back(workload_flags(shape, ""));
+  std::size_t next = 0;
+  for (const TechniqueSetting& setting : technique_settings(checked_shapes().front(), static_cast<std::size_t>(std::max(ranks, 1))))
+    if (ranks <= 1 || setting.shards) list.push_back(workload_flags(checked_shapes()[next++ % checked_shapes().size()], setting.flags));
+  return list;
 }
 
 CheckedStep check_step(const std::string& flags, const DeviceModel& device, Communicator* world, int steps) {

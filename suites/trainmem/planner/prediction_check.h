@@ -16,15 +16,18 @@
 
 #include "common/comm/communicator.h"
 #include "suites/trainmem/planner/device_model.h"
+#include "suites/trainmem/planner/technique_settings.h"
 
 namespace trainmem::planner {
 
-// The configurations checked, as `trainmem train` flags. One rank: tiny, small, the 124M shape cut
-// to 2 layers and llama-tiny, across recompute modes, precisions, attention, accumulation and
-// offload. More ranks: ZeRO 0-3 and FSDP full / grad_op, with precision, accumulation and
-// recompute. None is one of the calibration's workloads (calibration.cpp): the check times shapes
-// the curves were not read off.
-const std::vector<std::string>& checked_configurations(int ranks);
+// The configurations checked, as `trainmem train` flags: each of the check's own shapes (tiny,
+// small, the 124M shape cut to 2 layers, llama-tiny) as it is, then every setting the registered
+// techniques offer a plan (technique_settings.h), each on the next shape in turn -- on one rank all
+// of them (precisions, attention, recompute, accumulation, offload, gradient memory), over more
+// ranks those that shard the model states (ZeRO 1-3, FSDP). None is one of the calibration's
+// workloads (calibration.cpp): the check times shapes the curves were not read off.
+const std::vector<Shape>& checked_shapes();
+std::vector<std::string> checked_configurations(int ranks);
 
 struct CheckedStep {
   std::string flags;

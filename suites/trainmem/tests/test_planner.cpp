@@ -23,6 +23,7 @@
 #include "suites/trainmem/planner/cpu_timing.h"
 #include "suites/trainmem/planner/prediction_check.h"
 #include "suites/trainmem/planner/step_time.h"
+#include "suites/trainmem/planner/technique_settings.h"
 #include "suites/trainmem/tests/synthetic_calibration.h"
 #include "suites/trainmem/tests/trainmem_program.h"
 #include "suites/trainmem/train_flags.h"
@@ -162,6 +163,40 @@ TEST(CalibrationCache, ACompleteFileIsReadBackAndADamagedOneIsNot) {
   EXPECT_FALSE(read_calibration(path, 1, &problem).has_value());
   EXPECT_NE(problem.find("damaged"), std::string::npos) << problem;
   std::remove(path.c_str());
+}
+
+// The planner's own runs take their technique settings from the registrations
+// (technique_settings.h): every setting a plan of the calibration's first shape may choose is in
+// one of the calibration's workloads; every setting of the check's first shape is in a checked
+// configuration, on one rank, and over two ranks every one that shards; each parses as train takes it, and no
+// checked configuration is a calibration workload (the check times shapes the curves were not
+// read off).
+TEST(PlannerWorkloads, EveryTechniqueSettingIsCalibratedAndChecked) {
+  for (const int ranks : {1, 2}) {
+    const std::vector<std::string> calibrated = calibration_workloads(ranks);
+    const std::vector<std::string> checked = checked_configurations(ranks);
+    auto holding = [](const std::vector<std::string>& list, const std::string& setting) {
+      return std::any_of(list.begin(), list.end(), [&](const std::string& flags) {
+        return (flags + " ").find(" " + setting + " ") != std::string::npos;
+      });
+    };
+    const std::size_t world = static_cast<std::size_t>(ranks);
+    const std::vector<TechniqueSetting> settings = technique_settings(calibration_shapes().front(), world);
+    ASSERT_GE(settings.size(), 8u);  // precisions, attention, recompute, accumulation, offload, ...
+    for (const TechniqueSetting& s : settings) EXPECT_TRUE(holding(calibrated, s.flags)) << s.flags << " (" << ranks << " ranks)";
+    for (const TechniqueSetting& s : technique_settings(checked_shapes().front(), world)) {
+      if (ranks == 1 || s.shards) {
+        EXPECT_TRUE(holding(checked, s.flags)) << s.flags << " (" << ranks << " ranks)";
+      }
+    }
+    for (const std::string& flags : calibrated) {
+      EXPECT_NO_THROW(cli::setup_from_train_flags(flags, DeviceKind::cpu, ranks)) << flags;
+    }
+    for (const std::string& flags : checked) {
+      EXPECT_NO_THROW(cli::setup_from_train_flags(flags, DeviceKind::cpu, ranks)) << flags;
+      EXPECT_EQ(std::count(calibrated.begin(), calibrated.end(), flags), 0) << flags;
+    }
+  }
 }
 
 // Predicted against measured on this machine, calibrated on other shapes (calibration.cpp's

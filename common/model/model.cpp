@@ -71,11 +71,7 @@ static ModelConfig validated(ModelConfig config) {
 Model::Model(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options)
     : device_(device), config_(validated(std::move(config))), table_(config_), options_(options),
       dtype_(storage_dtype(options.precision)) {
-  if (options_.attention != AttentionKind::naive && device_.cuda_pattern() && dtype_ == DType::f32)
-    throw std::invalid_argument("--attention " + to_string(options_.attention) +
-                                " runs on a GPU in 16 bits: add --precision bf16 (or fp16)");
-  if (options_.attention == AttentionKind::cudnn && !device_.cuda_pattern())
-    throw std::invalid_argument("--attention cudnn needs a CUDA device; on the CPU use --attention flash");
+  check_attention_runs(options_.attention, device_.cuda_pattern(), dtype_ != DType::f32);
   const auto L = static_cast<float>(config_.layers);
   std::mt19937_64 rng(seed);
   std::vector<float> all_values;

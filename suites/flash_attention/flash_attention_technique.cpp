@@ -41,13 +41,9 @@ class FlashAttentionTechnique : public Technique {
     choice.defaulted_on_gpu = true;
   }
 
-  // The model's own refusals (GPT::GPT), found before anything is built.
+  // The model's own refusals (Model::Model), found before anything is built.
   void validate(const TrainingSetup& setup, const Techniques&) const override {
-    if (setup.attention != AttentionKind::naive && setup.backend == DeviceKind::cuda && setup.precision == Precision::fp32)
-      throw std::invalid_argument("--attention " + to_string(setup.attention) +
-                                  " runs on a GPU in 16 bits: add --precision bf16 (or fp16)");
-    if (setup.attention == AttentionKind::cudnn && setup.backend != DeviceKind::cuda)
-      throw std::invalid_argument("--attention cudnn needs a CUDA device; on the CPU use --attention flash");
+    check_attention_runs(setup.attention, setup.backend == DeviceKind::cuda, setup.precision != Precision::fp32);
   }
 
   std::string describe(const TrainingSetup& setup) const override {

@@ -57,7 +57,7 @@ void BM_Zero(benchmark::State& state, const std::string& device_choice, const Mo
   setup.model = config;
   setup.batch = batch;
   setup.precision = Precision::bf16;
-  setup.option<ZeroChoice>() = {c.stage, c.offload};
+  setup.option<ZeroOptions>() = {c.stage, c.offload};
   const std::size_t steps = kIterations + 1;
   TrainingRun run(setup, zero_alone, *device, comm.get(),
                   HostTokens(synthetic_corpus(static_cast<std::size_t>(N) * batch * config.seq * steps + 1, 1)));

@@ -6,45 +6,50 @@
 
 namespace trainmem::zero {
 
-void validate(const ZeroOptions& options) {
-  if (options.stage < 0 || options.stage > 3)
-    throw std::invalid_argument("--zero must be 0, 1, 2 or 3, not " + std::to_string(options.stage));
+void validate(const ZeroOptions& options, OptimizerInBackwardChoice in_backward) {
   if (options.offload != Offload::none && options.stage < 1)
     throw std::invalid_argument("--offload " + to_string(options.offload) +
-                                " needs --zero 1, 2 or 3: stage 0 keeps every state on every rank, there is no shard to offload");
+                                " needs --zero 1, 2 or 3: offload moves a rank's shard of the optimizer state to the host, "
+                                "and without stages 1-3 every rank keeps every state (there is no shard)");
   if (options.offload == Offload::params && options.stage != 3)
     throw std::invalid_argument("--offload params needs --zero 3: only stage 3 partitions the parameters "
                                 "(use --offload optimizer with stages 1 and 2)");
-  if (options.optimizer_in_backward && options.stage == 0)
+  if (options.stage < -1 || options.stage > 3)
+    throw std::invalid_argument("--zero must be 0, 1, 2 or 3, not " + std::to_string(options.stage));
+  if (in_backward.on && options.stage == 0)
     throw std::invalid_argument("--optimizer-in-backward needs --zero 1, 2 or 3 (or --fsdp): they update each unit's "
                                 "shard in the backward; stage 0 keeps a whole optimizer per rank");
 }
 
 namespace {
 
-// What each stage keeps whole and what as a shard (the optimizer is sharded from stage 1 on).
-ShardingPlan plan_of(const ZeroOptions& o) {
+// The engine's plan for a stage: what it keeps whole and what as a shard (the optimizer is
+// sharded from stage 1 on), with the trainer's settings.
+ShardingPlan plan_of(const ZeroOptions& o, kernels::AdamWHyper hyper, float max_grad_norm, GradientMode grads,
+                     bool in_backward) {
   ShardingPlan plan;
   plan.parameters = o.stage == 3 ? Keep::shard : Keep::whole;
   plan.gradients = o.stage >= 2 ? Keep::shard : Keep::whole;
   plan.offload = o.offload;
-  plan.adam = o.adam;
-  plan.max_grad_norm = o.max_grad_norm;
-  plan.gradients_on_demand = o.gradients_on_demand;
-  plan.optimizer_in_backward = o.optimizer_in_backward;
+  plan.adam = hyper;
+  plan.max_grad_norm = max_grad_norm;
+  plan.gradients_on_demand = grads == GradientMode::on_demand;
+  plan.optimizer_in_backward = in_backward;
   return plan;
 }
 
 }  // namespace
 
-ZeroStrategy::ZeroStrategy(Model& model, Communicator& comm, ZeroOptions options)
-    : model_(model), comm_(comm), options_(options), table_(model.config()) {
-  validate(options_);
+ZeroStrategy::ZeroStrategy(Model& model, Communicator& comm, ZeroOptions options, kernels::AdamWHyper hyper,
+                           float max_grad_norm, GradientMode grads, OptimizerInBackwardChoice in_backward)
+    : model_(model), comm_(comm), options_(options), in_backward_(in_backward.on), table_(model.config()) {
+  validate(options_, in_backward);
+  if (options_.stage < 0) throw std::invalid_argument("ZeroStrategy needs a stage: --zero 0, 1, 2 or 3");
   if (options_.stage == 0) {
-    replicated_adamw_ = std::make_unique<AdamWOptimizer>(model_, options_.adam, options_.max_grad_norm);
+    replicated_adamw_ = std::make_unique<AdamWOptimizer>(model_, hyper, max_grad_norm);
     data_parallel_adamw_ = std::make_unique<ReplicatedOptimizer>(*replicated_adamw_, comm_.world_size());
   } else {
-    engine_ = std::make_unique<ShardingEngine>(model_, comm_, plan_of(options_));
+    engine_ = std::make_unique<ShardingEngine>(model_, comm_, plan_of(options_, hyper, max_grad_norm, grads, in_backward_));
   }
 }
 
@@ -114,13 +119,13 @@ void ZeroStrategy::after_backward(StepContext& ctx) {
 // in the backward (else once, before the update). Then the engine may update the unit's shard.
 void ZeroStrategy::reduce_unit_in_backward(std::size_t u, long step) {
   if (options_.stage >= 2) engine_->unit(u).reduce_scatter_gradients();
-  else if (options_.optimizer_in_backward) engine_->unit(u).reduce_scatter_gradients_in_place();
+  else if (in_backward_) engine_->unit(u).reduce_scatter_gradients_in_place();
   engine_->gradients_reduced(u, step);
 }
 
 // Stage 1: this rank's slice of each unit's summed gradients, in place (volume P_u * e).
 void ZeroStrategy::before_optimizer_step(StepContext&) {
-  if (options_.stage != 1 || options_.optimizer_in_backward) return;
+  if (options_.stage != 1 || in_backward_) return;
   for (FlatUnit& u : engine_->units()) u.reduce_scatter_gradients_in_place();
 }
 

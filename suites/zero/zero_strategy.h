@@ -43,28 +43,32 @@
 #include "common/sharding/sharding_engine.h"
 #include "common/train/adamw_optimizer.h"
 #include "common/train/data_parallel_strategy.h"
+#include "common/train/gradient_mode.h"
 
 namespace trainmem::zero {
 
+// ZeRO's options, as the flags give them (an option of the setup, TrainingSetup::option<ZeroOptions>()).
+// The rest a run needs -- AdamW's settings, clipping, the gradients' lifetime -- are the trainer's,
+// passed to the strategy beside them; the sharding engine gets both as its ShardingPlan (plan_of).
 struct ZeroOptions {
-  int stage = 0;                    // 0, 1, 2 or 3
-  Offload offload = Offload::none;  // optimizer: stages 1-3; params: stage 3
-  kernels::AdamWHyper adam;
-  float max_grad_norm = 1.0f;       // 0 disables clipping
-  // --grads on-demand (stages 1-3; stage 0's gradients are the model's own, which the gradient
-  // memory suite's strategy frees): the engine's units hold no gradient between steps.
-  bool gradients_on_demand = false;
-  // --optimizer-in-backward (stages 1-3): each unit's shard updated as soon as its gradients are
-  // reduced (sharding_engine.h); stage 1 then reduce-scatters each unit in the backward.
-  bool optimizer_in_backward = false;
+  int stage = -1;                   // --zero 0, 1, 2 or 3; -1: not given (no ZeRO)
+  Offload offload = Offload::none;  // --offload: optimizer needs stages 1-3, params stage 3
 };
 
-// Throws std::invalid_argument naming the flag to change.
-void validate(const ZeroOptions& options);
+// Every rule of ZeRO's options, and of the trainer's that concern it (the update in the
+// backward): throws std::invalid_argument naming the flag to change. Stage -1 without offload is
+// ZeRO not used, and valid.
+void validate(const ZeroOptions& options, OptimizerInBackwardChoice in_backward = {});
 
 class ZeroStrategy : public DataParallelStrategy {
  public:
-  ZeroStrategy(Model& model, Communicator& comm, ZeroOptions options);
+  // Shards `model` now with stages 1-3 (every rank must have built it from the same seed); `comm`
+  // must outlive this strategy. `options.stage` must be 0-3. hyper and max_grad_norm configure the
+  // AdamW it runs; grads says whether gradients are kept between steps (--grads,
+  // common/train/gradient_mode.h), in_backward whether each unit's shard is updated as soon as its
+  // gradients are reduced (stages 1-3). As FsdpStrategy's.
+  ZeroStrategy(Model& model, Communicator& comm, ZeroOptions options, kernels::AdamWHyper hyper, float max_grad_norm,
+               GradientMode grads = GradientMode::persistent, OptimizerInBackwardChoice in_backward = {});
 
   std::string name() const override;  // "zero-0" .. "zero-3"
   double loss_scale() const override { return 1.0 / comm_.world_size(); }  // this rank's share of the mean
@@ -95,6 +99,7 @@ class ZeroStrategy : public DataParallelStrategy {
   Model& model_;
   Communicator& comm_;
   ZeroOptions options_;
+  bool in_backward_;      // --optimizer-in-backward (stages 1-3)
   ParameterTable table_;  // stage 0: which tensors a layer has
   bool first_micro_step_ = true, last_micro_step_ = true;
   std::unique_ptr<ShardingEngine> engine_;            // stages 1-3

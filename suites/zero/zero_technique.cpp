@@ -75,7 +75,7 @@ class ZeroTechnique : public Technique {
   HookOrder hook_order() const override { return HookOrder::gathers_parameters; }
 
   void add_flags(CLI::App& command, TrainingSetup& setup) const override {
-    ZeroChoice& choice = setup.option<ZeroChoice>();
+    ZeroOptions& choice = setup.option<ZeroOptions>();
     command.add_option("--zero", choice.stage,
                        "ZeRO stage over the ranks of mpirun: 0 data parallel (gradients all-reduced), 1 shards the "
                        "optimizer state, 2 also the gradients, 3 also the parameters (default under mpirun: 0)")
@@ -87,36 +87,29 @@ class ZeroTechnique : public Technique {
 
   // Under mpirun, plain data parallelism (stage 0) unless the flags chose otherwise.
   void complete(TrainingSetup& setup, const Techniques& all) const override {
-    ZeroChoice& choice = setup.option<ZeroChoice>();
+    ZeroOptions& choice = setup.option<ZeroOptions>();
     if (choice.stage < 0 && setup.world_size > 1 && !all.sharding(setup)) choice.stage = 0;
   }
   void validate(const TrainingSetup& setup, const Techniques&) const override {
-    const ZeroChoice& choice = setup.option<ZeroChoice>();
-    if (choice.offload != Offload::none && choice.stage < 1)
-      throw std::invalid_argument("--offload " + to_string(choice.offload) +
-                                  " needs --zero 1, 2 or 3 (offload moves a rank's shard of the optimizer state to the host)");
-    if (choice.stage >= 0) zero::validate(options(setup));  // the stage range, offload params with stage 3
+    zero::validate(setup.option<ZeroOptions>(), setup.option<OptimizerInBackwardChoice>());
   }
-  bool shards(const TrainingSetup& setup) const override { return setup.option<ZeroChoice>().stage >= 0; }
+  bool shards(const TrainingSetup& setup) const override { return setup.option<ZeroOptions>().stage >= 0; }
   // Stages 1-3 run on the sharding engine; stage 0 keeps the model's own tensors.
   bool takes_the_parameters(const TrainingSetup& setup) const override {
-    return setup.option<ZeroChoice>().stage >= 1;
+    return setup.option<ZeroOptions>().stage >= 1;
   }
   bool gathers_one_layer_at_a_time(const TrainingSetup& setup) const override {
-    return setup.option<ZeroChoice>().stage == 3;
+    return setup.option<ZeroOptions>().stage == 3;
   }
 
-  // ZeRO-Offload, the standard answer on one device as on many: the optimizer state (12 of a
-  // 16-bit model's 16 bytes a parameter) and its update move to the host (ZeRO-2, as DeepSpeed
-  // offloads it), then the parameter shards too (ZeRO-3). Tried after every on-device remedy.
-  int sharding_stage(const TrainingSetup& s) const override { return std::max(s.option<ZeroChoice>().stage, 0); }
+  int sharding_stage(const TrainingSetup& s) const override { return std::max(s.option<ZeroOptions>().stage, 0); }
   // Each stage shards one more of the model states; offload moves the optimizer state to the host.
   // (Not what the run's sharding, ZeRO's or another technique's, already shards.)
   std::vector<CategoryRemedy> category_remedies(const TrainingSetup& s, const Techniques& all) const override {
     const int sharded = all.sharding_stage(s);
     std::vector<CategoryRemedy> ways;
     if (sharded < 1) ways.push_back({MemoryCategory::optimizer_state, "shard it across ranks (--zero 1 or higher)"});
-    if (s.option<ZeroChoice>().offload == Offload::none)
+    if (s.option<ZeroOptions>().offload == Offload::none)
       ways.push_back({MemoryCategory::optimizer_state, "offload it (--offload optimizer)"});
     if (sharded < 2) ways.push_back({MemoryCategory::gradients, "shard them (--zero 2)"});
     if (sharded < 3) ways.push_back({MemoryCategory::parameters, "shard them (--zero 3)"});
@@ -130,13 +123,16 @@ class ZeroTechnique : public Technique {
     choices.flags.insert(choices.flags.end(), {"--zero 2 --offload optimizer", "--zero 3 --offload params"});
     return choices;
   }
+  // ZeRO-Offload, the standard answer on one device as on many: the optimizer state (12 of a
+  // 16-bit model's 16 bytes a parameter) and its update move to the host (ZeRO-2, as DeepSpeed
+  // offloads it), then the parameter shards too (ZeRO-3). Tried after every on-device remedy.
   std::vector<Remedy> remedies(const TrainingSetup&) const override {
     return {{kCostOffload, true, [](const TrainingSetup& failed) {
                std::vector<Remedy::Variant> variants;
-               const ZeroChoice& now = failed.option<ZeroChoice>();
+               const ZeroOptions& now = failed.option<ZeroOptions>();
                auto offloaded = [&](int stage, Offload offload) {
                  Remedy::Variant v{"", failed};
-                 v.setup.option<ZeroChoice>() = {stage, offload};
+                 v.setup.option<ZeroOptions>() = {stage, offload};
                  v.flags = (stage != now.stage ? "--zero " + std::to_string(stage) + " " : std::string()) +
                            "--offload " + to_string(offload);
                  variants.push_back(std::move(v));
@@ -149,27 +145,29 @@ class ZeroTechnique : public Technique {
 
   TechniqueInRun join(RunParts& run) const override {
     if (!shards(run.setup)) return {};
-    auto strategy = std::make_unique<ZeroStrategy>(run.model, *run.world, options(run.setup));
+    const TrainingSetup& s = run.setup;
+    auto strategy = std::make_unique<ZeroStrategy>(run.model, *run.world, s.option<ZeroOptions>(), s.adam, s.max_grad_norm,
+                                                   s.option<GradientMode>(), s.option<OptimizerInBackwardChoice>());
     return data_parallel_in_run(std::move(strategy));
   }
 
   std::string describe(const TrainingSetup& setup) const override {
-    const ZeroChoice& choice = setup.option<ZeroChoice>();
+    const ZeroOptions& choice = setup.option<ZeroOptions>();
     if (choice.stage < 0) return {};
     std::string words = "zero=" + std::to_string(choice.stage);
     if (choice.offload != Offload::none) words += " offload=" + to_string(choice.offload);
     return words;
   }
   void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override {
-    config["zero"] = setup.option<ZeroChoice>().stage;  // -1: no ZeRO
-    config["offload"] = to_string(setup.option<ZeroChoice>().offload);
+    config["zero"] = setup.option<ZeroOptions>().stage;  // -1: no ZeRO
+    config["offload"] = to_string(setup.option<ZeroOptions>().offload);
   }
   void add_result_json(const RunFacts& run, const Strategy* strategy, nlohmann::json& result) const override {
     if (const auto* zero = dynamic_cast<const ZeroStrategy*>(strategy)) result["zero"] = zero_json(*zero, run);
   }
 
   void add_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
-    const ZeroChoice& choice = s.option<ZeroChoice>();
+    const ZeroOptions& choice = s.option<ZeroOptions>();
     if (choice.stage < 0) return;
     const int N = static_cast<int>(s.world_size);
     const ZeroExactBytes x =
@@ -194,7 +192,7 @@ class ZeroTechnique : public Technique {
   void complete_formulas(const TrainingSetup& s, FormulaBytes& f) const override {
     if (!f.sharded) return;
     f.sharded->paper = paper_model_states(static_cast<double>(s.model.num_parameters()), static_cast<int>(s.world_size),
-                                          f.sharded->paper_stage, s.precision, s.option<ZeroChoice>().offload);
+                                          f.sharded->paper_stage, s.precision, s.option<ZeroOptions>().offload);
   }
 
   // Every stage, in fp32 and bf16, each offload (on a world of one rank, SampleSetup); stage 3 with
@@ -211,17 +209,6 @@ class ZeroTechnique : public Technique {
             {"--model llama-tiny --zero 3 --precision bf16"}};
   }
 
- private:
-  static ZeroOptions options(const TrainingSetup& setup) {
-    ZeroOptions o;
-    o.stage = setup.option<ZeroChoice>().stage;
-    o.offload = setup.option<ZeroChoice>().offload;
-    o.adam = setup.adam;
-    o.max_grad_norm = setup.max_grad_norm;
-    o.gradients_on_demand = setup.option<GradientMode>() == GradientMode::on_demand;
-    o.optimizer_in_backward = setup.option<OptimizerInBackwardChoice>().on;
-    return o;
-  }
 };
 
 }  // namespace

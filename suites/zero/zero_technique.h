@@ -7,16 +7,10 @@
 //              by the paper's, and the communication per step (zero_memory.h)
 //   formula    the sharded model states per rank (zero_memory.h)
 #pragma once
-#include "common/sharding/sharded_adamw.h"
 #include "common/train/technique.h"
+#include "suites/zero/zero_strategy.h"  // ZeroOptions: what the flags choose
 
 namespace trainmem::zero {
-
-// What the flags choose (an option of the setup).
-struct ZeroChoice {
-  int stage = -1;                   // --zero; -1: not given
-  Offload offload = Offload::none;  // --offload
-};
 
 const Technique& zero_technique();
 

@@ -216,7 +216,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(ZeroOptions, RefuseOffloadWithoutAShard) {
   ZeroOptions o;
+  EXPECT_NO_THROW(validate(o));  // no ZeRO
   o.offload = Offload::optimizer;
+  EXPECT_THROW(validate(o), std::invalid_argument);  // no stage given
+  o.stage = 0;
   EXPECT_THROW(validate(o), std::invalid_argument);
   o.stage = 2;
   o.offload = Offload::params;
@@ -230,6 +233,9 @@ TEST(ZeroOptions, RefuseOffloadWithoutAShard) {
   o.offload = Offload::none;
   EXPECT_THROW(validate(o), std::invalid_argument);
   EXPECT_THROW(kOffloads.parse("disk"), std::invalid_argument);
+  // The update in the backward needs the engine's units (stages 1-3).
+  EXPECT_THROW(validate({0, Offload::none}, {true}), std::invalid_argument);
+  EXPECT_NO_THROW(validate({2, Offload::none}, {true}));
 }
 
 }  // namespace

@@ -95,12 +95,7 @@ inline ZeroRun make_zero_run(std::unique_ptr<Device> device, Communicator& comm,
                                                static_cast<std::size_t>(comm.rank()),
                                                static_cast<std::size_t>(comm.world_size()));
   const TrainerOptions topt = trainer_options(s, s.batch);
-  ZeroOptions zo;
-  zo.stage = s.stage;
-  zo.offload = s.offload;
-  zo.adam = topt.adam;
-  zo.max_grad_norm = topt.max_grad_norm;
-  r.zero = std::make_unique<ZeroStrategy>(*r.model, comm, zo);
+  r.zero = std::make_unique<ZeroStrategy>(*r.model, comm, ZeroOptions{s.stage, s.offload}, topt.adam, topt.max_grad_norm);
   r.scale.scale = s.loss_scale;
   r.trainer = std::make_unique<Trainer>(*r.model, *r.data, topt, std::vector<Strategy*>{r.zero.get(), &r.scale},
                                         &r.zero->optimizer());

@@ -55,6 +55,13 @@ struct EnumTable {
     return "?";
   }
 
+  // The same names for another flag (or word) `what`: a table in common/ names its values, the
+  // suite that declares the flag gives it its name (suites/zero: kOffloads.renamed("--offload")).
+  constexpr EnumTable renamed(std::string_view flag) const {
+    EnumTable table = *this;
+    table.what = flag;
+    return table;
+  }
   // "sequential|eager|lazy": the flag's type in --help.
   std::string choices() const { return joined("|"); }
 

@@ -50,7 +50,7 @@ class Device;
 
 enum class Offload { none, optimizer, params };
 inline constexpr auto kOffloads =
-    cli::enum_table<Offload>("--offload", {{Offload::none, "none"}, {Offload::optimizer, "optimizer"}, {Offload::params, "params"}});
+    cli::enum_table<Offload>("offload", {{Offload::none, "none"}, {Offload::optimizer, "optimizer"}, {Offload::params, "params"}});
 inline std::string to_string(Offload offload) { return std::string(kOffloads.name(offload)); }
 
 class ShardedAdamW : public Optimizer {

@@ -39,7 +39,7 @@ ShardingEngine::ShardingEngine(Model& model, Communicator& comm, ShardingPlan pl
   if (plan_.parameters == Keep::host_shard || plan_.gradients == Keep::host_shard)
     throw std::invalid_argument("ShardingPlan: host-resident parameter shards are asked by Offload::params");
   if (plan_.offload == Offload::params && plan_.parameters != Keep::shard)
-    throw std::invalid_argument("--offload params needs sharded parameters (ZeRO-3)");
+    throw std::invalid_argument("ShardingPlan: offloaded parameters (Offload::params) need sharded parameters (ZeRO-3)");
   if (!plan_.shard_optimizer && (plan_.parameters != Keep::whole || plan_.gradients != Keep::whole || plan_.offload != Offload::none))
     throw std::invalid_argument("ShardingPlan: a replicated optimizer needs whole parameters and gradients on the device");
   if (model_.parameters().size() != ParameterTable(config).size())

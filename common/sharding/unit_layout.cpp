@@ -22,7 +22,7 @@ std::string layer_unit_name(std::size_t first_layer, std::size_t layers) {
 
 std::vector<UnitLayout> unit_layouts(const ModelConfig& config, std::size_t shards, std::size_t layers_per_unit) {
   if (shards < 1) throw std::invalid_argument("sharding needs a world of at least one rank");
-  if (layers_per_unit < 1) throw std::invalid_argument("--fsdp-unit: a unit needs at least one layer");
+  if (layers_per_unit < 1) throw std::invalid_argument("a sharding unit needs at least one layer");
   const ParameterTable table(config);  // built once: an O(L) walk, not one table per unit
   auto make_unit = [&](UnitLayout u, const std::vector<std::size_t>& indices) {
     for (std::size_t i : indices) {

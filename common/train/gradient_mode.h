@@ -20,7 +20,7 @@ namespace trainmem {
 enum class GradientMode { persistent, on_demand };
 
 inline constexpr auto kGradientModes =
-    cli::enum_table<GradientMode>("--grads", {{GradientMode::persistent, "persistent"}, {GradientMode::on_demand, "on-demand"}});
+    cli::enum_table<GradientMode>("gradient mode", {{GradientMode::persistent, "persistent"}, {GradientMode::on_demand, "on-demand"}});
 
 inline std::string to_string(GradientMode mode) { return std::string(kGradientModes.name(mode)); }
 

@@ -3,7 +3,8 @@
 // Each suite (suites/<name>/) defines one Technique in its own folder, holding everything the
 // driver needs of it:
 //
-//   add_flags      its command-line flags, stored in its options (TrainingSetup::option<T>())
+//   add_flags      its command-line flags, stored in its options (TrainingSetup::option<T>()); none
+//                  where it measures a model option (--precision, --attention: common/README.md)
 //   validate       the rules of its options, alone and with the rest of the setup
 //   join           what it adds to a run: a strategy (trainer hooks, strategy.h), maybe an
 //                  optimizer (sharding), maybe the data loader
@@ -155,7 +156,9 @@ class Technique {
   enum class HookOrder { gathers_parameters, recomputes, scales_loss, after_the_step };
   virtual HookOrder hook_order() const { return HookOrder::recomputes; }
 
-  virtual void add_flags(CLI::App& command, TrainingSetup& setup) const = 0;
+  // Its flags (none: a technique that measures a model option, declared with the shape's flags by
+  // the driver's train flags: --precision, --attention; common/README.md).
+  virtual void add_flags(CLI::App& /*command*/, TrainingSetup& /*setup*/) const {}
   // Fills in what its options leave to the rest of the setup, once the world size is known (ZeRO:
   // plain data parallelism under mpirun when no other technique shards).
   virtual void complete(TrainingSetup&, const Techniques& /*all*/) const {}

@@ -16,7 +16,7 @@ Trainer::Trainer(Model& model, BatchSource& data, TrainerOptions options, std::v
     optimizer_ = own_optimizer_.get();
   }
   if (options_.batch < 1 || options_.seq < 1 || options_.accumulation_steps < 1)
-    throw std::invalid_argument("--batch, --seq and --accum must be at least 1");
+    throw std::invalid_argument("the micro-batch, the sequence length and the micro-batches per step must be at least 1");
   if (strategies_.empty()) strategies_.push_back(&baseline_);
   const auto B = static_cast<std::int64_t>(options_.batch), T = static_cast<std::int64_t>(options_.seq);
   CachingAllocator& a = model_.device().allocator();
@@ -96,7 +96,7 @@ StepResult Trainer::step() {
     char scale_text[32];
     std::snprintf(scale_text, sizeof scale_text, "%g", scale);
     throw DivergedError("step " + std::to_string(step_ + 1) + " (loss scale " + scale_text + ") wrote inf or NaN into the weights: training cannot go on from them. Use a smaller --lr or "
-                        "--grad-clip; with --precision fp16 keep --loss-scale and its factors near their defaults "
+                        "--grad-clip; with --precision fp16 keep the loss scale and its factors near their defaults "
                         "(or use --precision bf16, which needs no loss scale)");
   }
   ctx.step_skipped = outcome.skipped;
@@ -146,7 +146,7 @@ void Trainer::stop_if_every_step_is_skipped(const StepResult& r) {
                       " were all skipped, their gradients inf or NaN (" + text + "): " +
                       (std::isfinite(r.loss) ? "the backward pass overflows" : "the forward pass overflows with these weights") +
                       ", and no later step would train. Use a smaller --lr or --weight-decay, or --grad-clip; with "
-                      "--precision fp16 a smaller --loss-scale (or --precision bf16)");
+                      "--precision fp16 a smaller initial loss scale (or --precision bf16)");
 }
 
 }  // namespace trainmem

@@ -14,7 +14,7 @@ std::size_t TrainingSetup::synthetic_tokens() const {
 void TrainingSetup::validate() const {
   model.validate();
   if (batch < 1) throw std::invalid_argument("--batch must be at least 1");
-  if (accum < 1) throw std::invalid_argument("--accum must be at least 1");
+  if (accum < 1) throw std::invalid_argument("the micro-batches per optimizer step (accum) must be at least 1");
   if (world_size < 1) throw std::invalid_argument("--world-size must be at least 1");
 }
 

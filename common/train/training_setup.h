@@ -24,10 +24,12 @@ struct TrainingSetup {
   ModelConfig model;             // T = model.seq: trainmem trains on full-length sequences
   std::size_t batch = 4;       // B, the micro-batch (per rank)
   std::size_t accum = 1;       // micro-batches per optimizer step (suites/accumulation's --accum)
-  // The model's storage and attention (ModelOptions): set by suites/mixed_precision's --precision
-  // and suites/flash_attention's --attention.
+  // The model's options (ModelOptions), core options that suites measure (common/README.md, "Core
+  // options and techniques"): its storage (suites/mixed_precision) and attention kernel
+  // (suites/flash_attention), their flags declared with the shape's.
   Precision precision = Precision::fp32;
   AttentionKind attention = AttentionKind::naive;
+  bool attention_given = false;  // (else suites/flash_attention chooses the device's default)
 
   // Which backend's allocation pattern (a meta run's --pattern): the CUDA backend's adds flash
   // attention's backward workspace and the gradient norm's device accumulator

@@ -57,12 +57,10 @@ class AccumulationTechnique : public Technique {
     return {{MemoryCategory::activations, "a smaller micro-batch with gradient accumulation (--batch smaller, --accum K)"}};
   }
 
-  // Micro-batches of the default batch; with fp16's loss scaler and selective recompute; a batch
-  // of 16 in bf16 (the allocator's large pool).
+  // Micro-batches of the default batch, and of the Llama family in bf16 (with other techniques:
+  // the driver's combined samples, suites/trainmem/tests/sample_setups.h).
   std::vector<SampleSetup> sample_setups() const override {
     return {{"--accum 4"},
-            {"--accum 3 --precision fp16 --recompute selective"},
-            {"--batch 16 --accum 2 --precision bf16 --recompute selective"},
             {"--model llama-tiny --accum 4 --precision bf16"}};
   }
 };

@@ -1,9 +1,7 @@
 #include "suites/flash_attention/flash_attention_technique.h"
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "common/cli/enum_flag.h"
 #include "common/model/attention_kind.h"
 #include "kernels/flash_attention.h"
 
@@ -15,23 +13,14 @@ class FlashAttentionTechnique : public Technique {
  public:
   std::string name() const override { return "flash_attention"; }
 
-  void add_flags(CLI::App& command, TrainingSetup& setup) const override {
-    AttentionDefault& choice = setup.option<AttentionDefault>();
-    cli::add_enum_flag(command, kAttentionKinds, setup.attention,
-                       "naive (saves B*H*T^2 probabilities), flash (saves O and a log-sum-exp per row), cudnn (GPU, "
-                       "bf16/fp16). Default: naive on the CPU; on a GPU flash where its kernels run (bf16/fp16, head "
-                       "dim 64 or 128), as PyTorch's scaled_dot_product_attention picks its flash kernel")
-        ->default_str("naive on the CPU, flash on a GPU")
-        ->each([&choice](const std::string&) { choice.given = true; });
-  }
-
+  // (--attention is a core option, TrainingSetup::attention: the model's kernel, declared with --batch.)
   // Not given: what a PyTorch user gets by default. On a GPU, scaled_dot_product_attention runs
   // its flash kernel for 16-bit tensors (ANCHORS.md); trainmem's CUDA flash kernels take bf16/fp16
   // and head dims 64 and 128, so those runs default to flash, the others keep naive and say why.
   // The CPU keeps naive (its flash is a reference, slower than naive's BLAS products).
   void complete(TrainingSetup& setup, const Techniques&) const override {
     AttentionDefault& choice = setup.option<AttentionDefault>();
-    if (choice.given || setup.backend != DeviceKind::cuda) return;
+    if (setup.attention_given || setup.backend != DeviceKind::cuda) return;
     if (setup.precision == Precision::fp32)
       choice.why_naive = "trainmem's flash runs in bf16/fp16 on a GPU";
     else if (!kernels::cuda::flash_attention_takes_head_dim(setup.model.head_dim()))
@@ -75,13 +64,11 @@ class FlashAttentionTechnique : public Technique {
              }}};
   }
 
-  // Flash attention in fp32 and bf16, with full recompute (its forward run twice), and on the small
-  // model with the lazy loader.
+  // Flash attention in fp32 and bf16, on both families (with recompute and the lazy loader: the
+  // driver's combined samples, suites/trainmem/tests/sample_setups.h).
   std::vector<SampleSetup> sample_setups() const override {
     return {{"--attention flash"},
             {"--attention flash --precision bf16"},
-            {"--attention flash --recompute full"},
-            {"--model small --batch 8 --attention flash --recompute full --loader lazy"},
             {"--model llama-tiny --attention flash --precision bf16"}};
   }
 };

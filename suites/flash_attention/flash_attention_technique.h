@@ -13,10 +13,9 @@
 
 namespace trainmem {
 
-// Whether --attention was given; when not, complete() chose (flash on a GPU where it runs: the
-// default PyTorch users get) and says so.
+// When --attention was not given (TrainingSetup::attention_given), complete() chose (flash on a
+// GPU where it runs: the default PyTorch users get) and says so.
 struct AttentionDefault {
-  bool given = false;
   bool defaulted_on_gpu = false;  // complete() chose, on the CUDA backend
   std::string why_naive;          // it kept naive there: why
 };

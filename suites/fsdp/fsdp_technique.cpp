@@ -60,7 +60,7 @@ class FsdpTechnique : public Technique {
               choice.options.mode = kShardingModes.parse(text);
             },
             "Fully sharded data parallel over the ranks of mpirun: full (FULL_SHARD), grad_op "
-            "(SHARD_GRAD_OP) or none (NO_SHARD: plain data parallel); not with --zero"),
+            "(SHARD_GRAD_OP) or none (NO_SHARD: plain data parallel); one sharding technique at a time (not with ZeRO)"),
         kShardingModes);
     // The unit and prefetch flags shape FSDP: without --fsdp they would be silently ignored.
     command

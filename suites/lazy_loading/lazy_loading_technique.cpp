@@ -114,16 +114,15 @@ class LazyLoadingTechnique : public Technique {
     if (choice.loader == Loader::lazy) f.data += choice.prefetch * 2 * batch;
   }
 
-  // Each loader, the lazy one with and without prefetch slots; eager in 16 bits; each with other
-  // techniques on larger batches (the allocator's large pool).
+  // Each loader, the lazy one with and without prefetch slots; eager in 16 bits; lazy on the Llama
+  // family (with other techniques on larger batches: the driver's combined samples,
+  // suites/trainmem/tests/sample_setups.h).
   std::vector<SampleSetup> sample_setups() const override {
     return {{"--loader eager"},
             {"--loader lazy"},
             {"--loader lazy --prefetch 3"},
             {"--loader lazy --prefetch 0"},
             {"--loader eager --precision bf16"},
-            {"--batch 16 --precision bf16 --attention flash --recompute full --loader lazy"},
-            {"--batch 20 --precision fp16 --recompute sqrt --loader eager"},
             {"--model llama-tiny --loader lazy --precision bf16"}};
   }
 };

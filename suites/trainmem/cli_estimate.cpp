@@ -141,7 +141,7 @@ void add_estimate_command(CLI::App& app, Command& run) {
   add_run_flags(*cmd, flags->train, JsonFlag::the_callers);
   cmd->add_option("--world-size", flags->world_size,
                   "Ranks of data parallelism to estimate for (trainmem train takes them from mpirun -np N; under "
-                  "mpirun, estimate does too, and rank 0 prints); with --zero or --fsdp, the figures are per rank")
+                  "mpirun, estimate does too, and rank 0 prints); under a technique that shards the model (ZeRO, FSDP), the figures are per rank")
       ->capture_default_str()
       ->check(whole_number(1, FlagLimits::max_world_size));
   add_gpu_flag(*cmd, flags->gpu, "Size the estimate for this card");

@@ -1,11 +1,17 @@
 // trainmem flags: every command and flag of trainmem, one a line, as the app knows them. The build
 // makes the flag fuzzer's dictionary from it (fuzz/flags_dict.cmake), so a new flag is fuzzed
-// without editing a list. Hidden from --help: a tool of the build, not of a training run.
+// without editing a list. `trainmem flags --by-technique`: each registered technique's folder and
+// its flags, "checkpointing --recompute" a line, as its registration adds them (ci/check_names.py
+// checks that no other code spells them). Hidden from --help: a tool of the build, not of a run.
 #include <algorithm>
 #include <functional>
 #include <iostream>
+#include <memory>
+#include <utility>
 
+#include "common/train/technique.h"
 #include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/techniques.h"
 
 namespace trainmem::cli {
 
@@ -28,12 +34,31 @@ std::vector<std::string> commands_and_flags(const CLI::App& app) {
   return words;
 }
 
+// Each registered technique's flags, as its add_flags declares them on a command of its own.
+std::vector<std::pair<std::string, std::string>> flags_by_technique() {
+  std::vector<std::pair<std::string, std::string>> lines;
+  for (const Technique* t : registered_techniques()) {
+    CLI::App command;
+    TrainingSetup setup;
+    t->add_flags(command, setup);
+    for (const CLI::Option* option : command.get_options())
+      for (const std::string& name : option->get_lnames())
+        if (name != "help") lines.emplace_back(t->name(), "--" + name);
+  }
+  return lines;
+}
+
 void add_flags_command(CLI::App& app, Command& run) {
   CLI::App* flags = app.add_subcommand("flags", "Every command and flag of trainmem, one a line (the flag fuzzer's dictionary)");
   flags->group("");  // hidden from --help
-  flags->callback([&app, &run] {
-    run = [&app] {
-      for (const std::string& word : commands_and_flags(app)) std::cout << word << '\n';
+  auto by_technique = std::make_shared<bool>(false);
+  flags->add_flag("--by-technique", *by_technique, "Each registered technique's folder and flags, one flag a line");
+  flags->callback([&app, &run, by_technique] {
+    run = [&app, by_technique] {
+      if (*by_technique)
+        for (const auto& [technique, flag] : flags_by_technique()) std::cout << technique << ' ' << flag << '\n';
+      else
+        for (const std::string& word : commands_and_flags(app)) std::cout << word << '\n';
       return 0;
     };
   });

@@ -198,7 +198,25 @@ void add_model_flags(CLI::App& command, TrainFlags& flags) {
   command.add_option("--batch", flags.setup.batch, "Micro-batch size B")->capture_default_str()->check(whole_number(1, L::max_batch));
 }
 
-void add_technique_flags(CLI::App& command, TrainFlags& flags) { registered_techniques().add_flags(command, flags.setup); }
+// The model's options that suites measure (ModelOptions: how the model is built), declared here
+// beside the shape (common/README.md, "Core options and techniques"). Their suites
+// (mixed_precision, flash_attention) keep what depends on them: remedies, plan settings, formulas,
+// benchmarks, README.
+void add_model_option_flags(CLI::App& command, TrainingSetup& setup) {
+  add_enum_flag(command, kPrecisions, setup.precision,
+                "fp32, or bf16/fp16: 16-bit weights, gradients and activations with fp32 master weights");
+  add_enum_flag(command, kAttentionKinds, setup.attention,
+                "naive (saves B*H*T^2 probabilities), flash (saves O and a log-sum-exp per row), cudnn (GPU, "
+                "bf16/fp16). Default: naive on the CPU; on a GPU flash where its kernels run (bf16/fp16, head "
+                "dim 64 or 128), as PyTorch's scaled_dot_product_attention picks its flash kernel")
+      ->default_str("naive on the CPU, flash on a GPU")
+      ->each([&setup](const std::string&) { setup.attention_given = true; });
+}
+
+void add_technique_flags(CLI::App& command, TrainFlags& flags) {
+  add_model_option_flags(command, flags.setup);
+  registered_techniques().add_flags(command, flags.setup);
+}
 
 void add_data_flags(CLI::App& command, TrainFlags& flags) {
   command.add_option("--data", flags.data, "synthetic, a .tok token file, or any file (tokenized byte by byte)")

@@ -17,7 +17,7 @@ void validate(const ZeroOptions& options, OptimizerInBackwardChoice in_backward)
   if (options.stage < -1 || options.stage > 3)
     throw std::invalid_argument("--zero must be 0, 1, 2 or 3, not " + std::to_string(options.stage));
   if (in_backward.on && options.stage == 0)
-    throw std::invalid_argument("--optimizer-in-backward needs --zero 1, 2 or 3 (or --fsdp): they update each unit's "
+    throw std::invalid_argument("--optimizer-in-backward needs --zero 1, 2 or 3 (or FSDP): they update each unit's "
                                 "shard in the backward; stage 0 keeps a whole optimizer per rank");
 }
 

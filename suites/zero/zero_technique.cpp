@@ -16,6 +16,8 @@ namespace trainmem::zero {
 
 namespace {
 
+constexpr auto kOffloadFlag = kOffloads.renamed("--offload");  // the names common/sharding gives Offload
+
 // What a ZeRO run adds to --json: the per-rank memory of the model states (measured, this
 // implementation's exact formula and the paper's), the communication per step, the world.
 // Categories as common/sharding/sharding_engine.h says: gathered units are parameters, gradient
@@ -80,7 +82,7 @@ class ZeroTechnique : public Technique {
                        "ZeRO stage over the ranks of mpirun: 0 data parallel (gradients all-reduced), 1 shards the "
                        "optimizer state, 2 also the gradients, 3 also the parameters (default under mpirun: 0)")
         ->check(cli::whole_number(0, 3));
-    cli::add_enum_flag(command, kOffloads, choice.offload,
+    cli::add_enum_flag(command, kOffloadFlag, choice.offload,
                        "ZeRO-Offload: none, optimizer (optimizer state and Adam on the host; --zero 1-3) or params "
                        "(also the parameter shards; --zero 3)");
   }

@@ -22,12 +22,43 @@ struct Sample {
 };
 
 // The core's setups (the default run, the small model, a vocabulary padded to a multiple of 64,
-// the Llama family's two small models: grouped-query attention, SwiGLU, an untied head), then each registered technique's samples, in the registrations' order.
+// the Llama family's two small models: grouped-query attention, SwiGLU, an untied head), each
+// registered technique's samples in the registrations' order, then the combined samples.
+//
+// A technique's own samples name only its flags and the core's (a model, a batch, --precision,
+// --attention), so that its words stay in its folder (ci/check_includes.py --names);
+// configurations whose point is several techniques at once are the driver's, here:
+//   accumulation with fp16's loss scaler and selective recompute, and in bf16 on a batch of 16
+//     (the allocator's large pool);
+//   flash attention with full recompute (its forward run twice), and on the small model with the
+//     lazy loader;
+//   gradients on demand over accumulated micro-batches and in ZeRO-2's units (both families), the
+//     optimizer in backward over ZeRO-1's shards;
+//   each loader with recompute on larger batches, in 16 bits (the large pool);
+//   fp16 with selective recompute on the Llama family.
+inline const std::vector<std::string>& combined_samples() {
+  static const std::vector<std::string> list = {
+      "--accum 3 --precision fp16 --recompute selective",
+      "--batch 16 --accum 2 --precision bf16 --recompute selective",
+      "--attention flash --recompute full",
+      "--model small --batch 8 --attention flash --recompute full --loader lazy",
+      "--grads on-demand --accum 2",
+      "--grads on-demand --zero 2",
+      "--optimizer-in-backward --grad-clip 0 --zero 1",
+      "--model llama-tiny --grads on-demand --zero 2",
+      "--batch 16 --precision bf16 --attention flash --recompute full --loader lazy",
+      "--batch 20 --precision fp16 --recompute sqrt --loader eager",
+      "--model llama-tiny --precision fp16 --recompute selective",
+  };
+  return list;
+}
+
 inline std::vector<Sample> every_sample() {
   std::vector<Sample> samples = {{"core", ""}, {"core", "--model small"}, {"core", "--model small --batch 2"}, {"core", "--vocab 251"},
                                  {"core", "--model llama-tiny"}, {"core", "--model llama-small --batch 2"}};
   for (const Technique* technique : registered_techniques())
     for (const SampleSetup& sample : technique->sample_setups()) samples.push_back({technique->name(), sample.flags});
+  for (const std::string& flags : combined_samples()) samples.push_back({"combined", flags});
   return samples;
 }
 

@@ -6,35 +6,17 @@
 #include "common/device/device_ops.h"
 #include "common/model/storage_type.h"
 #include "kernels/attention.h"
-#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-#include "kernels/cudnn_attention.h"
-#endif
 #include "kernels/cross_entropy.h"
 #include "kernels/dtype.h"
 #include "kernels/embedding.h"
-#include "kernels/flash_attention.h"
-#include "kernels/flash_attention_workspace.h"
+#include "kernels/fused_attention.h"
 #include "kernels/matmul.h"
 
 namespace trainmem {
 
-namespace {
 // Each op runs in the model's storage type T -- float, kernels::bf16 or kernels::fp16
 // (with_storage_type, common/model/storage_type.h) -- and names it to the kernels, which read and
 // write that type and compute in fp32 inside: no fp32 copy of a 16-bit tensor is ever made.
-
-// The CPU flash reference (no dispatcher: on a GPU the CUDA kernels below run), skipped on meta.
-template <typename T>
-void cpu_flash_forward(const kernels::Stream& s, T* out, float* lse, const T* qkv,
-                       const kernels::AttentionShape& shape) {
-  if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_forward<T>(out, lse, qkv, shape);
-}
-template <typename T>
-void cpu_flash_backward(const kernels::Stream& s, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
-                        const kernels::AttentionShape& shape) {
-  if (s.backend != kernels::Backend::meta) kernels::cpu::flash_attention_backward<T>(dqkv, dout, qkv, out, lse, shape);
-}
-}  // namespace
 
 // Built with +=: GCC 12 warns falsely about "h" + std::to_string(l) + ".".
 std::string indexed_name(const char* prefix, std::size_t index, const char* suffix) {
@@ -259,10 +241,6 @@ void Model::linear_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const 
   });
 }
 
-kernels::Half16 Model::half16() const {
-  return dtype_ == DType::bf16 ? kernels::Half16::bf16 : kernels::Half16::fp16;
-}
-
 kernels::AttentionShape Model::attention_shape() const {
   kernels::AttentionShape shape;
   shape.B = B_;
@@ -274,10 +252,22 @@ kernels::AttentionShape Model::attention_shape() const {
   return shape;
 }
 
-// The name flash or cuDNN attention's calls have in a kernel cost log.
-const char* Model::attention_kernel_name(bool backward) const {
-  if (options_.attention == AttentionKind::cudnn) return backward ? "cudnn_attention_backward" : "cudnn_attention_forward";
-  return backward ? "flash_attention_backward" : "flash_attention_forward";
+// The O(T)-memory kernel the model's attention kind names (kernels/fused_attention.h).
+kernels::FusedAttentionKernel Model::fused_kernel() const {
+  return options_.attention == AttentionKind::cudnn ? kernels::FusedAttentionKernel::cudnn
+                                                    : kernels::FusedAttentionKernel::flash;
+}
+
+// The workspace a flash or cuDNN call takes where it runs (kernels/fused_attention.h), allocated
+// so that the allocator sees it; none where it takes none.
+template <typename T>
+Tensor Model::attention_workspace(const kernels::Stream& s, bool backward, const kernels::AttentionShape& shape,
+                                  const std::string& h) {
+  const std::size_t bytes =
+      kernels::fused_attention_workspace_bytes<T>(s, device_.cuda_pattern(), fused_kernel(), backward, shape);
+  if (bytes == 0) return Tensor{};
+  const char* name = fused_kernel() == kernels::FusedAttentionKernel::cudnn ? "attn.cudnn.workspace" : "attn.flash.workspace";
+  return make_bytes(bytes, h + name);
 }
 
 // naive: out, scores (workspace) and probabilities (saved) -- kernels/attention.h.
@@ -300,35 +290,9 @@ void Model::attention_forward(AttentionActivations& a, const std::string& h) {
     a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
     a.lse = make_f32({B, H, Tn}, MemoryCategory::activations, h + "attn.lse");
     const kernels::AttentionShape shape = attention_shape();
-    // Flash and cuDNN attention have no dispatcher in kernels/: their cost is declared here.
-    kernels::KernelCost cost(s, kernels::flash_attention_cost<T>(attention_kernel_name(false), shape, false));
-    if (!device_.cuda_pattern()) {  // the CPU reference, in the storage type
-      cpu_flash_forward(s, a.atty.data_as<T>(), f32(a.lse), a.qkv.data_as<T>(), shape);
-      return;
-    }
-    const kernels::Half16 half = half16();
-    // A meta run of the CUDA pattern: out and lse are all that flash's forward allocates. cuDNN sizes
-    // its workspaces at run time, on the GPU (the plan cudnn-frontend picks for the shape), so a meta
-    // run counts none, forward or backward: the one rule by which the meta run of the CUDA pattern
-    // differs from a GPU's allocation sequence (they are freed at once; common/device/README.md, "The meta device").
-    if (!device_.computes()) return;
-    if (options_.attention == AttentionKind::flash) {
-      TRAINMEM_CUDA_KERNEL("flash_attention_forward",
-                           kernels::cuda::flash_attention_forward(
-                               s.cuda_stream, kernels::cuda::flash_attention_versions(), half,
-                               a.atty.data_as<std::uint16_t>(), f32(a.lse), a.qkv.data_as<std::uint16_t>(), shape));
-      return;
-    }
-#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-    Tensor workspace =
-        make_bytes(kernels::cudnn::attention_forward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
-    kernels::cudnn::attention_forward(s.cuda_stream, half, a.atty.data_as<std::uint16_t>(), f32(a.lse),
-                                      a.qkv.data_as<std::uint16_t>(), workspace.data(), shape);
-#else
-    (void)half;
-    throw std::invalid_argument(
-        "--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
-#endif
+    Tensor workspace = attention_workspace<T>(s, false, shape, h);
+    kernels::fused_attention_forward<T>(s, device_.cuda_pattern(), fused_kernel(), a.atty.data_as<T>(), f32(a.lse),
+                                        a.qkv.data_as<T>(), workspace.data(), shape);
   });
 }
 
@@ -361,40 +325,9 @@ void Model::attention_backward(Tensor& dqkv, const Tensor& datty, AttentionActiv
       return;
     }
     const kernels::AttentionShape shape = attention_shape();
-    kernels::KernelCost cost(s, kernels::flash_attention_cost<T>(attention_kernel_name(true), shape, true));
-    if (!device_.cuda_pattern()) {  // the CPU reference, in the storage type
-      cpu_flash_backward(s, dqkv.data_as<T>(), datty.data_as<T>(), a.qkv.data_as<T>(), a.atty.data_as<T>(), f32(a.lse),
-                         shape);
-      return;
-    }
-    const kernels::Half16 half = half16();
-    if (options_.attention == AttentionKind::flash) {
-      // The workspace the CUDA backward asks for (kernels/flash_attention_workspace.h), on meta too.
-      const int version = kernels::kFlashAttentionNewestVersion;
-      Tensor workspace =
-          make_bytes(kernels::flash_attention_backward_workspace_bytes(version, shape), h + "attn.flash.workspace");
-      if (!device_.computes()) return;
-#if defined(TRAINMEM_WITH_CUDA) && TRAINMEM_WITH_CUDA
-      kernels::cuda::flash_attention_backward(s.cuda_stream, version, half, dqkv.data_as<std::uint16_t>(),
-                                              datty.data_as<std::uint16_t>(), a.qkv.data_as<std::uint16_t>(),
-                                              a.atty.data_as<std::uint16_t>(), f32(a.lse), workspace.data(), shape);
-      return;
-#else
-      kernels::no_cuda_kernels("flash_attention_backward");
-#endif
-    }
-    if (!device_.computes()) return;  // meta: cuDNN's workspace is not known (attention_forward says why)
-#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-    Tensor workspace =
-        make_bytes(kernels::cudnn::attention_backward_workspace_bytes(half, shape), h + "attn.cudnn.workspace");
-    kernels::cudnn::attention_backward(s.cuda_stream, half, dqkv.data_as<std::uint16_t>(),
-                                       datty.data_as<std::uint16_t>(), a.qkv.data_as<std::uint16_t>(),
-                                       a.atty.data_as<std::uint16_t>(), f32(a.lse), workspace.data(), shape);
-#else
-    (void)half;
-    throw std::invalid_argument(
-        "--attention cudnn: trainmem was built without cuDNN's frontend headers (run ci/setup)");
-#endif
+    Tensor workspace = attention_workspace<T>(s, true, shape, h);
+    kernels::fused_attention_backward<T>(s, device_.cuda_pattern(), fused_kernel(), dqkv.data_as<T>(), datty.data_as<T>(),
+                                         a.qkv.data_as<T>(), a.atty.data_as<T>(), f32(a.lse), workspace.data(), shape);
   });
 }
 

@@ -38,6 +38,7 @@
 #include "common/model/precision.h"
 #include "common/tensor/tensor.h"
 #include "kernels/flash_attention.h"
+#include "kernels/fused_attention.h"
 
 namespace trainmem {
 
@@ -203,8 +204,10 @@ class Model {
 
  private:
   kernels::AttentionShape attention_shape() const;
-  const char* attention_kernel_name(bool backward) const;
-  kernels::Half16 half16() const;  // the 16-bit storage type, for the CUDA kernels that take one
+  kernels::FusedAttentionKernel fused_kernel() const;  // flash or cudnn (kernels/fused_attention.h)
+  template <typename T>
+  Tensor attention_workspace(const kernels::Stream& s, bool backward, const kernels::AttentionShape& shape,
+                             const std::string& h);
   // `values`: num_parameters() floats in parameter order, rounded to the storage type (nullptr on
   // the meta device: nothing to store).
   void store_parameter_values(const float* values);

@@ -1,5 +1,6 @@
 // Shared by the flash attention versions (kernels/cuda/flash_attention*.cu): the 16-bit element
-// types, the layout arithmetic, the per-version entry points the dispatcher calls, and the small
+// types, the layout arithmetic, the masking and the online softmax, the per-version entry points
+// the dispatcher calls, and the small
 // PTX wrappers (ldmatrix, mma.sync, cp.async) of the tensor-core version. Included by .cu only.
 #pragma once
 #include <cuda_bf16.h>
@@ -113,6 +114,35 @@ void allow_shared_memory(Kernel kernel, std::size_t bytes, const char* name) {
     ::trainmem::kernels::cuda::detail::check_cuda(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
         ("cudaFuncSetAttribute(" + std::string(name) + ")").c_str(), __FILE__, __LINE__);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The masking and the online softmax, said once for every version.
+//
+// Query row t sees key u when u is within the sequence and, causal, not after t.
+__device__ __forceinline__ bool key_visible(const Dims& d, int t, int u) { return u < d.T && (!d.causal || u <= t); }
+// The keys a tile of queries [q0, q0 + rows) reads: all T, or (causal) none past its last query.
+__device__ __forceinline__ int keys_end(const Dims& d, int q0, int rows) { return d.causal ? min(d.T, q0 + rows) : d.T; }
+// Whether a tile of keys [k0, k0 + cols) hides a key from some query of a tile that starts at q0:
+// it runs past T, or (causal) its last key comes after q0. Only such tiles test key_visible.
+__device__ __forceinline__ bool tile_needs_mask(const Dims& d, int q0, int k0, int cols) {
+  return k0 + cols > d.T || (d.causal && k0 + cols - 1 > q0);
+}
+// One row's online-softmax step, in log2 units (v2 and v3 fold log2 e into the scale), after a
+// tile whose largest score is tile_max: m becomes max(m, tile_max); returned are the max the
+// tile's scores subtract, m_use, and alpha = 2^(m_old - m_use), the factor on what was summed
+// under the old max. While nothing is visible (m = -inf) m_use is 0, so 2^(-inf - 0) = 0 for every
+// masked score and alpha = 0: never -inf - (-inf) = NaN.
+struct SoftmaxStep {
+  float m_use;
+  float alpha;
+};
+__device__ __forceinline__ SoftmaxStep online_softmax_step(float& m, float tile_max) {
+  const float m_new = fmaxf(m, tile_max);
+  const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+  const SoftmaxStep step{m_use, exp2f(m - m_use)};
+  m = m_new;
+  return step;
 }
 
 inline void require_aligned(const void* p, std::size_t bytes, const char* what) {

@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kBr) forward_kernel(std::uint16_t* __restrict_
   float m = -INFINITY, l = 0.0f;
 
   // Causal: key tiles past the last query of this tile are never loaded.
-  const int kv_end = d.causal ? min(d.T, q0 + kBr) : d.T;
+  const int kv_end = keys_end(d, q0, kBr);
   for (int j0 = 0; j0 < kv_end; j0 += kBc) {
     __syncthreads();  // every thread is done with the previous K/V tile (and the Q tile is written)
     for (int idx = i; idx < kBc * D; idx += kBr) {
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kBr) forward_kernel(std::uint16_t* __restrict_
     for (int c = 0; c < kBc; ++c) {
       const int u = j0 + c;
       float acc = -INFINITY;
-      if (u < d.T && (!d.causal || u <= t)) {
+      if (key_visible(d, t, u)) {
         acc = 0.0f;
 #pragma unroll 16
         for (int k = 0; k < D; ++k) acc += q_s[i * (D + 1) + k] * k_s[c * D + k];
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kBr) dq_kernel(std::uint16_t* __restrict__ dqk
 #pragma unroll
   for (int k = 0; k < D; ++k) dq[k] = 0.0f;
 
-  const int kv_end = d.causal ? min(d.T, q0 + kBr) : d.T;
+  const int kv_end = keys_end(d, q0, kBr);
   for (int j0 = 0; j0 < kv_end; j0 += kBc) {
     __syncthreads();
     for (int idx = i; idx < kBc * D; idx += kBr) {
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kBr) dq_kernel(std::uint16_t* __restrict__ dqk
 #pragma unroll 2
     for (int c = 0; c < kBc; ++c) {
       const int u = j0 + c;
-      if (u >= d.T || (d.causal && u > t)) continue;
+      if (!key_visible(d, t, u)) continue;
       float s = 0.0f, dp = 0.0f;
 #pragma unroll 16
       for (int k = 0; k < D; ++k) {

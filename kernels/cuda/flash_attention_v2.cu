@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
     l[i] = 0.0f;
   }
 
-  const int kv_end = d.causal ? min(d.T, q0 + kBr) : d.T;
+  const int kv_end = keys_end(d, q0, kBr);
   for (int j0 = 0; j0 < kv_end; j0 += kBc) {
     __syncthreads();  // the previous tile's V and P^T are no longer read (and Q^T is written)
     for (int idx = tid; idx < kBc * (D / 8); idx += kThreads) {
@@ -134,13 +134,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
 #pragma unroll
         for (int j = 0; j < 4; ++j) s[i][j] = fmaf(qa[i], ka[j], s[i][j]);
     }
-    if (j0 + kBc > d.T || (d.causal && j0 + kBc - 1 > q0)) {  // tail or diagonal tile: mask
+    if (tile_needs_mask(d, q0, j0, kBc)) {  // tail or diagonal tile: mask
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int u = j0 + 4 * kg + j, t = q0 + 4 * rg + i;
-          if (u >= d.T || (d.causal && u > t)) s[i][j] = -INFINITY;
+          if (!key_visible(d, t, u)) s[i][j] = -INFINITY;
         }
     }
 
@@ -151,9 +151,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-      const float m_new = fmaxf(m[i], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp2f(m[i] - m_use);
+      const auto [m_use, alpha] = online_softmax_step(m[i], mx);
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -164,7 +162,6 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       sum += __shfl_xor_sync(0xffffffffu, sum, 4);
       l[i] = l[i] * alpha + sum;
-      m[i] = m_new;
 #pragma unroll
       for (int c = 0; c < D / 8; ++c) o[i][c] *= alpha;
     }

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
   const std::uint16_t* k_head = qkv + off.k;
   const std::uint16_t* v_head = qkv + off.v;
 
-  const int kv_end = d.causal ? min(d.T, q0 + kFwdBr) : d.T;
+  const int kv_end = keys_end(d, q0, kFwdBr);
   const int n_tiles = (kv_end + kFwdBc - 1) / kFwdBc;
 
   load_tile_async<kFwdBr, D>(q_s, q_head, row_w, q0, d.T);
@@ -154,13 +154,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
     // Mask: keys past T, and keys after the query when causal (only the last tile and the
     // diagonal tile can have any).
     const int key0 = j * kFwdBc;
-    if (key0 + kFwdBc > d.T || (d.causal && key0 + kFwdBc - 1 > q0)) {
+    if (tile_needs_mask(d, q0, key0, kFwdBc)) {
 #pragma unroll
       for (int n = 0; n < kFwdBc / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = key0 + n * 8 + 2 * cq + (e & 1);
-          if (key >= d.T || (d.causal && key > rows[e / 2])) s[n][e] = -INFINITY;
+          if (!key_visible(d, rows[e / 2], key)) s[n][e] = -INFINITY;
         }
     }
 
@@ -172,9 +172,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(std::uint16_t* __rest
       for (int n = 0; n < kFwdBc / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]) * scale_log2);
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_use = mx == -INFINITY ? 0.0f : mx;  // a row with nothing visible yet: no inf - inf
-      const float alpha = exp2f(m[h] - m_use);          // 0 while m[h] is -inf
-      m[h] = mx;
+      const auto [m_use, alpha] = online_softmax_step(m[h], mx);
       l[h] *= alpha;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
@@ -359,7 +357,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(std::uint16_t* __res
     // P^T = exp2(S^T * scale * log2 e - lse * log2 e); masked: keys past T, keys after the
     // query (causal). Queries past T have lse = +inf, so P = 0 there without a test.
     // dS^T = P^T (dP^T - Dvec).
-    const bool masked_tile = k0 + kBwdBc > d.T || (d.causal && k0 + kBwdBc - 1 > i0);
+    const bool masked_tile = tile_needs_mask(d, i0, k0, kBwdBc);
 #pragma unroll
     for (int n = 0; n < kBwdBr / 8; ++n)
 #pragma unroll
@@ -368,7 +366,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(std::uint16_t* __res
         float pv = exp2f(fmaf(p[n][e], scale_log2, -lse_t[ql]));
         if (masked_tile) {
           const int key = keys[e / 2];
-          if (key >= d.T || (d.causal && key > i0 + ql)) pv = 0.0f;
+          if (!key_visible(d, i0 + ql, key)) pv = 0.0f;
         }
         p[n][e] = pv;
         ds[n][e] = pv * (ds[n][e] - dvec_t[ql]);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <iomanip>
 #include <random>
 #include <sstream>
@@ -191,6 +192,18 @@ template <typename T>
   return ::testing::AssertionFailure() << what << " (" << dtype_name<T>() << "): " << wrong << " of " << got.size()
                                        << " values beyond atol " << tol.atol << " + rtol " << tol.rtol
                                        << " * |ref| (largest |diff| " << worst << "); first ones:" << first.str();
+}
+
+// The largest finite value of each storage type (bf16: 3.39e38, fp16: 65504).
+template <typename T>
+double largest_finite() {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return load(bf16{0x7f7f});
+  } else if constexpr (std::is_same_v<T, fp16>) {
+    return load(fp16{0x7bff});
+  } else {
+    return static_cast<double>(std::numeric_limits<T>::max());
+  }
 }
 
 }  // namespace trainmem::kernels::dtype_test

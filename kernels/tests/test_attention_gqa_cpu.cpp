@@ -27,6 +27,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
+#include "kernels/tests/attention_test_support.h"
 #include "kernels/tests/dtype_test_support.h"
 #include "kernels/tests/flash_attention_bounds.h"
 
@@ -365,9 +366,8 @@ TYPED_TEST(AttentionGqaCpu, NaiveFlashAndReferenceAgree) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 3. The double reference's backward is its derivative. loss = sum(out * r), so dout = r; each
-// element of qkv moved by +-h = 1e-6: central differences are off by O(h^2) (~1e-12 here) plus
-// the forward's rounding over 2h (~1e-16 / 1e-6 = 1e-10), far below 1e-8 of the largest gradient.
+// 3. The double reference's backward is its derivative, with grouped K/V heads
+// (attention_test_support.h: central differences, and why 1e-8 of the largest gradient).
 
 TEST(AttentionGqaCpuDouble, ReferenceBackwardIsItsDerivative) {
   for (bool causal : {true, false})
@@ -382,28 +382,9 @@ TEST(AttentionGqaCpuDouble, ReferenceBackwardIsItsDerivative) {
       SCOPED_TRACE(describe(s));
       std::vector<double> qkv = random_values<double>(s.B * s.T * s.qkv_width(), 40 + Hkv, -2.0, 2.0);
       const std::vector<double> r = random_values<double>(s.B * s.T * s.C(), 50 + Hkv, -1.0, 1.0);
-      std::vector<double> out(r.size()), lse(s.B * s.H * s.T), dqkv(qkv.size());
-      auto loss = [&] {
-        cpu::attention_reference_forward(out.data(), lse.data(), qkv.data(), s);
-        double l = 0;
-        for (std::size_t i = 0; i < out.size(); ++i) l += out[i] * r[i];
-        return l;
-      };
-      cpu::attention_reference_backward(dqkv.data(), r.data(), qkv.data(), s);
-      const double h = 1e-6;
-      double worst = 0, largest = 0;
-      for (std::size_t i = 0; i < qkv.size(); ++i) {
-        const double saved = qkv[i];
-        qkv[i] = saved + h;
-        const double up = loss();
-        qkv[i] = saved - h;
-        const double down = loss();
-        qkv[i] = saved;
-        worst = std::max(worst, std::fabs((up - down) / (2 * h) - dqkv[i]));
-        largest = std::max(largest, std::fabs(dqkv[i]));
-      }
-      EXPECT_GT(largest, 0.01) << "a gradient worth checking";
-      EXPECT_LT(worst / largest, 1e-8) << "|finite difference - analytic| = " << worst;
+      const gradient_check::DerivativeCheck c = attention_test::reference_backward_check(qkv, r, s);
+      EXPECT_GT(c.largest, 0.01) << "a gradient worth checking";
+      EXPECT_LT(c.worst / c.largest, 1e-8) << "|finite difference - analytic| = " << c.worst;
     }
 }
 

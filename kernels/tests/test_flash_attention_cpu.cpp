@@ -19,6 +19,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
+#include "kernels/tests/attention_test_support.h"
 
 namespace trainmem::kernels {
 namespace {
@@ -129,29 +130,9 @@ TEST(FlashAttentionCpu, ReferenceBackwardIsItsDerivative) {
     const AttentionShape s{2, 5, 2, 3, causal};
     Vec qkv = random_vec(qkv_size(s), 2, 2.0);
     const Vec r = random_vec(out_size(s), 3);
-    Vec out(out_size(s)), lse(lse_size(s)), dqkv(qkv_size(s));
-    // loss = sum(out * r), so dout = r
-    auto loss = [&] {
-      cpu::attention_reference_forward(out.data(), lse.data(), qkv.data(), s);
-      double l = 0;
-      for (std::size_t i = 0; i < out.size(); ++i) l += out[i] * r[i];
-      return l;
-    };
-    cpu::attention_reference_backward(dqkv.data(), r.data(), qkv.data(), s);
-    const double h = 1e-6;
-    double worst = 0, largest = 0;
-    for (std::size_t i = 0; i < qkv.size(); ++i) {
-      const double saved = qkv[i];
-      qkv[i] = saved + h;
-      const double up = loss();
-      qkv[i] = saved - h;
-      const double down = loss();
-      qkv[i] = saved;
-      worst = std::max(worst, std::abs((up - down) / (2 * h) - dqkv[i]));
-      largest = std::max(largest, std::abs(dqkv[i]));
-    }
-    EXPECT_GT(largest, 0.01) << "a gradient worth checking";
-    EXPECT_LT(worst / largest, 1e-8) << describe(s) << ": |finite difference - analytic| = " << worst;
+    const gradient_check::DerivativeCheck c = attention_test::reference_backward_check(qkv, r, s);
+    EXPECT_GT(c.largest, 0.01) << "a gradient worth checking";
+    EXPECT_LT(c.worst / c.largest, 1e-8) << describe(s) << ": |finite difference - analytic| = " << c.worst;
   }
 }
 

@@ -18,6 +18,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
+#include "kernels/tests/gradient_check.h"
 
 namespace trainmem::kernels {
 namespace {
@@ -40,19 +41,8 @@ double dot(const Vec& a, const Vec& b) {
 
 // Compares `analytic` with central differences of loss(x) at every element of x.
 void expect_gradient(Vec& x, const Vec& analytic, const std::function<double()>& loss, const char* what) {
-  const double h = 1e-6;
-  double worst = 0, largest = 1e-12;
-  for (double g : analytic) largest = std::max(largest, std::abs(g));
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + h;
-    const double up = loss();
-    x[i] = saved - h;
-    const double down = loss();
-    x[i] = saved;
-    const double numeric = (up - down) / (2 * h);
-    worst = std::max(worst, std::abs(numeric - analytic[i]));
-  }
+  const gradient_check::DerivativeCheck c = gradient_check::central_differences(x, analytic, loss);
+  const double worst = c.worst, largest = std::max(c.largest, 1e-12);
   EXPECT_LT(worst / largest, 1e-6) << what << ": largest |finite difference - analytic| = " << worst
                                     << " (largest gradient " << largest << ")";
 }

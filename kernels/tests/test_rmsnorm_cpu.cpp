@@ -17,6 +17,7 @@
 
 #include "kernels/rmsnorm.h"
 #include "kernels/tests/dtype_test_support.h"
+#include "kernels/tests/gradient_check.h"
 
 namespace trainmem::kernels {
 namespace {
@@ -57,18 +58,8 @@ TEST(RmsNormCpu, ForwardInDoubleIsItsDefinition) {
 // is compared. eps = 0.5 makes eps's part of the derivative count.
 void rmsnorm_expect_gradient(std::vector<double>& p, const std::vector<double>& analytic,
                              const std::function<double()>& loss, const char* what) {
-  const double h = 1e-6;
-  double worst = 0, largest = 1e-12;
-  for (double g : analytic) largest = std::max(largest, std::fabs(g));
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const double saved = p[i];
-    p[i] = saved + h;
-    const double up = loss();
-    p[i] = saved - h;
-    const double down = loss();
-    p[i] = saved;
-    worst = std::max(worst, std::fabs((up - down) / (2 * h) - analytic[i]));
-  }
+  const gradient_check::DerivativeCheck c = gradient_check::central_differences(p, analytic, loss);
+  const double worst = c.worst, largest = std::max(c.largest, 1e-12);
   EXPECT_LT(worst / largest, 1e-6) << what << ": largest |finite difference - analytic| = " << worst
                                     << " (largest gradient " << largest << ")";
 }

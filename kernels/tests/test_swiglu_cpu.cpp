@@ -206,18 +206,6 @@ TEST(SwigluCpu, Fp32IsWithinItsBoundOfTheExactFunction) {
             << " of its bound\n";
 }
 
-// The largest finite value of each storage type.
-template <typename T>
-double swiglu_largest() {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return load(bf16{0x7f7f});  // 3.39e38
-  } else if constexpr (std::is_same_v<T, fp16>) {
-    return load(fp16{0x7bff});  // 65504
-  } else {
-    return static_cast<double>(std::numeric_limits<T>::max());
-  }
-}
-
 // Gates far out on both sides: sigma(+-100), around the fp32 exp's cut-off at 87, and each type's
 // largest finite value (up = +-0.75 so that silu(g) up stays finite). Every output is finite and
 // close to the formulas evaluated naively in long double (64-bit significand, range to 1e4932:
@@ -225,7 +213,7 @@ double swiglu_largest() {
 // plus 2^-119 |up| absolute where the fp32 kernel returns 0 below gate = -87.
 TYPED_TEST(SwigluAllTypesCpu, ExtremeGatesGiveFiniteOutputs) {
   using T = TypeParam;
-  const double big = swiglu_largest<T>();
+  const double big = dtype_test::largest_finite<T>();
   const std::vector<double> magnitudes = {1e-3, 0.5, 1.28, 20, 86.9, 87.5, 88, 100, 1e4, big};
   std::vector<T> gate, up, dout;
   for (const double m : magnitudes) {

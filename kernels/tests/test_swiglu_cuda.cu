@@ -98,23 +98,11 @@ TYPED_TEST(SwigluCuda, ForwardAndBackwardMatchTheCpu) {
   EXPECT_TRUE(all_close("swiglu out (in place over gate)", d_gate.download(), gpu_out, Tolerance{0.0, 0.0}));
 }
 
-// The largest finite value of each storage type.
-template <typename T>
-double swiglu_largest() {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return load(bf16{0x7f7f});  // 3.39e38
-  } else if constexpr (std::is_same_v<T, fp16>) {
-    return load(fp16{0x7bff});  // 65504
-  } else {
-    return static_cast<double>(std::numeric_limits<float>::max());
-  }
-}
-
 // Gates far out on both sides (as the CPU test): finite on the GPU too, and close to the CPU.
 TYPED_TEST(SwigluCuda, ExtremeGatesMatchTheCpu) {
   SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  const std::vector<double> magnitudes = {1e-3, 0.5, 1.28, 20, 86.9, 87.5, 88, 100, 1e4, swiglu_largest<T>()};
+  const std::vector<double> magnitudes = {1e-3, 0.5, 1.28, 20, 86.9, 87.5, 88, 100, 1e4, dtype_test::largest_finite<T>()};
   std::vector<T> gate, up, dout;
   for (const double m : magnitudes) {
     for (const double sign : {1.0, -1.0}) {

@@ -126,14 +126,12 @@ def is_code(relative: str) -> bool:
     return suffix in SOURCES or suffix == ".cmake" or parts[-1] == "CMakeLists.txt"
 
 
-def words_of(technique: str, flags: list[str], relative: str) -> list[tuple[str, re.Pattern]]:
-    """What names a technique in `relative`: each flag as a word ("--zero", not "--zero-x"), and in
-    suites/ its folder's name as a string ("zero"). (In common/ and kernels/ a folder's name is also
-    what they implement, the allocator, the flash attention kernel: there the flags count.)"""
-    words = [(f, re.compile(r"(?<![\w-])" + re.escape(f) + r"(?![\w-])")) for f in flags]
-    if relative.startswith("suites/"):
-        words.append((f'"{technique}"', re.compile(re.escape(f'"{technique}"'))))
-    return words
+def words_of(technique: str, flags: list[str]) -> tuple[list[tuple[str, re.Pattern]], tuple[str, re.Pattern]]:
+    """What names a technique: each flag as a word ("--zero", not "--zero-x"), and its folder's name
+    as a string ("zero"), which counts in suites/ only (in common/ and kernels/ a folder's name is
+    also what they implement, the allocator, the flash attention kernel: there the flags count)."""
+    flag_words = [(f, re.compile(r"(?<![\w-])" + re.escape(f) + r"(?![\w-])")) for f in flags]
+    return flag_words, (f'"{technique}"', re.compile(re.escape(f'"{technique}"')))
 
 
 def technique_flags(trainmem: str) -> dict[str, list[str]]:
@@ -156,11 +154,13 @@ def check_names(root: pathlib.Path, flags: dict[str, list[str]], known=None) -> 
                 code[relative] = without_comments(path.read_text(encoding="utf-8", errors="replace"), path.suffix)
     errors, used = [], set()
     for technique, its_flags in sorted(flags.items()):
+        flag_words, folder_word = words_of(technique, its_flags)
         spelled = {}
         for relative, text in code.items():
             if relative.startswith(f"suites/{technique}/"):
                 continue
-            found = sorted({word for word, pattern in words_of(technique, its_flags, relative) if pattern.search(text)})
+            words = flag_words + [folder_word] if relative.startswith("suites/") else flag_words
+            found = sorted({word for word, pattern in words if pattern.search(text)})
             if found:
                 spelled[relative] = found
         outside = []

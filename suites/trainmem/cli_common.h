@@ -18,6 +18,10 @@
 #include "common/cli/flag_ranges.h"
 #include "common/device/device.h"
 
+namespace trainmem {
+class Technique;
+}
+
 namespace trainmem::cli {
 
 // Each add_*_command registers a subcommand; when that subcommand is the one chosen on the
@@ -76,5 +80,8 @@ void add_flags_command(CLI::App& app, Command& run);      // cli_flags.cpp (hidd
 // Every command and flag of `app` ("train", "--model", "-h"), each once, the program's own flags
 // first: what `trainmem flags` prints.
 std::vector<std::string> commands_and_flags(const CLI::App& app);
+// The long flags a technique's registration declares ("--recompute"), in its order: what
+// `trainmem flags --by-technique` prints for it.
+std::vector<std::string> flags_of(const Technique& technique);
 
 }  // namespace trainmem::cli

@@ -7,7 +7,6 @@
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <utility>
 
 #include "common/train/technique.h"
 #include "suites/trainmem/cli_common.h"
@@ -34,18 +33,15 @@ std::vector<std::string> commands_and_flags(const CLI::App& app) {
   return words;
 }
 
-// Each registered technique's flags, as its add_flags declares them on a command of its own.
-std::vector<std::pair<std::string, std::string>> flags_by_technique() {
-  std::vector<std::pair<std::string, std::string>> lines;
-  for (const Technique* t : registered_techniques()) {
-    CLI::App command;
-    TrainingSetup setup;
-    t->add_flags(command, setup);
-    for (const CLI::Option* option : command.get_options())
-      for (const std::string& name : option->get_lnames())
-        if (name != "help") lines.emplace_back(t->name(), "--" + name);
-  }
-  return lines;
+std::vector<std::string> flags_of(const Technique& technique) {
+  CLI::App command;  // its own, so that only its flags are on it
+  TrainingSetup setup;
+  technique.add_flags(command, setup);
+  std::vector<std::string> names;
+  for (const CLI::Option* option : command.get_options())
+    for (const std::string& name : option->get_lnames())
+      if (name != "help") names.push_back("--" + name);
+  return names;
 }
 
 void add_flags_command(CLI::App& app, Command& run) {
@@ -56,7 +52,8 @@ void add_flags_command(CLI::App& app, Command& run) {
   flags->callback([&app, &run, by_technique] {
     run = [&app, by_technique] {
       if (*by_technique)
-        for (const auto& [technique, flag] : flags_by_technique()) std::cout << technique << ' ' << flag << '\n';
+        for (const Technique* t : registered_techniques())
+          for (const std::string& flag : flags_of(*t)) std::cout << t->name() << ' ' << flag << '\n';
       else
         for (const std::string& word : commands_and_flags(app)) std::cout << word << '\n';
       return 0;

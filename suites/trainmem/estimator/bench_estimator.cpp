@@ -15,14 +15,15 @@
 // allocations the run made (its work: nothing else runs on meta).
 #include <benchmark/benchmark.h>
 
-#include <exception>
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "common/results/benchmark_context.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/estimator/memory_estimate.h"
-#include "suites/trainmem/techniques.h"
+#include "common/train/technique.h"
+#include "suites/trainmem/planner/technique_settings.h"
 #include "suites/trainmem/tests/sample_setups.h"
 
 namespace trainmem::estimator {
@@ -94,10 +95,11 @@ void BM_Estimate(benchmark::State& state, const ModelConfig& config) {
 
 // The ZeRO paper's 7.5B (gpt_7b with L=36, T=4096, V=57019 padded to 57024: 7,500,029,952
 // parameters), bf16, flash attention, B=1, full recompute, sharded by `scheme` over `ranks`.
+const planner::Shape kZeroPaper7_5b{"--model gpt2-1.5b --layers 36 --dim 4096 --heads 32 --seq 4096 --vocab 57019 "
+                                    "--precision bf16 --attention flash --recompute full",
+                                    1};
 TrainingSetup zero_paper_7_5b(const std::string& scheme, std::size_t ranks) {
-  return testing_support::setup_from_flags("--model gpt2-1.5b --layers 36 --dim 4096 --heads 32 --seq 4096 --vocab 57019 "
-                                           "--batch 1 --precision bf16 --attention flash --recompute full " + scheme,
-                                           DeviceKind::cpu, ranks);
+  return testing_support::setup_from_flags(planner::workload_flags(kZeroPaper7_5b, scheme), DeviceKind::cpu, ranks);
 }
 
 // Llama-3 70B at a 128k context (T = 131072), bf16, flash attention, B=1, full recompute, sharded
@@ -117,20 +119,10 @@ struct ShardingScheme {
 };
 std::vector<ShardingScheme> full_sharding_schemes(std::size_t ranks) {
   std::vector<ShardingScheme> schemes;
-  const TrainingSetup plain = zero_paper_7_5b("", ranks);
-  auto shards_everything = [&](const std::string& flags) {
-    try {
-      return registered_techniques().sharding_stage(zero_paper_7_5b(flags, ranks)) == 3;
-    } catch (const std::exception&) {
-      return false;  // a setting this setup already gives (its precision, its attention)
-    }
-  };
-  for (const Technique* t : registered_techniques())
-    for (const std::string& flags : t->plan_choices(plain).flags)
-      if (!flags.empty() && shards_everything(flags)) {
-        schemes.push_back({t->name(), flags});
-        break;
-      }
+  for (const planner::TechniqueSetting& setting : planner::technique_settings(kZeroPaper7_5b, ranks))
+    if (setting.sharding_stage == 3 &&
+        std::none_of(schemes.begin(), schemes.end(), [&](const ShardingScheme& s) { return s.technique == setting.technique->name(); }))
+      schemes.push_back({setting.technique->name(), setting.flags});
   return schemes;
 }
 

@@ -80,16 +80,12 @@ namespace {
 
 constexpr int kSteps = 3;  // the first is left out (warm-up: first touches, Adam's state)
 
-// One workload as the calibration runs it among `ranks` ranks: its setup, and whether the ranks run
-// it together (a data-parallel or sharded run over all of them) or each alone.
-struct Workload {
-  TrainingSetup setup;
-  bool together = false;
-};
-std::vector<Workload> workloads_for(int ranks) {
-  std::vector<Workload> list;
+// The workloads' setups among `ranks` ranks: under mpirun every rank runs each with the others (a
+// data-parallel or sharded run over all of them).
+std::vector<TrainingSetup> workload_setups(int ranks) {
+  std::vector<TrainingSetup> list;
   for (const std::string& flags : calibration_workloads(ranks))
-    list.push_back({cli::setup_from_train_flags(flags, DeviceKind::cpu, static_cast<std::size_t>(ranks)), ranks > 1});
+    list.push_back(cli::setup_from_train_flags(flags, DeviceKind::cpu, static_cast<std::size_t>(ranks)));
   return list;
 }
 
@@ -181,14 +177,14 @@ std::string machine_description(int ranks) {
 Calibration calibrate_this_machine(Communicator* world) {
   const int ranks = world ? world->world_size() : 1;
   RecordingLog log;
-  for (const Workload& w : workloads_for(ranks)) run_timed_on_cpu(w.setup, w.together ? world : nullptr, kSteps, &log);
+  for (const TrainingSetup& setup : workload_setups(ranks)) run_timed_on_cpu(setup, ranks > 1 ? world : nullptr, kSteps, &log);
   return curves_of_log(log, ranks);
 }
 
 Calibration expected_curves(int ranks) {
   RecordingLog log;
-  for (const Workload& w : workloads_for(ranks))
-    estimator::run_on_meta(w.setup, 0, 0, estimator::PeakMoment::skip, &log);
+  for (const TrainingSetup& setup : workload_setups(ranks))
+    estimator::run_on_meta(setup, 0, 0, estimator::PeakMoment::skip, &log);
   return curves_of_log(log, ranks);
 }
 

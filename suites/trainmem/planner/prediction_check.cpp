@@ -30,7 +30,7 @@ std::vector<std::string> checked_configurations(int ranks) {
   for (const Shape& shape : checked_shapes()) list.push_back(workload_flags(shape, ""));
   std::size_t next = 0;
   for (const TechniqueSetting& setting : technique_settings(checked_shapes().front(), static_cast<std::size_t>(std::max(ranks, 1))))
-    if (ranks <= 1 || setting.shards) list.push_back(workload_flags(checked_shapes()[next++ % checked_shapes().size()], setting.flags));
+    if (ranks <= 1 || setting.sharding_stage > 0) list.push_back(workload_flags(checked_shapes()[next++ % checked_shapes().size()], setting.flags));
   return list;
 }
 

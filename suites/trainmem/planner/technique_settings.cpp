@@ -28,7 +28,7 @@ std::vector<TechniqueSetting> technique_settings(const Shape& shape, std::size_t
         continue;  // refused on this shape or rank count
       }
       if (t->describe(with) == t->describe(base)) continue;  // the technique as the shape has it
-      settings.push_back({t, flags, !choices.trades_time_for_memory, registered_techniques().sharding_stage(with) > 0});
+      settings.push_back({t, flags, !choices.trades_time_for_memory, registered_techniques().sharding_stage(with)});
     }
   }
   return settings;

@@ -32,7 +32,7 @@ struct TechniqueSetting {
   // Another kernel or storage type for the same work (precision, attention: the technique's
   // choices do not trade time for memory), rather than more or less of the same calls.
   bool picks_kernels;
-  bool shards;  // the run spreads model states over the ranks (Techniques::sharding_stage > 0)
+  int sharding_stage;  // which model states the run spreads over the ranks (Techniques::sharding_stage; 0: none)
 };
 
 // Every setting the registered techniques offer a plan of `shape` over `ranks` ranks, in the order

@@ -3,7 +3,6 @@
 // meta-device, estimator and composition tests loop over them, so a new technique is tested there
 // by its registration alone.
 #pragma once
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "common/train/training_setup.h"
+#include "suites/trainmem/cli_common.h"
 #include "suites/trainmem/techniques.h"
 #include "suites/trainmem/train_flags.h"
 
@@ -84,15 +84,9 @@ inline std::vector<std::string> flag_names(const std::string& flags) {
   return names;
 }
 
-// The long names of the flags `technique` declares: "--recompute".
+// The long names of the flags `technique` declares ("--recompute"), sorted.
 inline std::vector<std::string> flags_of(const Technique& technique) {
-  CLI::App command;
-  TrainingSetup setup;
-  technique.add_flags(command, setup);
-  std::vector<std::string> names;
-  for (const CLI::Option* option : command.get_options())
-    for (const std::string& name : option->get_lnames())
-      if (name != "help") names.push_back("--" + name);
+  std::vector<std::string> names = cli::flags_of(technique);
   std::sort(names.begin(), names.end());
   return names;
 }

@@ -185,7 +185,7 @@ TEST(PlannerWorkloads, EveryTechniqueSettingIsCalibratedAndChecked) {
     ASSERT_GE(settings.size(), 8u);  // precisions, attention, recompute, accumulation, offload, ...
     for (const TechniqueSetting& s : settings) EXPECT_TRUE(holding(calibrated, s.flags)) << s.flags << " (" << ranks << " ranks)";
     for (const TechniqueSetting& s : technique_settings(checked_shapes().front(), world)) {
-      if (ranks == 1 || s.shards) {
+      if (ranks == 1 || s.sharding_stage > 0) {
         EXPECT_TRUE(holding(checked, s.flags)) << s.flags << " (" << ranks << " ranks)";
       }
     }

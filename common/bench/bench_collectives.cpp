@@ -13,7 +13,7 @@
 //                                           bandwidth, comparable to the link's peak
 //   wrong   elements that differ from the expected result, summed over ranks, checked once after
 //           the timed loop (must be 0)
-//   ranks   N
+// The world size N is the context's trainmem.world_size (common/results/ranked_benchmark_main.h).
 // Every rank runs the same fixed number of iterations: Google Benchmark would pick a count per
 // process from its own timings, and ranks that disagree would wait for each other forever. Rank 0
 // reports; the others print nothing.
@@ -31,13 +31,14 @@
 #include "common/device/device.h"
 #include "common/device/device_ops.h"
 #include "common/results/benchmark_context.h"
+#include "common/results/ranked_benchmark_main.h"
 #include "kernels/convert.h"
 
 namespace trainmem {
 namespace {
 
-std::unique_ptr<Device> g_device;
-std::unique_ptr<Communicator> g_comm;
+Device* g_device = nullptr;        // the main's (ranked_benchmark_main.h)
+Communicator* g_comm = nullptr;
 constexpr int kIterations = 10;
 
 // Inputs whose sums are exact in every dtype for small N: rank r's element i is (r + 1) + i % 7.
@@ -154,7 +155,6 @@ void BM_collective(benchmark::State& state, Collective c, DType dtype) {
   state.counters["busbw"] = benchmark::Counter(static_cast<double>(counts.sent_bytes), benchmark::Counter::kIsRate,
                                                benchmark::Counter::kIs1024);
   state.counters["wrong"] = wrong;
-  state.counters["ranks"] = g_comm->world_size();
   if (wrong > 0) state.SkipWithError("wrong results: see the 'wrong' counter");
 }
 
@@ -178,48 +178,17 @@ void register_benchmarks() {
 }
 
 
-// Takes --comm=auto|local|mpi|nccl out of argv.
-std::string take_comm_flag(int& argc, char** argv) {
-  std::string comm = "auto";
-  int kept = 0;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--comm=", 7) == 0) comm = argv[i] + 7;
-    else argv[kept++] = argv[i];
-  }
-  argc = kept;
-  return comm;
-}
-
 }  // namespace
 }  // namespace trainmem
 
 int main(int argc, char** argv) {
   using namespace trainmem;
-  init_mpi_if_launched();
-  try {
-    const std::string device_choice = take_device_flag(argc, argv);
-    const std::string comm_choice = take_comm_flag(argc, argv);
-    DeviceOptions options;
-    options.choice = device_choice;
-    options.device_memory = std::size_t{1} << 30;
-    g_device = Device::open(options, &std::cerr);
-    g_comm = make_communicator(*g_device, comm_choice);
-    const auto out = take_benchmark_out(argc, argv, "bench_collectives", g_comm->rank());  // only rank 0 writes it
-    if (!out) return 2;
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-    add_benchmark_context(g_device->info(), g_device->allocator().config());
-    benchmark::AddCustomContext("trainmem.comm.backend", g_comm->backend());
-    benchmark::AddCustomContext("trainmem.comm.world_size", std::to_string(g_comm->world_size()));
+  RankedBenchmarkSettings settings;
+  settings.device_memory = std::size_t{1} << 30;
+  settings.comm_flag = true;  // the communicator is what it measures
+  return ranked_benchmark_main(argc, argv, "bench_collectives", settings, [](BenchmarkWorld& w) {
+    g_device = &w.device;
+    g_comm = &w.world;
     register_benchmarks();
-    run_benchmarks_reporting_on_rank0(g_comm->rank());
-    benchmark::Shutdown();
-    g_comm.reset();
-    g_device.reset();
-    return commit_benchmark_out(*out, "bench_collectives");
-  } catch (const std::exception& e) {
-    if (launched_by_mpirun()) abort_world(e.what(), 1);
-    std::cerr << "bench_collectives: " << e.what() << '\n';
-    return 2;
-  }
+  });
 }

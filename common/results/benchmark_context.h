@@ -29,18 +29,22 @@ inline void add_benchmark_context(const DeviceInfo& device, const AllocatorConfi
   benchmark::AddCustomContext("trainmem.cuda_compiled", context["cuda_compiled"].dump());
 }
 
-// Takes trainmem's own benchmark flag, --device=auto|cpu|cuda, out of argv (before Google
-// Benchmark reads the rest) and returns it ("auto" when absent).
-inline std::string take_device_flag(int& argc, char** argv) {
-  std::string device = "auto";
+// Takes one of trainmem's own benchmark flags, `<prefix><value>` (e.g. "--device=cuda"), out of
+// argv before Google Benchmark reads the rest, and returns its value (`absent` when not given).
+inline std::string take_flag_value(int& argc, char** argv, const char* prefix, const char* absent) {
+  std::string value = absent;
+  const std::size_t length = std::strlen(prefix);
   int kept = 0;
   for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--device=", 9) == 0) device = argv[i] + 9;
+    if (std::strncmp(argv[i], prefix, length) == 0) value = argv[i] + length;
     else argv[kept++] = argv[i];
   }
   argc = kept;
-  return device;
+  return value;
 }
+
+// --device=auto|cpu|cuda, every benchmark's flag ("auto" when absent).
+inline std::string take_device_flag(int& argc, char** argv) { return take_flag_value(argc, argv, "--device=", "auto"); }
 
 // Bytes are reported as counters in bytes; Google Benchmark prints them with binary prefixes.
 inline benchmark::Counter bytes_counter(double bytes) {

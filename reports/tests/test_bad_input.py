@@ -8,6 +8,8 @@ import subprocess
 import sys
 import tracemalloc
 
+import pytest
+
 from conftest import REPO, cases, md_text, section_tables, time_limit
 from reports.trainmem_report import compare, plots
 from reports.trainmem_report.__main__ import main
@@ -57,7 +59,7 @@ def set_counter(folder, file: str, counter: str, value: float) -> None:
 
 
 def test_infinite_and_nan_counters_are_flagged_never_a_crash(fixture_copy):
-    set_counter(fixture_copy, "bench_zero.json", "world_size", float("inf"))  # int(inf) crashed the claims
+    set_counter(fixture_copy, "bench_zero.json", "stage", float("inf"))  # int(inf) crashed the claims
     set_counter(fixture_copy, "bench_checkpointing.json", "peak_allocated_bytes", float("nan"))
     data = json.loads((fixture_copy / "bench_baseline.json").read_text())
     data["benchmarks"][0]["real_time"] = float("-inf")
@@ -66,7 +68,7 @@ def test_infinite_and_nan_counters_are_flagged_never_a_crash(fixture_copy):
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr
     missing = missing_section(fixture_copy)
-    assert "bench_zero.json: BM_Zero/small/N1/zero0/offload_none: world_size is inf, not a finite number: " \
+    assert "bench_zero.json: BM_Zero/small/N1/zero0/offload_none: stage is inf, not a finite number: " \
            "left out" in missing
     assert "bench_checkpointing.json: BM_Recompute/small/L4/none: peak_allocated_bytes is nan, not a finite " \
            "number: left out" in missing
@@ -74,7 +76,21 @@ def test_infinite_and_nan_counters_are_flagged_never_a_crash(fixture_copy):
         in missing  # one repetition's entry: the case is still shown, from its median
     folder = load_folder(fixture_copy)
     entries = len(cases(json.loads((fixture_copy / "bench_zero.json").read_text())["benchmarks"]))
-    assert len([b for b in folder.runs("bench_zero") if "world_size" not in b.counters]) == entries
+    assert len([b for b in folder.runs("bench_zero") if "stage" not in b.counters]) == entries
+
+
+@pytest.mark.parametrize("world_size", ["inf", "0", "-2", "two", "", 2.5, None])
+def test_a_world_size_that_is_not_a_count_leaves_its_file_out(fixture_copy, world_size):
+    """The ranks a file ran on are its context's trainmem.world_size, text of a whole number >= 1
+    (ranked_benchmark_main.h): anything else leaves the file out, saying so, and never a crash."""
+    data = json.loads((fixture_copy / "bench_zero-n2.json").read_text())
+    data["context"]["trainmem.world_size"] = world_size
+    (fixture_copy / "bench_zero-n2.json").write_text(json.dumps(data))
+    folder = load_folder(fixture_copy)
+    assert f"bench_zero-n2.json: context trainmem.world_size is {world_size!r}, not a whole number of at least 1: " \
+           "file left out" in folder.problems
+    assert all(b.world_size == 1 for b in folder.runs("bench_zero"))  # bench_zero.json's runs only
+    assert render_cli(fixture_copy).returncode == 0
 
 
 def test_a_number_too_large_for_a_float_is_flagged(fixture_copy):

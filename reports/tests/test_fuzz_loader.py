@@ -30,7 +30,7 @@ from hypothesis import strategies as st  # noqa: E402
 # Keys the loader and the report look for, so that random objects often have the right names.
 KEYS = ["device", "allocator", "config", "kind", "name", "cpu_model", "device_memory_bytes", "total_memory_bytes",
         "cpu_cores", "benchmarks", "context", "load_avg", "num_cpus", "run_type", "real_time", "time_unit",
-        "label", "error_occurred", "error_message", "peak_allocated_bytes", "world_size", "stage", "steps",
+        "label", "error_occurred", "error_message", "peak_allocated_bytes", "trainmem.world_size", "stage", "steps",
         "loss", "step", "memory", "by_category", "events", "phases", "action", "addr", "size", "block_size",
         "category", "phase", "segments", "device_traces", "blocks", "pairings", "goals"]
 NAMES = ["device.json", "bench_baseline.json", "bench_zero.json", "bench_zero-n2.json", "bench_checkpointing.json",

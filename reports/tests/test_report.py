@@ -57,13 +57,14 @@ def bench_entries(folder: pathlib.Path, bench: str) -> list[dict]:
     """A suite's cases, read with the json module alone, from all its files in the order the report
     lists them (bench_zero.json (world size 1), then bench_zero-n2.json, -n4): per case its "median"
     aggregate with the "stddev" aggregate's real_time added as `stddev`, or its one entry when it
-    ran once (no `stddev`)."""
+    ran once (no `stddev`), and the file's world size (its context's) as `world_size`."""
     files = [folder / f"{bench}.json"] + sorted(folder.glob(f"{bench}-n*.json"), key=lambda p: (len(p.name), p.name))
     cases = []
     for path in files:
         if not path.exists():
             continue
-        entries = json.loads(path.read_text())["benchmarks"]
+        data = json.loads(path.read_text())
+        entries, world_size = data["benchmarks"], int(data["context"].get("trainmem.world_size", "1"))
         aggregates = {(e["run_name"], e["aggregate_name"]): e for e in entries if e.get("run_type") == "aggregate"}
         seen = set()
         for e in entries:
@@ -74,7 +75,7 @@ def bench_entries(folder: pathlib.Path, bench: str) -> list[dict]:
             if (case, "median") in aggregates:
                 stddev = aggregates.get((case, "stddev"))
                 e = {**aggregates[(case, "median")], "stddev": stddev["real_time"] if stddev else None}
-            cases.append({**e, "name": case})
+            cases.append({**e, "name": case, "world_size": world_size})
     return cases
 
 

@@ -47,25 +47,27 @@ def test_formatting_keeps_enough_digits():
     assert fmt_ms(10.78) == "10.8 ms" and fmt_ms(0.0042) == "4.2 µs" and fmt_ms(3.5e-5) == "35.0 ns"
 
 
-def zero_bench(points):
-    """A bench_zero.json as bench_zero writes it (names, counters), with hand-made numbers."""
+def zero_bench(world, points):
+    """A bench_zero.json of one world size as bench_zero writes it (names, counters, the world size
+    in the context), with hand-made numbers."""
     runs = []
-    for stage, world, states in points:
+    for stage, states in points:
         runs.append({"name": f"BM_Zero/small/N{world}/zero{stage}/offload_none/iterations:5/real_time",
                      "run_type": "iteration", "real_time": 10.0, "time_unit": "ms", "stage": stage,
-                     "world_size": world, "parameters_bytes": states / 4, "gradients_bytes": states / 4,
+                     "parameters_bytes": states / 4, "gradients_bytes": states / 4,
                      "optimizer_state_bytes": states / 2, "peak_allocated_bytes": states * 1.5,
                      "parameters_peak_bytes": states, "gradients_peak_bytes": states})  # peaks: not model states
-    return {"context": {"trainmem.device.kind": "cpu", "trainmem.device.name": "x"}, "benchmarks": runs}
+    return {"context": {"trainmem.device.kind": "cpu", "trainmem.device.name": "x", "trainmem.world_size": str(world)},
+            "benchmarks": runs}
 
 
 def test_zero_claim_and_plot_follow_the_numbers(tmp_path):
     folder = tmp_path / "zero"
     folder.mkdir()
     psi16 = 16 * MiB
-    (folder / "bench_zero.json").write_text(json.dumps(zero_bench([(0, 1, psi16), (3, 1, psi16)])))
-    (folder / "bench_zero-n2.json").write_text(json.dumps(zero_bench([(3, 2, psi16 / 2)])))
-    (folder / "bench_zero-n4.json").write_text(json.dumps(zero_bench([(0, 4, psi16), (3, 4, psi16 / 4 + MiB / 2)])))
+    (folder / "bench_zero.json").write_text(json.dumps(zero_bench(1, [(0, psi16), (3, psi16)])))
+    (folder / "bench_zero-n2.json").write_text(json.dumps(zero_bench(2, [(3, psi16 / 2)])))
+    (folder / "bench_zero-n4.json").write_text(json.dumps(zero_bench(4, [(0, psi16), (3, psi16 / 4 + MiB / 2)])))
     loaded = load_folder(folder)
     assert [b.name for b in loaded.runs("bench_zero")][:2] == ["BM_Zero/small/N1/zero0/offload_none",
                                                                "BM_Zero/small/N1/zero3/offload_none"]
@@ -77,18 +79,18 @@ def test_zero_claim_and_plot_follow_the_numbers(tmp_path):
     assert main(["render", str(folder)]) == 0
     assert (folder / "plots" / "zero-per-rank.png").stat().st_size > 2000
 
-    (folder / "bench_zero-n4.json").write_text(json.dumps(zero_bench([(0, 4, psi16), (3, 4, psi16 / 2)])))
+    (folder / "bench_zero-n4.json").write_text(json.dumps(zero_bench(4, [(0, psi16), (3, psi16 / 2)])))
     assert claims.zero3_divides_by_n(load_folder(folder)).verdict == claims.FAILS
 
 
-def bench_file(folder, name, runs):
+def bench_file(folder, name, runs, context=None):
     """A Google Benchmark file with hand-made runs: (name, time in ms, counters), each as 3
     repetitions summarised by Google Benchmark's median and stddev aggregates, the spread 0.1 ms
     (quiet: a gap of 1 ms is beyond the noise, noise.py)."""
     entries = [{"name": f"{n}_{aggregate}", "run_name": n, "run_type": "aggregate", "aggregate_name": aggregate,
                 "repetitions": 3, "real_time": t if aggregate == "median" else 0.1, "time_unit": "ms", **counters}
                for n, t, counters in runs for aggregate in ("median", "stddev")]
-    (folder / f"{name}.json").write_text(json.dumps({"context": {}, "benchmarks": entries}))
+    (folder / f"{name}.json").write_text(json.dumps({"context": context or {}, "benchmarks": entries}))
 
 
 def test_allocator_claims_follow_the_numbers(tmp_path):
@@ -127,12 +129,13 @@ def test_fsdp_claim_follows_the_numbers(tmp_path):
     def run(k, prefetch, units, peak=None):
         peak = base + units * k * unit if peak is None else peak
         return (f"BM_Fsdp/small/full/{'layer' if k == 1 else f'{k}-layers'}/{'prefetch' if prefetch else 'no_prefetch'}"
-                "/iterations:5", 10.0, {"world_size": 2, "parameters_peak_bytes": peak,
+                "/iterations:5", 10.0, {"parameters_peak_bytes": peak,
                                         "predicted_parameters_peak_bytes": base + (2 if prefetch else 1) * k * unit,
                                         "gathered_units_at_peak": units})
-    bench_file(tmp_path, "bench_fsdp", [run(1, False, 1), run(1, True, 2), run(2, False, 1), run(2, True, 2)])
+    two_ranks = {"trainmem.world_size": "2"}
+    bench_file(tmp_path, "bench_fsdp", [run(1, False, 1), run(1, True, 2), run(2, False, 1), run(2, True, 2)], two_ranks)
     claim = claims.fsdp_peak_is_shard_plus_units(load_folder(tmp_path))
     assert claim.verdict == claims.HOLDS
     assert "N = 2, 1-layer units: 13.00 MiB = 10.00 MiB + 1 x 3.00 MiB" in claim.measured
-    bench_file(tmp_path, "bench_fsdp", [run(1, False, 1), run(1, True, 3)])
+    bench_file(tmp_path, "bench_fsdp", [run(1, False, 1), run(1, True, 3)], two_ranks)
     assert claims.fsdp_peak_is_shard_plus_units(load_folder(tmp_path)).verdict == claims.FAILS

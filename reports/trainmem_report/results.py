@@ -63,6 +63,7 @@ class Benchmark:
     counters: dict[str, float]
     repetitions: int = 1
     time_stddev_ms: float | None = None
+    world_size: int = 1  # the ranks it ran on: its file's context, "trainmem.world_size"
 
     def counter(self, key: str, default: float | None = None) -> float | None:
         return self.counters.get(key, default)
@@ -217,11 +218,32 @@ def _load_benchmark_file(path: pathlib.Path, folder: ResultFolder) -> None:
             aggregates.setdefault(case, {})[str(entry.get("aggregate_name", ""))] = run
         else:
             repetitions[case].append(run)
+    context = data.get("context", {}) if isinstance(data.get("context"), dict) else {}
+    world_size = _world_size(context, path.name, folder.problems)
+    if world_size is None:
+        return
     runs = [r for case in repetitions if (r := _one_case(repetitions[case], aggregates.get(case, {}))) is not None]
     if not runs:
         folder.problems.append(f"{path.name}: no benchmark results in it")
+    for run in runs:
+        run.world_size = world_size
     folder.benchmarks[bench] += runs
-    folder.contexts[path.stem] = data.get("context", {}) if isinstance(data.get("context"), dict) else {}
+    folder.contexts[path.stem] = context
+
+
+def _world_size(context: dict, where: str, problems: list[str]) -> int | None:
+    """The ranks a file's benchmarks ran on, as the benchmarks under mpirun write it once in their
+    context (common/results/ranked_benchmark_main.h): a whole number of at least 1, written as
+    text (or as a number). Absent: a benchmark of one process, 1. Anything else: None, and a line
+    in `problems` (the file is left out: its figures per rank cannot be put beside the others)."""
+    value = context.get("trainmem.world_size", "1")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and int(value) >= 1:
+        return int(value)
+    problems.append(f"{where}: context trainmem.world_size is {value!r}, not a whole number of at least 1: "
+                    "file left out")
+    return None
 
 
 def _one_case(repeated: list[Benchmark], aggregates: dict[str, Benchmark]) -> Benchmark | None:

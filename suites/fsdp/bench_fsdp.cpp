@@ -15,7 +15,8 @@
 // Models: the `small` preset (C=128, H=4, L=4, T=128, V=256), B = 4 rows per rank, fp32, on the
 // CPU (gpt2-124m with B = 8 in bf16 on a GPU), and llama-small (the Llama family) beside it. Counters: <category>_peak_bytes (measured),
 // predicted_parameters_peak_bytes / predicted_gradients_peak_bytes (fsdp_memory.h),
-// gathered_units_at_peak, comm_volume_bytes_per_step, world_size, tokens_per_s (all ranks).
+// gathered_units_at_peak, comm_volume_bytes_per_step, tokens_per_s (all ranks); the world size is the
+// context's trainmem.world_size (common/results/ranked_benchmark_main.h).
 #include <benchmark/benchmark.h>
 
 #include <iostream>
@@ -23,6 +24,7 @@
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
 #include "common/results/benchmark_context.h"
+#include "common/results/ranked_benchmark_main.h"
 #include "common/train/training_run.h"
 #include "suites/fsdp/fsdp_memory.h"
 #include "suites/fsdp/fsdp_strategy.h"
@@ -64,7 +66,6 @@ void BM_Fsdp(benchmark::State& state, const std::string& device_choice, ModelCon
   state.counters["comm_volume_bytes_per_step"] =
       bytes_counter(static_cast<double>(comm->stats().total.volume_bytes) / static_cast<double>(state.iterations()));
   state.counters["comm_seconds_per_step"] = comm->stats().total.seconds / static_cast<double>(state.iterations());
-  state.counters["world_size"] = static_cast<double>(world);
   set_rate_counters(state, "tokens", static_cast<double>(world * batch * config.seq));
   state.SetLabel(config.name + " N=" + std::to_string(world) + " fsdp=" + to_string(options.mode) +
                  " unit=" + unit_to_string(options.layers_per_unit) + (options.prefetch ? " prefetch=on" : " prefetch=off"));
@@ -77,51 +78,30 @@ void BM_Fsdp(benchmark::State& state, const std::string& device_choice, ModelCon
 int main(int argc, char** argv) {
   using namespace trainmem;
   using namespace trainmem::fsdp;
-  init_mpi_if_launched();
-  const std::string device_choice = take_device_flag(argc, argv);
-  DeviceOptions options;
-  options.choice = device_choice;
-  std::unique_ptr<Device> device;
-  int rank = 0;
-  try {
-    device = Device::open(options);
-    rank = make_communicator(*device)->rank();
-  } catch (const std::exception& e) {
-    std::cerr << "bench_fsdp: " << e.what() << '\n';
-    return 2;
-  }
-  const auto out = take_benchmark_out(argc, argv, "bench_fsdp", rank);  // only rank 0 writes it
-  if (!out) return 2;
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  add_benchmark_context(device->info(), device->allocator().config());
-  const bool gpu = device->kind() == DeviceKind::cuda;
-  device.reset();
-
-  const std::size_t batch = gpu ? 8 : 4;
-  const Precision precision = gpu ? Precision::bf16 : Precision::fp32;
-  // Each family: GPT-2's and the Llama family's (SwiGLU, grouped-query attention, untied head).
-  for (const ModelConfig& config : {model_preset(gpu ? "gpt2-124m" : "small"), model_preset("llama-small")}) {
-    std::vector<FsdpOptions> cases;
-    for (std::size_t k : {std::size_t{1}, std::size_t{2}, config.layers})
-      for (bool prefetch : {false, true}) cases.push_back({ShardingMode::full, k, prefetch});
-    cases.push_back({ShardingMode::grad_op, 1, false});
-    cases.push_back({ShardingMode::none, 1, false});
-    for (const FsdpOptions& o : cases) {
-      std::string name = "BM_Fsdp/";
-      name += config.name;
-      name += "/";
-      name += to_string(o.mode);
-      name += "/";
-      name += unit_to_string(o.layers_per_unit);
-      name += o.prefetch ? "/prefetch" : "/no_prefetch";
-      benchmark::RegisterBenchmark(name.c_str(), BM_Fsdp, device_choice, config, batch, precision, o)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime()
-          ->Iterations(kIterations);
+  return ranked_benchmark_main(argc, argv, "bench_fsdp", {}, [](BenchmarkWorld& w) {
+    const bool gpu = w.device.kind() == DeviceKind::cuda;
+    const std::size_t batch = gpu ? 8 : 4;
+    const Precision precision = gpu ? Precision::bf16 : Precision::fp32;
+    // Each family: GPT-2's and the Llama family's (SwiGLU, grouped-query attention, untied head).
+    for (const ModelConfig& config : {model_preset(gpu ? "gpt2-124m" : "small"), model_preset("llama-small")}) {
+      std::vector<FsdpOptions> cases;
+      for (std::size_t k : {std::size_t{1}, std::size_t{2}, config.layers})
+        for (bool prefetch : {false, true}) cases.push_back({ShardingMode::full, k, prefetch});
+      cases.push_back({ShardingMode::grad_op, 1, false});
+      cases.push_back({ShardingMode::none, 1, false});
+      for (const FsdpOptions& o : cases) {
+        std::string name = "BM_Fsdp/";
+        name += config.name;
+        name += "/";
+        name += to_string(o.mode);
+        name += "/";
+        name += unit_to_string(o.layers_per_unit);
+        name += o.prefetch ? "/prefetch" : "/no_prefetch";
+        benchmark::RegisterBenchmark(name.c_str(), BM_Fsdp, w.device_choice, config, batch, precision, o)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->Iterations(kIterations);
+      }
     }
-  }
-  run_benchmarks_reporting_on_rank0(rank);
-  benchmark::Shutdown();
-  return commit_benchmark_out(*out, "bench_fsdp");
+  });
 }

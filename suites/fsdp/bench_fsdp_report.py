@@ -25,7 +25,7 @@ def fsdp_full_shard_runs(f: ResultFolder) -> dict[tuple[int, int, bool], Benchma
     for b in f.runs(SUITE.bench):
         parts = b.name.split("/")
         if len(parts) >= 5 and parts[2] == "full":
-            runs[(int(b.counter("world_size", 1)), fsdp_layers_per_unit(parts[3]), parts[4] == "prefetch")] = b
+            runs[(b.world_size, fsdp_layers_per_unit(parts[3]), parts[4] == "prefetch")] = b
     return runs
 
 
@@ -51,10 +51,10 @@ def fsdp_figures(folder: ResultFolder, suite: Suite, out: pathlib.Path) -> list[
     return figures
 
 
-# BM_Fsdp/<model>/<mode>/<unit>/<prefetch|no_prefetch>; the world size is a counter.
+# BM_Fsdp/<model>/<mode>/<unit>/<prefetch|no_prefetch>; the world size is the file's (its context).
 SUITE = Suite(
     "fsdp", "FSDP", "bench_fsdp", "per-unit sharding, unit size and prefetch",
-    group=lambda b: f"{b.name.split('/')[1]} N={int(b.counter('world_size', 1))}",
+    group=lambda b: f"{b.name.split('/')[1]} N={b.world_size}",
     setting=lambda b: " ".join(b.name.split("/")[2:]),
     columns=MEMORY_COLUMNS + [(category_peak_counter("parameters"), "parameters peak", "bytes"),
                               (category_peak_counter("gradients"), "gradients peak", "bytes"),

@@ -29,6 +29,7 @@
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
 #include "common/results/benchmark_context.h"
+#include "common/results/ranked_benchmark_main.h"
 #include "common/train/training_run.h"
 #include "suites/zero/zero_memory.h"
 #include "suites/zero/zero_strategy.h"
@@ -73,7 +74,6 @@ void BM_Zero(benchmark::State& state, const std::string& device_choice, const Mo
   const ModelStateBytes paper =
       paper_model_states(static_cast<double>(config.num_parameters()), N, c.stage, Precision::bf16, c.offload);
   auto current = [&](MemoryCategory m) { return static_cast<double>(stats.by_category[index_of(m)].current); };
-  state.counters["world_size"] = N;
   state.counters["stage"] = c.stage;
   state.counters["parameters_bytes"] = bytes_counter(current(MemoryCategory::parameters));
   state.counters["gradients_bytes"] = bytes_counter(current(MemoryCategory::gradients));
@@ -113,50 +113,29 @@ void BM_Zero(benchmark::State& state, const std::string& device_choice, const Mo
 
 int main(int argc, char** argv) {
   using namespace trainmem;
-  const std::string device_choice = take_device_flag(argc, argv);
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Communicator> comm;
-  try {
-    DeviceOptions options;
-    options.choice = device_choice;
-    device = Device::open(options, launched_by_mpirun() ? nullptr : &std::cerr);
-    comm = make_communicator(*device);
-  } catch (const std::exception& e) {
-    std::cerr << "bench_zero: " << e.what() << '\n';
-    return 2;
-  }
-  const auto out = take_benchmark_out(argc, argv, "bench_zero", comm->rank());  // only rank 0 writes it
-  if (!out) return 2;
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  add_benchmark_context(device->info(), device->allocator().config());
-  benchmark::AddCustomContext("trainmem.world_size", std::to_string(comm->world_size()));
-  benchmark::AddCustomContext("trainmem.comm_backend", comm->backend());
-
-  const bool gpu = device->kind() == DeviceKind::cuda;
-  // Each family: GPT-2's and the Llama family's (SwiGLU, grouped-query attention, untied head).
-  static const std::vector<ModelConfig> configs = {model_preset(gpu ? "gpt2-124m" : "small"), model_preset("llama-small")};
-  const std::size_t batch = 4;
-  const std::vector<zero::BenchCase> cases = {{0, Offload::none},      {1, Offload::none},      {2, Offload::none},
-                                              {3, Offload::none},      {1, Offload::optimizer}, {2, Offload::optimizer},
-                                              {3, Offload::optimizer}, {3, Offload::params}};
-  for (const ModelConfig& config : configs) {
-    for (const zero::BenchCase& c : cases) {
-      std::string name = "BM_Zero/";
-      name += config.name;
-      name += "/N";
-      name += std::to_string(comm->world_size());
-      name += "/zero";
-      name += std::to_string(c.stage);
-      name += "/offload_";
-      name += to_string(c.offload);
-      benchmark::RegisterBenchmark(name.c_str(), zero::BM_Zero, device_choice, config, batch, c)
-          ->Iterations(zero::kIterations)
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond);
+  return ranked_benchmark_main(argc, argv, "bench_zero", {}, [](BenchmarkWorld& w) {
+    const bool gpu = w.device.kind() == DeviceKind::cuda;
+    // Each family: GPT-2's and the Llama family's (SwiGLU, grouped-query attention, untied head).
+    static const std::vector<ModelConfig> configs = {model_preset(gpu ? "gpt2-124m" : "small"), model_preset("llama-small")};
+    const std::size_t batch = 4;
+    const std::vector<zero::BenchCase> cases = {{0, Offload::none},      {1, Offload::none},      {2, Offload::none},
+                                                {3, Offload::none},      {1, Offload::optimizer}, {2, Offload::optimizer},
+                                                {3, Offload::optimizer}, {3, Offload::params}};
+    for (const ModelConfig& config : configs) {
+      for (const zero::BenchCase& c : cases) {
+        std::string name = "BM_Zero/";
+        name += config.name;
+        name += "/N";
+        name += std::to_string(w.world.world_size());
+        name += "/zero";
+        name += std::to_string(c.stage);
+        name += "/offload_";
+        name += to_string(c.offload);
+        benchmark::RegisterBenchmark(name.c_str(), zero::BM_Zero, w.device_choice, config, batch, c)
+            ->Iterations(zero::kIterations)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
     }
-  }
-  run_benchmarks_reporting_on_rank0(comm->rank());
-  benchmark::Shutdown();
-  return commit_benchmark_out(*out, "bench_zero");
+  });
 }

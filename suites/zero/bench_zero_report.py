@@ -15,8 +15,8 @@ from reports.trainmem_report.result_schema import PEAK_ALLOCATED, category_peak_
 
 
 def zero_point(b: Benchmark) -> tuple[int, int, str] | None:
-    """(stage, world size, offload) of a bench_zero run, from its counters or its name's key:value
-    arguments; None if they cannot be found."""
+    """(stage, world size, offload) of a bench_zero run: the stage and offload from its counters or
+    its name's key:value arguments (None if they cannot be found), the world size its file's."""
     a = {k.lower(): v for k, v in args(b).items()}
     # bench_zero's own names: .../zero<stage>/offload_<what>
     m = re.search(r"/zero(\d)(?:/|$)", b.name)
@@ -34,13 +34,12 @@ def zero_point(b: Benchmark) -> tuple[int, int, str] | None:
                 return int(re.sub(r"\D", "", a[k]) or -1)
         return None
     stage = pick("stage", "zero_stage", "zero")
-    world = pick("world_size", "world", "ranks", "np", "n")
-    if stage is None or world is None:
+    if stage is None:
         return None
     offload = a.get("offload", "none")
     if "offload" in b.label and offload == "none":
         offload = b.label.split("offload", 1)[1].strip(" =:") or "on"
-    return stage, world, offload
+    return stage, b.world_size, offload
 
 
 def model_state_bytes(b: Benchmark) -> float:

@@ -24,6 +24,7 @@
 
 #include "common/comm/communicator.h"
 #include "common/results/benchmark_context.h"
+#include "common/results/ranked_benchmark_main.h"
 #include "suites/trainmem/estimator/gpu_catalog.h"
 #include "suites/trainmem/planner/calibration.h"
 #include "suites/trainmem/planner/plan_search.h"
@@ -146,29 +147,10 @@ void register_benchmarks(int ranks) {
 
 int main(int argc, char** argv) {
   using namespace trainmem;
-  const std::string requested_device = take_device_flag(argc, argv);
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Communicator> world;
-  try {
-    DeviceOptions options;
-    options.choice = "cpu";
-    device = Device::open(options);
-    world = make_communicator(*device);
-  } catch (const std::exception& e) {
-    std::cerr << "bench_planner: " << e.what() << '\n';
-    return 2;
-  }
-  const auto out = take_benchmark_out(argc, argv, "bench_planner", world->rank());  // only rank 0 writes it
-  if (!out) return 2;
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  add_benchmark_context(device->info(), device->allocator().config());
-  benchmark::AddCustomContext("trainmem.requested_device", requested_device + " (the checked steps run on the CPU backend)");
-  benchmark::AddCustomContext("trainmem.world_size", std::to_string(world->world_size()));
-  benchmark::AddCustomContext("trainmem.comm_backend", world->backend());
-  planner::g_world = world.get();
-  planner::register_benchmarks(world->world_size());
-  run_benchmarks_reporting_on_rank0(world->rank());
-  benchmark::Shutdown();
-  return commit_benchmark_out(*out, "bench_planner");
+  RankedBenchmarkSettings settings;
+  settings.fixed_device = "cpu";  // the checked steps run on the CPU backend, whose calibration `plan --device cpu` uses
+  return ranked_benchmark_main(argc, argv, "bench_planner", settings, [](BenchmarkWorld& w) {
+    planner::g_world = &w.world;
+    planner::register_benchmarks(w.world.world_size());
+  });
 }

@@ -219,6 +219,15 @@ class Technique {
   virtual std::vector<SampleSetup> sample_setups() const { return {}; }
 };
 
+// The one instance of a technique's class, made on first use: what its registration function
+// returns (`const Technique& zero_technique() { return the_technique<ZeroTechnique>(); }`); the
+// registry and every run hold references to it.
+template <class T>
+const Technique& the_technique() {
+  static const T technique;
+  return technique;
+}
+
 // The registered techniques, in the order the progress line names them.
 class Techniques {
  public:

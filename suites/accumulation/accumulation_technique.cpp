@@ -21,6 +21,13 @@ class AccumulationTechnique : public Technique {
         ->check(cli::whole_number(1, kMaxAccum));
   }
 
+  // Micro-batches of the default batch, and of the Llama family in bf16 (with other techniques:
+  // the driver's combined samples, suites/trainmem/tests/sample_setups.h).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--accum 4"},
+            {"--model llama-tiny --accum 4 --precision bf16"}};
+  }
+
   std::string describe(const TrainingSetup& setup) const override { return "accum=" + std::to_string(setup.accum); }
   void add_config_json(const TrainingSetup& setup, nlohmann::json& config) const override { config["accum"] = setup.accum; }
 
@@ -56,20 +63,10 @@ class AccumulationTechnique : public Technique {
     if (s.batch <= 1) return {};  // no smaller micro-batch
     return {{MemoryCategory::activations, "a smaller micro-batch with gradient accumulation (--batch smaller, --accum K)"}};
   }
-
-  // Micro-batches of the default batch, and of the Llama family in bf16 (with other techniques:
-  // the driver's combined samples, suites/trainmem/tests/sample_setups.h).
-  std::vector<SampleSetup> sample_setups() const override {
-    return {{"--accum 4"},
-            {"--model llama-tiny --accum 4 --precision bf16"}};
-  }
 };
 
 }  // namespace
 
-const Technique& accumulation_technique() {
-  static const AccumulationTechnique technique;
-  return technique;
-}
+const Technique& accumulation_technique() { return the_technique<AccumulationTechnique>(); }
 
 }  // namespace trainmem

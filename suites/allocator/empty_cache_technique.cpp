@@ -26,6 +26,17 @@ class EmptyCacheTechnique : public Technique {
         ->check(cli::parses_with(EmptyCachePolicy::parse));
   }
 
+  // empty_cache after every step and every second one, with expandable segments too; and the
+  // allocator configurations this suite measures: max_split_size_mb on a small card, the raw backend.
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--empty-cache every-step"},
+            {"--empty-cache every:2"},
+            {"--allocator-config expandable_segments:True --empty-cache every-step"},
+            {"--allocator-config max_split_size_mb:20 --device-memory 64MiB --model small"},
+            {"--allocator-config backend:raw"},
+            {"--model llama-tiny --empty-cache every-step --precision bf16"}};
+  }
+
   TechniqueInRun join(RunParts& run) const override {
     const EmptyCachePolicy& policy = run.setup.option<EmptyCachePolicy>();
     if (policy.every == 0) return {};
@@ -39,24 +50,10 @@ class EmptyCacheTechnique : public Technique {
   void add_config_json(const TrainingSetup& s, nlohmann::json& config) const override {
     config["empty_cache"] = s.option<EmptyCachePolicy>().to_string();
   }
-
-  // empty_cache after every step and every second one, with expandable segments too; and the
-  // allocator configurations this suite measures: max_split_size_mb on a small card, the raw backend.
-  std::vector<SampleSetup> sample_setups() const override {
-    return {{"--empty-cache every-step"},
-            {"--empty-cache every:2"},
-            {"--allocator-config expandable_segments:True --empty-cache every-step"},
-            {"--allocator-config max_split_size_mb:20 --device-memory 64MiB --model small"},
-            {"--allocator-config backend:raw"},
-            {"--model llama-tiny --empty-cache every-step --precision bf16"}};
-  }
 };
 
 }  // namespace
 
-const Technique& empty_cache_technique() {
-  static const EmptyCacheTechnique technique;
-  return technique;
-}
+const Technique& empty_cache_technique() { return the_technique<EmptyCacheTechnique>(); }
 
 }  // namespace trainmem::allocator

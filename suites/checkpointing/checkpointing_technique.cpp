@@ -36,6 +36,20 @@ class CheckpointingTechnique : public Technique {
         ->check(cli::parses_with(RecomputePolicy::parse));  // checked while parsing: a one-line error
   }
 
+  // Every policy; sqrt and every:K on more layers (segments of several), in fp16; selective on the
+  // small model in bf16.
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--recompute full"},
+            {"--recompute selective"},
+            {"--recompute sqrt"},
+            {"--recompute every:2"},
+            {"--recompute sqrt --model tiny --layers 5"},
+            {"--recompute every:2 --model tiny --layers 4 --precision fp16"},
+            {"--model small --batch 8 --precision bf16 --recompute selective"},
+            {"--model llama-tiny --recompute selective --precision bf16"},
+            {"--model llama-small --batch 2 --recompute sqrt --attention flash"}};
+  }
+
   void validate(const TrainingSetup& setup, const Techniques& all) const override {
     if (setup.option<RecomputePolicy>().kind == RecomputePolicy::Kind::sqrt && all.gathers_one_layer_at_a_time(setup))
       throw std::invalid_argument("--recompute sqrt rebuilds a whole segment of layers in one layer's backward, but " +
@@ -76,27 +90,10 @@ class CheckpointingTechnique : public Technique {
     f.activations = predicted_activation_peak(s.model, s.batch, s.seq(), s.option<RecomputePolicy>(),
                                               storage_dtype(s.precision), s.attention);
   }
-
-  // Every policy; sqrt and every:K on more layers (segments of several), in fp16; selective on the
-  // small model in bf16.
-  std::vector<SampleSetup> sample_setups() const override {
-    return {{"--recompute full"},
-            {"--recompute selective"},
-            {"--recompute sqrt"},
-            {"--recompute every:2"},
-            {"--recompute sqrt --model tiny --layers 5"},
-            {"--recompute every:2 --model tiny --layers 4 --precision fp16"},
-            {"--model small --batch 8 --precision bf16 --recompute selective"},
-            {"--model llama-tiny --recompute selective --precision bf16"},
-            {"--model llama-small --batch 2 --recompute sqrt --attention flash"}};
-  }
 };
 
 }  // namespace
 
-const Technique& checkpointing_technique() {
-  static const CheckpointingTechnique technique;
-  return technique;
-}
+const Technique& checkpointing_technique() { return the_technique<CheckpointingTechnique>(); }
 
 }  // namespace trainmem

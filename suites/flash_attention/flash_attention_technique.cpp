@@ -13,6 +13,14 @@ class FlashAttentionTechnique : public Technique {
  public:
   std::string name() const override { return "flash_attention"; }
 
+  // Flash attention in fp32 and bf16, on both families (with recompute and the lazy loader: the
+  // driver's combined samples, suites/trainmem/tests/sample_setups.h).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--attention flash"},
+            {"--attention flash --precision bf16"},
+            {"--model llama-tiny --attention flash --precision bf16"}};
+  }
+
   // (--attention is a core option, TrainingSetup::attention: the model's kernel, declared with --batch.)
   // Not given: what a PyTorch user gets by default. On a GPU, scaled_dot_product_attention runs
   // its flash kernel for 16-bit tensors (ANCHORS.md); trainmem's CUDA flash kernels take bf16/fp16
@@ -63,21 +71,10 @@ class FlashAttentionTechnique : public Technique {
                return std::vector<Remedy::Variant>{v};
              }}};
   }
-
-  // Flash attention in fp32 and bf16, on both families (with recompute and the lazy loader: the
-  // driver's combined samples, suites/trainmem/tests/sample_setups.h).
-  std::vector<SampleSetup> sample_setups() const override {
-    return {{"--attention flash"},
-            {"--attention flash --precision bf16"},
-            {"--model llama-tiny --attention flash --precision bf16"}};
-  }
 };
 
 }  // namespace
 
-const Technique& flash_attention_technique() {
-  static const FlashAttentionTechnique technique;
-  return technique;
-}
+const Technique& flash_attention_technique() { return the_technique<FlashAttentionTechnique>(); }
 
 }  // namespace trainmem

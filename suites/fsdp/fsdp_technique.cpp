@@ -76,6 +76,16 @@ class FsdpTechnique : public Technique {
         ->needs(fsdp);
   }
 
+  // Each sharding mode, prefetch, a unit of two layers, fp16 (on a world of one rank, SampleSetup).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--fsdp full"},
+            {"--fsdp full --fsdp-prefetch on"},
+            {"--fsdp full --fsdp-unit 2-layers"},
+            {"--fsdp grad_op --precision fp16"},
+            {"--fsdp none"},
+            {"--model llama-tiny --fsdp full --precision bf16"}};
+  }
+
   // Over N ranks: SHARD_GRAD_OP (parameters whole between forward and backward), then FULL_SHARD.
   PlanChoices plan_choices(const TrainingSetup& setup) const override {
     if (setup.world_size < 2) return {{""}, true};
@@ -146,28 +156,15 @@ class FsdpTechnique : public Technique {
     sharded.gradients_peak = sharded.gradients;
     sharded.optimizer_state_peak = sharded.optimizer_state;
     sharded.gradients_between_steps = m.gradients_between_steps_bytes;
-    // FULL_SHARD shards as ZeRO-3, SHARD_GRAD_OP as ZeRO-2: the ZeRO paper's formula of that stage
-    // applies (the estimator puts it beside these figures)
-    sharded.paper_stage = choice.options.mode == ShardingMode::full ? 3 : choice.options.mode == ShardingMode::grad_op ? 2 : 0;
+    // The ZeRO paper's formula of the stage FSDP's mode shards as applies (the estimator puts it
+    // beside these figures)
+    sharded.paper_stage = sharding_stage(s);
     f.sharded = sharded;
-  }
-
-  // Each sharding mode, prefetch, a unit of two layers, fp16 (on a world of one rank, SampleSetup).
-  std::vector<SampleSetup> sample_setups() const override {
-    return {{"--fsdp full"},
-            {"--fsdp full --fsdp-prefetch on"},
-            {"--fsdp full --fsdp-unit 2-layers"},
-            {"--fsdp grad_op --precision fp16"},
-            {"--fsdp none"},
-            {"--model llama-tiny --fsdp full --precision bf16"}};
   }
 };
 
 }  // namespace
 
-const Technique& fsdp_technique() {
-  static const FsdpTechnique technique;
-  return technique;
-}
+const Technique& fsdp_technique() { return the_technique<FsdpTechnique>(); }
 
 }  // namespace trainmem::fsdp

@@ -29,6 +29,15 @@ class GradientMemoryTechnique : public Technique {
                      "(needs --grad-clip 0, no gradient accumulation, no fp16; under ZeRO 1-3 or FSDP each unit's shard)");
   }
 
+  // Gradients on demand; the optimizer in backward (no clipping), in fp32 and bf16 (over
+  // accumulated micro-batches and in ZeRO's units: the driver's combined samples,
+  // suites/trainmem/tests/sample_setups.h).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--grads on-demand"},
+            {"--optimizer-in-backward --grad-clip 0"},
+            {"--optimizer-in-backward --grad-clip 0 --precision bf16"}};
+  }
+
   void validate(const TrainingSetup& setup, const Techniques&) const override {
     if (setup.option<OptimizerInBackwardChoice>().on) {  // what needs the whole gradient first (optimizer_in_backward.h)
       const std::string why = "--optimizer-in-backward updates each parameter before the whole gradient exists: ";
@@ -99,22 +108,10 @@ class GradientMemoryTechnique : public Technique {
     if (setup.option<GradientMode>() == GradientMode::on_demand || setup.option<OptimizerInBackwardChoice>().on)
       f.gradients = 0;
   }
-
-  // Gradients on demand; the optimizer in backward (no clipping), in fp32 and bf16 (over
-  // accumulated micro-batches and in ZeRO's units: the driver's combined samples,
-  // suites/trainmem/tests/sample_setups.h).
-  std::vector<SampleSetup> sample_setups() const override {
-    return {{"--grads on-demand"},
-            {"--optimizer-in-backward --grad-clip 0"},
-            {"--optimizer-in-backward --grad-clip 0 --precision bf16"}};
-  }
 };
 
 }  // namespace
 
-const Technique& gradient_memory_technique() {
-  static const GradientMemoryTechnique technique;
-  return technique;
-}
+const Technique& gradient_memory_technique() { return the_technique<GradientMemoryTechnique>(); }
 
 }  // namespace trainmem::gradient_memory

@@ -5,13 +5,13 @@
 // under every sharding plan in suites/trainmem/tests/test_gradient_memory_sharded.cpp.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <functional>
 
 #include "common/allocator/allocator_config.h"
 #include "common/data/token_file.h"
 #include "common/model/parameter_table.h"
 #include "common/tests/cpu_device.h"
+#include "common/tests/same_training.h"
 #include "common/train/training_run.h"
 #include "suites/gradient_memory/gradient_memory_technique.h"
 
@@ -67,15 +67,7 @@ TEST(GradientMemory, OnDemandTrainsBitForBitAsPersistent) {
         SCOPED_TRACE(to_string(precision) + " accum=" + std::to_string(accum) + " clip=" + std::to_string(clip));
         const Trained persistent = train(GradientMode::persistent, precision, accum, clip);
         const Trained on_demand = train(GradientMode::on_demand, precision, accum, clip);
-        ASSERT_EQ(persistent.parameters.size(), on_demand.parameters.size());
-        EXPECT_TRUE(persistent.parameters == on_demand.parameters) << "the parameters differ";
-        for (std::size_t i = 0; i < persistent.steps.size(); ++i) {
-          EXPECT_EQ(persistent.steps[i].loss, on_demand.steps[i].loss) << "step " << i + 1;
-          // the same bits (a skipped step's norm is NaN or inf on both sides)
-          EXPECT_EQ(std::memcmp(&persistent.steps[i].grad_norm, &on_demand.steps[i].grad_norm, sizeof(double)), 0)
-              << "step " << i + 1 << ": " << persistent.steps[i].grad_norm << " vs " << on_demand.steps[i].grad_norm;
-          EXPECT_EQ(persistent.steps[i].skipped, on_demand.steps[i].skipped) << "step " << i + 1;
-        }
+        testing_support::expect_same_training(persistent, on_demand);
       }
 }
 

@@ -36,6 +36,18 @@ class LazyLoadingTechnique : public Technique {
         ->each([&choice](const std::string&) { choice.pinned_given = true; });
   }
 
+  // Each loader, the lazy one with and without prefetch slots; eager in 16 bits; lazy on the Llama
+  // family (with other techniques on larger batches: the driver's combined samples,
+  // suites/trainmem/tests/sample_setups.h).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--loader eager"},
+            {"--loader lazy"},
+            {"--loader lazy --prefetch 3"},
+            {"--loader lazy --prefetch 0"},
+            {"--loader eager --precision bf16"},
+            {"--model llama-tiny --loader lazy --precision bf16"}};
+  }
+
   // The lazy loader's own flags mean nothing to the others: refused, not ignored.
   void validate(const TrainingSetup& setup, const Techniques&) const override {
     const LoaderChoice& choice = setup.option<LoaderChoice>();
@@ -113,25 +125,10 @@ class LazyLoadingTechnique : public Technique {
     if (choice.loader == Loader::eager) f.data += round_size(4 * s.dataset_size());
     if (choice.loader == Loader::lazy) f.data += choice.prefetch * 2 * batch;
   }
-
-  // Each loader, the lazy one with and without prefetch slots; eager in 16 bits; lazy on the Llama
-  // family (with other techniques on larger batches: the driver's combined samples,
-  // suites/trainmem/tests/sample_setups.h).
-  std::vector<SampleSetup> sample_setups() const override {
-    return {{"--loader eager"},
-            {"--loader lazy"},
-            {"--loader lazy --prefetch 3"},
-            {"--loader lazy --prefetch 0"},
-            {"--loader eager --precision bf16"},
-            {"--model llama-tiny --loader lazy --precision bf16"}};
-  }
 };
 
 }  // namespace
 
-const Technique& lazy_loading_technique() {
-  static const LazyLoadingTechnique technique;
-  return technique;
-}
+const Technique& lazy_loading_technique() { return the_technique<LazyLoadingTechnique>(); }
 
 }  // namespace trainmem::lazy_loading

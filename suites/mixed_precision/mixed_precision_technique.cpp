@@ -45,6 +45,14 @@ class MixedPrecisionTechnique : public Technique {
         ->each(given);
   }
 
+  // Both 16-bit formats; fp16 with every loss-scaling flag (fp16 with recompute on the Llama
+  // family: the driver's combined samples, suites/trainmem/tests/sample_setups.h).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--precision bf16"},
+            {"--precision fp16"},
+            {"--precision fp16 --loss-scale 1024 --loss-scale-interval 2 --loss-scale-growth 4 --loss-scale-backoff 0.25"}};
+  }
+
   void validate(const TrainingSetup& setup, const Techniques&) const override {
     const LossScaling& scaling = setup.option<LossScaling>();
     if (scaling.flags_given && setup.precision != Precision::fp16)
@@ -105,21 +113,10 @@ class MixedPrecisionTechnique : public Technique {
       f.optimizer_state += (b.optimizer_state / 4) * round_size(n * 4);
     }
   }
-
-  // Both 16-bit formats; fp16 with every loss-scaling flag (fp16 with recompute on the Llama
-  // family: the driver's combined samples, suites/trainmem/tests/sample_setups.h).
-  std::vector<SampleSetup> sample_setups() const override {
-    return {{"--precision bf16"},
-            {"--precision fp16"},
-            {"--precision fp16 --loss-scale 1024 --loss-scale-interval 2 --loss-scale-growth 4 --loss-scale-backoff 0.25"}};
-  }
 };
 
 }  // namespace
 
-const Technique& mixed_precision_technique() {
-  static const MixedPrecisionTechnique technique;
-  return technique;
-}
+const Technique& mixed_precision_technique() { return the_technique<MixedPrecisionTechnique>(); }
 
 }  // namespace trainmem

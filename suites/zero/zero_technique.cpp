@@ -87,6 +87,20 @@ class ZeroTechnique : public Technique {
                        "(also the parameter shards; --zero 3)");
   }
 
+  // Every stage, in fp32 and bf16, each offload (on a world of one rank, SampleSetup); stage 3 with
+  // a padded vocabulary (V = 130 to Vp = 192: the embedding's shard).
+  std::vector<SampleSetup> sample_setups() const override {
+    return {{"--zero 0"},
+            {"--zero 1"},
+            {"--zero 2"},
+            {"--zero 3"},
+            {"--zero 3 --precision bf16"},
+            {"--zero 2 --offload optimizer"},
+            {"--zero 3 --offload params"},
+            {"--vocab 130 --zero 3 --precision bf16"},
+            {"--model llama-tiny --zero 3 --precision bf16"}};
+  }
+
   // Under mpirun, plain data parallelism (stage 0) unless the flags chose otherwise.
   void complete(TrainingSetup& setup, const Techniques& all) const override {
     ZeroOptions& choice = setup.option<ZeroOptions>();
@@ -196,28 +210,10 @@ class ZeroTechnique : public Technique {
     f.sharded->paper = paper_model_states(static_cast<double>(s.model.num_parameters()), static_cast<int>(s.world_size),
                                           f.sharded->paper_stage, s.precision, s.option<ZeroOptions>().offload);
   }
-
-  // Every stage, in fp32 and bf16, each offload (on a world of one rank, SampleSetup); stage 3 with
-  // a padded vocabulary (V = 130 to Vp = 192: the embedding's shard).
-  std::vector<SampleSetup> sample_setups() const override {
-    return {{"--zero 0"},
-            {"--zero 1"},
-            {"--zero 2"},
-            {"--zero 3"},
-            {"--zero 3 --precision bf16"},
-            {"--zero 2 --offload optimizer"},
-            {"--zero 3 --offload params"},
-            {"--vocab 130 --zero 3 --precision bf16"},
-            {"--model llama-tiny --zero 3 --precision bf16"}};
-  }
-
 };
 
 }  // namespace
 
-const Technique& zero_technique() {
-  static const ZeroTechnique technique;
-  return technique;
-}
+const Technique& zero_technique() { return the_technique<ZeroTechnique>(); }
 
 }  // namespace trainmem::zero

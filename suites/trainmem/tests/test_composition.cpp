@@ -20,11 +20,11 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/tests/same_training.h"
 #include "suites/trainmem/tests/flag_runs.h"
 
 namespace trainmem {
@@ -81,15 +81,7 @@ TEST(Composition, GradientsOnDemandUnderFp16LossScaling) {
       SCOPED_TRACE(flags);
       const StepsRun persistent = run_steps(flags + " --grads persistent");
       const StepsRun on_demand = run_steps(flags + " --grads on-demand");
-      ASSERT_EQ(persistent.parameters.size(), on_demand.parameters.size());
-      EXPECT_TRUE(persistent.parameters == on_demand.parameters) << "the parameters differ";
-      for (std::size_t i = 0; i < persistent.steps.size(); ++i) {
-        EXPECT_EQ(persistent.steps[i].loss, on_demand.steps[i].loss) << "step " << i + 1;
-        // the same bits (a skipped step's norm is NaN or inf on both sides)
-        EXPECT_EQ(std::memcmp(&persistent.steps[i].grad_norm, &on_demand.steps[i].grad_norm, sizeof(double)), 0)
-            << "step " << i + 1 << ": " << persistent.steps[i].grad_norm << " vs " << on_demand.steps[i].grad_norm;
-        EXPECT_EQ(persistent.steps[i].skipped, on_demand.steps[i].skipped) << "step " << i + 1;
-      }
+      testing_support::expect_same_training(persistent, on_demand);
       EXPECT_TRUE(on_demand.steps.front().skipped) << "the overflow path ran";
       EXPECT_FALSE(on_demand.steps.back().skipped) << "and updates followed";
     }

@@ -36,6 +36,7 @@
 #include "common/comm/communicator.h"
 #include "common/data/token_file.h"
 #include "common/tests/cpu_device.h"
+#include "common/tests/same_training.h"
 #include "common/train/data_parallel_strategy.h"
 #include "common/train/training_run.h"
 #include "suites/trainmem/tests/sample_setups.h"
@@ -117,7 +118,7 @@ Trained train(const TrainingSetup& s, int steps = 4) {
   return t;
 }
 
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+using testing_support::same_bits;
 
 // The formulas' gradient bytes held between steps and their peak, per rank: the sharding
 // technique's, through the registrations (Techniques::formulas, ShardedFormulas).

@@ -116,10 +116,7 @@ TEST_P(ShardedAdamWEqualsAdamW, BitForBitWithClipping) {
   const AdamWCase c = GetParam();
   const auto plain = train_with(false, c.precision, Offload::none, 1.0f);
   const auto sharded = train_with(true, c.precision, c.offload, 1.0f);
-  ASSERT_EQ(plain.size(), sharded.size());
-  std::size_t differing = 0;
-  for (std::size_t i = 0; i < plain.size(); ++i) differing += plain[i] != sharded[i];
-  EXPECT_EQ(differing, 0u) << "max |diff| " << test_support::max_abs_difference(plain, sharded);
+  EXPECT_TRUE(test_support::equal_bit_for_bit(sharded, plain));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -191,10 +188,7 @@ TEST_P(ZeroAtWorldSizeOne, EqualsThePlainTrainerBitForBit) {
   for (int i = 0; i < s.steps; ++i) run.trainer->step();
   const auto zero = run.zero->parameter_values();
   const auto reference = test_support::plain_run_parameters(s);
-  ASSERT_EQ(zero.size(), reference.size());
-  std::size_t differing = 0;
-  for (std::size_t i = 0; i < zero.size(); ++i) differing += zero[i] != reference[i];
-  EXPECT_EQ(differing, 0u) << "max |diff| " << test_support::max_abs_difference(zero, reference);
+  EXPECT_TRUE(test_support::equal_bit_for_bit(zero, reference));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -2,6 +2,8 @@
 // (so the padding is exercised), a ZeRO run on this rank's slice of the data, and the references:
 // the ranks' additions made in one process, and the plain Trainer at world size 1.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -139,6 +141,18 @@ inline double max_abs_difference(const std::vector<float>& a, const std::vector<
   double m = 0;
   for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
   return m;
+}
+
+// Whether `got` equals `want` bit for bit (as floats: no value may differ at all); the failure says
+// how many differ and by how much at most.
+inline ::testing::AssertionResult equal_bit_for_bit(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << got.size() << " values, not " << want.size();
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) differing += got[i] != want[i];
+  if (differing == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << differing << " of " << got.size() << " differ, the largest by "
+                                       << max_abs_difference(got, want);
 }
 
 inline std::int64_t category_bytes(Device& device, MemoryCategory c) {

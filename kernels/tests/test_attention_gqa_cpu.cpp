@@ -35,6 +35,8 @@ namespace trainmem::kernels {
 namespace {
 
 using namespace dtype_test;
+using attention_test::grouped_shape;
+using attention_test::part;
 
 // The storage types, double first (the CPU reference's checking type).
 using GqaTypes = ::testing::Types<double, float, bf16, fp16>;
@@ -59,16 +61,8 @@ std::vector<AttentionShape> gqa_shapes() {
   std::vector<AttentionShape> out;
   for (bool causal : {true, false})
     for (std::size_t H : {4u, 8u})
-      for (std::size_t Hkv : {std::size_t{1}, std::size_t{2}, H}) {
-        AttentionShape s;
-        s.B = 2;
-        s.T = 37;
-        s.H = H;
-        s.Hkv = Hkv;
-        s.D = 8;
-        s.causal = causal;
-        out.push_back(s);
-      }
+      for (std::size_t Hkv : {std::size_t{1}, std::size_t{2}, H})
+        out.push_back(grouped_shape(2, 37, H, Hkv, 8, causal));
   return out;
 }
 constexpr std::size_t kBlockQ = 16, kBlockK = 8;
@@ -96,17 +90,6 @@ std::vector<T> repeat_kv(const std::vector<T>& qkv, const AttentionShape& s) {
       }
   }
   return full;
-}
-
-// Part (0 q, 1 k, 2 v) of every row of a [B, T, (H + 2 Hkv) D] array, as [B, T, heads * D].
-template <typename T>
-std::vector<T> part(const std::vector<T>& x, const AttentionShape& s, int which) {
-  const std::size_t W = s.qkv_width(), Ckv = s.kv_heads() * s.D;
-  const std::size_t begin = which == 0 ? 0 : which == 1 ? s.C() : s.C() + Ckv, width = which == 0 ? s.C() : Ckv;
-  std::vector<T> out(s.B * s.T * width);
-  for (std::size_t row = 0; row < s.B * s.T; ++row)
-    for (std::size_t i = 0; i < width; ++i) out[row * width + i] = x[row * W + begin + i];
-  return out;
 }
 
 // The repeated version's dk or dv (part 1 or 2 of its dqkv, [B, T, C]) summed over each group, in
@@ -335,31 +318,20 @@ TYPED_TEST(AttentionGqaCpu, NaiveFlashAndReferenceAgree) {
       // 16 bits: each kernel in T within the derived per-element bounds of the fp32 reference on
       // the same (widened) inputs; flash's backward from the reference's out (rounded) and lse, as
       // in test_flash_attention_bounds_cpu.cpp; the naive one from its own probabilities.
-      const std::vector<float> qkv32 = widen(qkv), dout32 = widen(dout);
-      std::vector<float> out_ref(s.B * s.T * s.C()), lse_ref(s.B * s.H * s.T), dqkv_ref(qkv.size());
-      cpu::attention_reference_forward(out_ref.data(), lse_ref.data(), qkv32.data(), s);
-      cpu::attention_reference_backward(dqkv_ref.data(), dout32.data(), qkv32.data(), s);
-      const std::vector<float> dq_ref = part(dqkv_ref, s, 0), dk_ref = part(dqkv_ref, s, 1),
-                               dv_ref = part(dqkv_ref, s, 2);
-      const flash_test::FlashBounds bound = flash_test::flash_attention_bounds(
-          qkv32, dout32, out_ref, lse_ref, dq_ref, dk_ref, dv_ref, s, unit_roundoff<T>(),
-          std::is_same_v<T, fp16> ? 0x1p-25 : 0.0);
-      const std::vector<T> out16 = narrow<T>(out_ref);
+      const attention_test::Fp32Reference ref = attention_test::fp32_reference_for<T>(widen(qkv), widen(dout), s);
+      const std::vector<T> out16 = narrow<T>(ref.out);
       for (Kernel kernel : {Kernel::reference, Kernel::flash, Kernel::naive}) {
         if (kernel == Kernel::naive && !s.causal) continue;
         SCOPED_TRACE(kernel_name(kernel));
         Outputs<T> got = run(kernel, s, qkv, dout);
         if (kernel == Kernel::flash)
-          cpu::flash_attention_backward(got.dqkv.data(), dout.data(), qkv.data(), out16.data(), lse_ref.data(), s,
+          cpu::flash_attention_backward(got.dqkv.data(), dout.data(), qkv.data(), out16.data(), ref.lse.data(), s,
                                         kBlockQ, kBlockK);
-        const std::vector<float> dqkv32 = widen(got.dqkv);
-        EXPECT_TRUE(flash_test::within_bounds("out", widen(got.out), out_ref, bound.out));
+        EXPECT_TRUE(flash_test::within_bounds("out", widen(got.out), ref.out, ref.bound.out));
         if (!got.lse.empty()) {
-          EXPECT_TRUE(flash_test::within_bounds("lse", got.lse, lse_ref, bound.lse));
+          EXPECT_TRUE(flash_test::within_bounds("lse", got.lse, ref.lse, ref.bound.lse));
         }
-        EXPECT_TRUE(flash_test::within_bounds("dq", part(dqkv32, s, 0), dq_ref, bound.dq));
-        EXPECT_TRUE(flash_test::within_bounds("dk", part(dqkv32, s, 1), dk_ref, bound.dk));
-        EXPECT_TRUE(flash_test::within_bounds("dv", part(dqkv32, s, 2), dv_ref, bound.dv));
+        attention_test::expect_gradients_within_bounds(widen(got.dqkv), ref, ref.bound, s);
       }
     }
   }
@@ -372,13 +344,7 @@ TYPED_TEST(AttentionGqaCpu, NaiveFlashAndReferenceAgree) {
 TEST(AttentionGqaCpuDouble, ReferenceBackwardIsItsDerivative) {
   for (bool causal : {true, false})
     for (std::size_t Hkv : {1u, 2u}) {
-      AttentionShape s;
-      s.B = 2;
-      s.T = 5;
-      s.H = 4;
-      s.Hkv = Hkv;
-      s.D = 3;
-      s.causal = causal;
+      const AttentionShape s = grouped_shape(2, 5, 4, Hkv, 3, causal);
       SCOPED_TRACE(describe(s));
       std::vector<double> qkv = random_values<double>(s.B * s.T * s.qkv_width(), 40 + Hkv, -2.0, 2.0);
       const std::vector<double> r = random_values<double>(s.B * s.T * s.C(), 50 + Hkv, -1.0, 1.0);
@@ -393,12 +359,7 @@ TEST(AttentionGqaCpuDouble, ReferenceBackwardIsItsDerivative) {
 
 TEST(AttentionGqaCpuDouble, RefusesKvHeadsThatDoNotDivideTheQueryHeads) {
   for (std::size_t Hkv : {3u, 8u}) {
-    AttentionShape s;
-    s.B = 1;
-    s.T = 4;
-    s.H = 4;
-    s.Hkv = Hkv;
-    s.D = 2;
+    const AttentionShape s = grouped_shape(1, 4, 4, Hkv, 2, true);
     SCOPED_TRACE(describe(s));
     const std::size_t W = (s.H + 2 * Hkv) * s.D;
     std::vector<double> qkv(s.B * s.T * W, 0.5), dqkv(qkv.size()), out(s.B * s.T * s.C()), lse(s.B * s.H * s.T),

@@ -18,50 +18,30 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <iostream>
-#include <map>
-#include <random>
-#include <sstream>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/convert.h"
 #include "kernels/cudnn_attention.h"
 #include "kernels/flash_attention.h"
+#include "kernels/tests/attention_cuda_test_support.cuh"
+#include "kernels/tests/attention_test_support.h"
 #include "kernels/tests/dtype_test_support.h"
-#include "kernels/tests/flash_attention_bounds.h"
 #include "kernels/tests/gpu_test_support.h"
 
 namespace trainmem::kernels {
 namespace {
 
+using attention_test::grouped_shape;
+using attention_test::part;
 using cuda::Half16;
 using namespace gpu_test;
-
-// ------------------------------------------------------------------------------------ 16-bit values
-
-std::vector<std::uint16_t> to16(Half16 dtype, const std::vector<float>& x) {
-  std::vector<std::uint16_t> out(x.size());
-  if (dtype == Half16::bf16) cpu::to_bf16(out.data(), x.data(), x.size());
-  else cpu::to_fp16(out.data(), x.data(), x.size());
-  return out;
-}
-std::vector<float> from16(Half16 dtype, const std::vector<std::uint16_t>& x) {
-  std::vector<float> out(x.size());
-  if (dtype == Half16::bf16) cpu::from_bf16(out.data(), x.data(), x.size());
-  else cpu::from_fp16(out.data(), x.data(), x.size());
-  return out;
-}
-const char* name(Half16 dtype) { return dtype == Half16::bf16 ? "bf16" : "fp16"; }
-double unit_roundoff(Half16 dtype) { return dtype == Half16::bf16 ? 0x1p-8 : 0x1p-11; }
-double underflow(Half16 dtype) { return dtype == Half16::bf16 ? 0.0 : 0x1p-25; }
+using namespace attention_cuda_test;  // Reference, check_forward, the shared test bodies
 
 // ------------------------------------------------------------------------------------ cases
 
@@ -72,111 +52,17 @@ std::vector<AttentionShape> gqa_cases() {
   for (std::size_t D : {64u, 128u})
     for (bool causal : {false, true})
       for (std::size_t T : {1u, 100u, 257u})
-        for (auto [H, Hkv] : {std::pair<std::size_t, std::size_t>{8, 1}, {8, 2}, {4, 2}}) {
-          AttentionShape s;
-          s.B = 2;
-          s.T = T;
-          s.H = H;
-          s.Hkv = Hkv;
-          s.D = D;
-          s.causal = causal;
-          out.push_back(s);
-        }
+        for (auto [H, Hkv] : {std::pair<std::size_t, std::size_t>{8, 1}, {8, 2}, {4, 2}})
+          out.push_back(grouped_shape(2, T, H, Hkv, D, causal));
   return out;
 }
 
-std::string describe(Half16 dtype, const AttentionShape& s) {
-  std::ostringstream o;
-  o << name(dtype) << " B=" << s.B << " T=" << s.T << " H=" << s.H << " Hkv=" << s.kv_heads() << " D=" << s.D
-    << (s.causal ? " causal" : " full");
-  return o.str();
-}
-
-// Part (0 q, 1 k, 2 v) of every row of a [B, T, (H + 2 Hkv) D] array, as [B, T, heads * D].
-std::vector<float> part(const std::vector<float>& x, const AttentionShape& s, int which) {
-  const std::size_t W = s.qkv_width(), Ckv = s.kv_heads() * s.D;
-  const std::size_t begin = which == 0 ? 0 : which == 1 ? s.C() : s.C() + Ckv, width = which == 0 ? s.C() : Ckv;
-  std::vector<float> out(s.B * s.T * width);
-  for (std::size_t row = 0; row < s.B * s.T; ++row)
-    std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(row * W + begin), width,
-                out.begin() + static_cast<std::ptrdiff_t>(row * width));
-  return out;
-}
-
-// Inputs in 16 bits, the fp32 reference on their exact values, and the bounds (plain, and with
-// one rounding per query head's dk, dv for cuDNN).
-struct Reference {
-  std::vector<std::uint16_t> qkv16, dout16, out16;
-  std::vector<float> out, lse, dq, dk, dv;
-  flash_test::FlashBounds bound, bound_per_head;
-};
-
+// This file's inputs of a case (attention_test::random_attention_inputs), seeded by the case; the
+// bounds both plain and with one rounding per query head's dk, dv (for cuDNN).
 const Reference& reference(Half16 dtype, const AttentionShape& s) {
-  static std::map<std::tuple<int, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, bool>, Reference>
-      cache;
-  const auto key = std::make_tuple(static_cast<int>(dtype), s.B, s.T, s.H, s.kv_heads(), s.D, s.causal);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-
-  std::mt19937 rng(static_cast<unsigned>(2000 + s.T * 7 + s.D * 3 + s.H * 11 + s.kv_heads() * 13 +
-                                         (s.causal ? 1 : 0) + static_cast<int>(dtype)));
-  const std::size_t W = s.qkv_width(), qk = s.C() + s.kv_heads() * s.D;  // q and k columns, then v
-  std::vector<float> qkv(s.B * s.T * W), dout(s.B * s.T * s.C());
-  std::uniform_real_distribution<float> wide(-2.0f, 2.0f), unit(-1.0f, 1.0f);
-  for (std::size_t row = 0; row < s.B * s.T; ++row)
-    for (std::size_t i = 0; i < W; ++i) qkv[row * W + i] = i < qk ? wide(rng) : unit(rng);
-  for (float& x : dout) x = unit(rng);
-
-  Reference r;
-  r.qkv16 = to16(dtype, qkv);
-  r.dout16 = to16(dtype, dout);
-  const std::vector<float> qkv_r = from16(dtype, r.qkv16), dout_r = from16(dtype, r.dout16);
-  r.out.resize(s.B * s.T * s.C());
-  r.lse.resize(s.B * s.H * s.T);
-  cpu::attention_reference_forward(r.out.data(), r.lse.data(), qkv_r.data(), s);
-  r.out16 = to16(dtype, r.out);
-  std::vector<float> dqkv(qkv.size());
-  cpu::attention_reference_backward(dqkv.data(), dout_r.data(), qkv_r.data(), s);
-  r.dq = part(dqkv, s, 0);
-  r.dk = part(dqkv, s, 1);
-  r.dv = part(dqkv, s, 2);
-  const double u = unit_roundoff(dtype), a = underflow(dtype);
-  r.bound = flash_test::flash_attention_bounds(qkv_r, dout_r, r.out, r.lse, r.dq, r.dk, r.dv, s, u, a);
-  r.bound_per_head = flash_test::flash_attention_bounds(qkv_r, dout_r, r.out, r.lse, r.dq, r.dk, r.dv, s, u, a, u);
-  return cache.emplace(key, std::move(r)).first->second;
-}
-
-// ------------------------------------------------------------------------------------ the checks
-
-template <typename Forward>
-void check_forward(Half16 dtype, const AttentionShape& s, void* stream, Forward&& forward) {
-  const Reference& r = reference(dtype, s);
-  DeviceBuffer<std::uint16_t> d_qkv(r.qkv16), d_out(r.out.size());
-  DeviceBuffer<float> d_lse(r.lse.size());
-  d_out.poison();
-  d_lse.poison();
-  finish();
-  forward(stream, d_out.get(), d_lse.get(), d_qkv.get());
-  finish();
-  EXPECT_TRUE(flash_test::within_bounds("out", from16(dtype, d_out.download()), r.out, r.bound.out));
-  EXPECT_TRUE(flash_test::within_bounds("lse", d_lse.download(), r.lse, r.bound.lse));
-}
-
-template <typename Backward>
-void check_backward(Half16 dtype, const AttentionShape& s, void* stream, bool per_head_rounding,
-                    Backward&& backward) {
-  const Reference& r = reference(dtype, s);
-  const flash_test::FlashBounds& bound = per_head_rounding ? r.bound_per_head : r.bound;
-  DeviceBuffer<std::uint16_t> d_qkv(r.qkv16), d_dout(r.dout16), d_out(r.out16), d_dqkv(r.qkv16.size());
-  DeviceBuffer<float> d_lse(r.lse);
-  d_dqkv.poison();
-  finish();
-  backward(stream, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get());
-  finish();
-  const std::vector<float> dqkv = from16(dtype, d_dqkv.download());
-  EXPECT_TRUE(flash_test::within_bounds("dq", part(dqkv, s, 0), r.dq, bound.dq));
-  EXPECT_TRUE(flash_test::within_bounds("dk", part(dqkv, s, 1), r.dk, bound.dk));
-  EXPECT_TRUE(flash_test::within_bounds("dv", part(dqkv, s, 2), r.dv, bound.dv));
+  const auto seed = static_cast<unsigned>(2000 + s.T * 7 + s.D * 3 + s.H * 11 + s.kv_heads() * 13 +
+                                          (s.causal ? 1 : 0) + static_cast<int>(dtype));
+  return cached_reference(dtype, s, seed, /*with_per_head_bound=*/true);
 }
 
 // ------------------------------------------------------------------------------------ flash versions
@@ -185,33 +71,13 @@ class AttentionGqaFlashCuda : public ::testing::TestWithParam<int> {};
 
 TEST_P(AttentionGqaFlashCuda, ForwardMatchesReference) {
   SKIP_WITHOUT_GPU();
-  const int version = GetParam();
-  TestStream stream;
-  for (Half16 dtype : {Half16::bf16, Half16::fp16})
-    for (const AttentionShape& s : gqa_cases()) {
-      SCOPED_TRACE(std::string(cuda::flash_attention_version_name(version)) + " | " + describe(dtype, s));
-      check_forward(dtype, s, stream.get(), [&](void* st, std::uint16_t* out, float* lse, const std::uint16_t* qkv) {
-        cuda::flash_attention_forward(st, version, dtype, out, lse, qkv, s);
-      });
-    }
+  expect_flash_forward_matches_reference(GetParam(), gqa_cases(), reference);
 }
 
+// Within the plain bounds: the flash versions sum a group's dk, dv in fp32.
 TEST_P(AttentionGqaFlashCuda, BackwardMatchesReference) {
   SKIP_WITHOUT_GPU();
-  const int version = GetParam();
-  TestStream stream;
-  for (Half16 dtype : {Half16::bf16, Half16::fp16})
-    for (const AttentionShape& s : gqa_cases()) {
-      SCOPED_TRACE(std::string(cuda::flash_attention_version_name(version)) + " | " + describe(dtype, s));
-      DeviceBuffer<unsigned char> workspace(cuda::flash_attention_backward_workspace_bytes(version, s));
-      workspace.poison();
-      check_backward(dtype, s, stream.get(), false,
-                     [&](void* st, std::uint16_t* dqkv, const std::uint16_t* dout, const std::uint16_t* qkv,
-                         const std::uint16_t* out, const float* lse) {
-                       cuda::flash_attention_backward(st, version, dtype, dqkv, dout, qkv, out, lse, workspace.get(),
-                                                      s);
-                     });
-    }
+  expect_flash_backward_matches_reference(GetParam(), gqa_cases(), reference);
 }
 
 // dk and dv of a K/V head are summed over its group in a fixed order inside one block: two runs
@@ -220,13 +86,7 @@ TEST_P(AttentionGqaFlashCuda, KvGradientsAreDeterministic) {
   SKIP_WITHOUT_GPU();
   const int version = GetParam();
   const Half16 dtype = Half16::bf16;
-  AttentionShape s;
-  s.B = 2;
-  s.T = 257;
-  s.H = 8;
-  s.Hkv = 2;
-  s.D = 64;
-  s.causal = false;
+  const AttentionShape s = grouped_shape(2, 257, 8, 2, 64, false);
   const Reference& r = reference(dtype, s);
   DeviceBuffer<std::uint16_t> d_qkv(r.qkv16), d_dout(r.dout16), d_out(r.out16), d_dqkv(r.qkv16.size());
   DeviceBuffer<float> d_lse(r.lse);
@@ -246,43 +106,20 @@ TEST_P(AttentionGqaFlashCuda, KvGradientsAreDeterministic) {
   }
 }
 
-// Forward then backward of the same version on its own out and lse, as training runs them.
+// The backward on the forward's own out and lse, as training runs them: the cases with T = 257, bf16.
 TEST_P(AttentionGqaFlashCuda, ForwardThenBackwardOnItsOwnOutputs) {
   SKIP_WITHOUT_GPU();
-  const int version = GetParam();
-  const Half16 dtype = Half16::bf16;
-  for (const AttentionShape& s : gqa_cases()) {
-    if (s.T != 257) continue;
-    SCOPED_TRACE(std::string(cuda::flash_attention_version_name(version)) + " | " + describe(dtype, s));
-    const Reference& r = reference(dtype, s);
-    DeviceBuffer<std::uint16_t> d_qkv(r.qkv16), d_dout(r.dout16), d_out(r.out.size()), d_dqkv(r.qkv16.size());
-    DeviceBuffer<float> d_lse(r.lse.size());
-    DeviceBuffer<unsigned char> workspace(cuda::flash_attention_backward_workspace_bytes(version, s));
-    d_out.poison();
-    d_lse.poison();
-    d_dqkv.poison();
-    workspace.poison();
-    cuda::flash_attention_forward(nullptr, version, dtype, d_out.get(), d_lse.get(), d_qkv.get(), s);
-    cuda::flash_attention_backward(nullptr, version, dtype, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(),
-                                   d_lse.get(), workspace.get(), s);
-    finish();
-    const std::vector<float> dqkv = from16(dtype, d_dqkv.download());
-    EXPECT_TRUE(flash_test::within_bounds("dq", part(dqkv, s, 0), r.dq, r.bound.dq));
-    EXPECT_TRUE(flash_test::within_bounds("dk", part(dqkv, s, 1), r.dk, r.bound.dk));
-    EXPECT_TRUE(flash_test::within_bounds("dv", part(dqkv, s, 2), r.dv, r.bound.dv));
-  }
+  std::vector<AttentionShape> long_cases;
+  for (const AttentionShape& s : gqa_cases())
+    if (s.T == 257) long_cases.push_back(s);
+  expect_flash_forward_then_backward_within_bounds(GetParam(), long_cases, reference);
 }
 
 // Refused before anything runs (no GPU needed: nothing reaches CUDA).
 TEST_P(AttentionGqaFlashCuda, RefusesKvHeadsThatDoNotDivideH) {
   const int version = GetParam();
   for (std::size_t Hkv : {3u, 8u}) {
-    AttentionShape s;
-    s.B = 1;
-    s.T = 16;
-    s.H = 4;
-    s.Hkv = Hkv;
-    s.D = 64;
+    const AttentionShape s = grouped_shape(1, 16, 4, Hkv, 64, true);
     EXPECT_THROW(cuda::flash_attention_forward(nullptr, version, Half16::bf16, nullptr, nullptr, nullptr, s),
                  std::invalid_argument);
     EXPECT_THROW(cuda::flash_attention_backward_workspace_bytes(version, s), std::invalid_argument);
@@ -297,77 +134,22 @@ INSTANTIATE_TEST_SUITE_P(Versions, AttentionGqaFlashCuda, ::testing::Range(1, cu
 
 // ------------------------------------------------------------------------------------ cuDNN
 
-#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-#define SKIP_WITHOUT_CUDNN_FRONTEND() \
-  do {                                \
-  } while (0)
-#else
-#define SKIP_WITHOUT_CUDNN_FRONTEND()                                                                            \
-  GTEST_SKIP() << "cuDNN SDPA test skipped: not compiled (cuDNN or the cudnn-frontend headers were not found at " \
-                  "configure time; pip install nvidia-cudnn-frontend)"
-#endif
-
-// Runs `run(dtype, shape)` for every case; cases cuDNN does not support on this device are listed
-// (and the test is skipped if it supports none).
-template <typename Run>
-void for_cudnn_cases(Run&& run) {
-  std::vector<std::string> unsupported;
-  std::size_t ran = 0;
-  for (Half16 dtype : {Half16::bf16, Half16::fp16})
-    for (const AttentionShape& s : gqa_cases()) {
-      SCOPED_TRACE(describe(dtype, s));
-      try {
-        run(dtype, s);
-        ++ran;
-      } catch (const cudnn::NotSupported& e) {
-        unsupported.push_back(describe(dtype, s) + ": " + e.what());
-      }
-    }
-  for (const std::string& u : unsupported) std::cout << "[   INFO   ] not supported by cuDNN here: " << u << '\n';
-  if (ran == 0) GTEST_SKIP() << "cuDNN SDPA test skipped: cuDNN supports none of the cases on this device (first: "
-                             << unsupported.front() << ")";
-}
-
 TEST(AttentionGqaCudnn, ForwardMatchesReference) {
   SKIP_WITHOUT_GPU();
-  SKIP_WITHOUT_CUDNN_FRONTEND();
-#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-  std::cout << "[   INFO   ] " << cudnn::version() << '\n';
-  TestStream stream;
-  for_cudnn_cases([&](Half16 dtype, const AttentionShape& s) {
-    DeviceBuffer<unsigned char> workspace(cudnn::attention_forward_workspace_bytes(dtype, s));
-    check_forward(dtype, s, stream.get(), [&](void* st, std::uint16_t* out, float* lse, const std::uint16_t* qkv) {
-      cudnn::attention_forward(st, dtype, out, lse, qkv, workspace.get(), s);
-    });
-  });
-#endif
+  expect_cudnn_forward_matches_reference(gqa_cases(), reference);
 }
 
+// Within the bounds with one 16-bit rounding of each query head's dk, dv before the group is
+// added: cuDNN's GQA backward may round so.
 TEST(AttentionGqaCudnn, BackwardMatchesReference) {
   SKIP_WITHOUT_GPU();
-  SKIP_WITHOUT_CUDNN_FRONTEND();
-#if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-  TestStream stream;
-  for_cudnn_cases([&](Half16 dtype, const AttentionShape& s) {
-    DeviceBuffer<unsigned char> workspace(cudnn::attention_backward_workspace_bytes(dtype, s));
-    check_backward(dtype, s, stream.get(), true,
-                   [&](void* st, std::uint16_t* dqkv, const std::uint16_t* dout, const std::uint16_t* qkv,
-                       const std::uint16_t* out, const float* lse) {
-                     cudnn::attention_backward(st, dtype, dqkv, dout, qkv, out, lse, workspace.get(), s);
-                   });
-  });
-#endif
+  expect_cudnn_backward_matches_reference(gqa_cases(), reference, CudnnKvSum::rounded_per_head);
 }
 
 TEST(AttentionGqaCudnn, RefusesKvHeadsThatDoNotDivideH) {
   SKIP_WITHOUT_CUDNN_FRONTEND();
 #if defined(TRAINMEM_WITH_CUDNN_FRONTEND) && TRAINMEM_WITH_CUDNN_FRONTEND
-  AttentionShape s;
-  s.B = 1;
-  s.T = 16;
-  s.H = 4;
-  s.Hkv = 3;
-  s.D = 64;
+  const AttentionShape s = grouped_shape(1, 16, 4, 3, 64, true);
   EXPECT_THROW(cudnn::attention_forward_workspace_bytes(Half16::bf16, s), std::invalid_argument);
   EXPECT_THROW(cudnn::attention_backward_workspace_bytes(Half16::bf16, s), std::invalid_argument);
 #endif

@@ -99,12 +99,7 @@ NAME_SOURCES = SOURCES | {".cmake", ".txt"}  # CMakeLists.txt
 
 # (technique, file): a file outside the technique's folder that spells its words and is still to
 # stop, with why. It may only shrink: an entry whose file no longer spells them fails the check.
-KNOWN_NAMES: dict[tuple[str, str], str] = {
-    ("lazy_loading", "common/data/token_file.cpp"):
-        "reading a dataset larger than the host's memory is refused naming the remedy, --loader lazy (it "
-        "memory-maps a .tok file); the remedy belongs to lazy_loading's registration, which the data layer "
-        "cannot reach: the driver should catch the refusal and ask the registrations, as the OOM advice does",
-}
+KNOWN_NAMES: dict[tuple[str, str], str] = {}
 
 
 def without_comments(text: str, suffix: str) -> str:

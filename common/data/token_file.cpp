@@ -73,10 +73,9 @@ void check_tokens_fit_host_memory(std::uint64_t num_tokens, const std::string& w
   const std::uint64_t bytes = checked_mul(num_tokens, sizeof(std::uint16_t), what + ": the tokens' bytes");
   const HostMemory host = host_memory();
   if (bytes > host.available_bytes)
-    throw DataError(what + ": " + std::to_string(num_tokens) + " tokens need " + std::to_string(bytes) +
-                    " bytes of host memory, more than the " + std::to_string(host.available_bytes) +
-                    " bytes available (" + host.source + "); use a smaller dataset, or a .tok file with --loader "
-                    "lazy, which memory-maps it");
+    throw DatasetExceedsHostMemory(what + ": " + std::to_string(num_tokens) + " tokens need " + std::to_string(bytes) +
+                                   " bytes of host memory, more than the " + std::to_string(host.available_bytes) +
+                                   " bytes available (" + host.source + ")");
 }
 
 std::vector<std::uint16_t> read_token_file(const std::string& path) {

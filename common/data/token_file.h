@@ -44,8 +44,15 @@ std::uint64_t check_token_file_header(const char* header, std::uint64_t file_byt
 // a DataError saying what the path is instead.
 std::uint64_t check_data_file(const std::string& path);
 
-// Refuses (DataError, naming the size and the limit) `num_tokens` uint16 tokens that would not fit
-// in the host memory available. `what` names them in the message ("--data corpus.txt").
+// A dataset larger than the host memory available. The message gives the sizes; what to do instead
+// is the driver's to add: the loaders that need no host copy are techniques, and their
+// registrations say so (Technique::host_dataset_remedy).
+struct DatasetExceedsHostMemory : DataError {
+  using DataError::DataError;
+};
+
+// Refuses (DatasetExceedsHostMemory, naming the size and the limit) `num_tokens` uint16 tokens that
+// would not fit in the host memory available. `what` names them in the message ("--data corpus.txt").
 void check_tokens_fit_host_memory(std::uint64_t num_tokens, const std::string& what);
 
 // How a data file is read, decided by its content, never by its name alone: a file that starts

@@ -66,6 +66,13 @@ int Techniques::sharding_stage(const TrainingSetup& setup) const {
   return t ? t->sharding_stage(setup) : 0;
 }
 
+std::vector<std::string> Techniques::host_dataset_remedies() const {
+  std::vector<std::string> words;
+  for (const Technique* t : list_)
+    if (std::string w = t->host_dataset_remedy(); !w.empty()) words.push_back(std::move(w));
+  return words;
+}
+
 std::vector<std::string> Techniques::category_remedies(const TrainingSetup& setup, MemoryCategory category) const {
   std::vector<std::string> words;
   for (const Technique* t : list_)

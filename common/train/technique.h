@@ -11,7 +11,8 @@
 //   describe       its words in the progress line and in messages: "recompute=selective"
 //   add_config_json / add_result_json   its part of `trainmem train --json`
 //   remedies       its ways out of an out-of-memory, for the OOM advice: setups the estimator
-//                  tries; category_remedies the words for each category of memory it shrinks
+//                  tries; category_remedies the words for each category of memory it shrinks;
+//                  host_dataset_remedy for a dataset larger than the host's memory
 //   add_formulas   its closed-form memory (formula_bytes.h), for the estimate and the report;
 //                  complete_formulas what depends on the others' (ZeRO: the paper's figures)
 //   dataset_home   where the run holds the dataset, when it provides the loader
@@ -194,6 +195,9 @@ class Technique {
   virtual std::vector<CategoryRemedy> category_remedies(const TrainingSetup&, const Techniques& /*all*/) const {
     return {};
   }
+  // What to do, with its flags, when the dataset does not fit in the host's memory
+  // (DatasetExceedsHostMemory, common/data/token_file.h): a loader that needs no host copy says how.
+  virtual std::string host_dataset_remedy() const { return {}; }
   // Which model states it spreads over the ranks, as ZeRO's stages count them: 1 the optimizer
   // state, 2 the gradients too, 3 the parameters too (0: none, or plain data parallelism).
   virtual int sharding_stage(const TrainingSetup&) const { return 0; }
@@ -252,6 +256,8 @@ class Techniques {
   int sharding_stage(const TrainingSetup& setup) const;
   // Every technique's category_remedies for `category`, in the order of registration.
   std::vector<std::string> category_remedies(const TrainingSetup& setup, MemoryCategory category) const;
+  // Every technique's host_dataset_remedy, in the order of registration.
+  std::vector<std::string> host_dataset_remedies() const;
 
  private:
   std::vector<const Technique*> list_;

@@ -115,6 +115,7 @@ class LazyLoadingTechnique : public Technique {
     if (all.dataset_home(s) != DatasetHome::device) return {};  // already off the device
     return {{MemoryCategory::data, "keep the dataset on the host and stream batches (--loader lazy)"}};
   }
+  std::string host_dataset_remedy() const override { return "a .tok file with --loader lazy, which memory-maps it"; }
 
   // The trainer's int32 tokens and targets; eager: the whole dataset as int32; lazy: `prefetch`
   // slots of tokens + targets (lazy_loader.h).

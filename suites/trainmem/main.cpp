@@ -15,6 +15,7 @@
 #include "common/util/byte_size.h"
 #include "common/util/standard_output.h"
 #include "suites/trainmem/cli_common.h"
+#include "suites/trainmem/techniques.h"
 
 namespace {
 
@@ -105,6 +106,10 @@ int main(int argc, char** argv) {
     return input_error(e);
   } catch (const trainmem::AllocatorConfigError& e) {
     return input_error(e);
+  } catch (const trainmem::DatasetExceedsHostMemory& e) {
+    std::string line = error_line(e) + "; use a smaller dataset";  // and what the registrations propose
+    for (const std::string& remedy : trainmem::registered_techniques().host_dataset_remedies()) line += ", or " + remedy;
+    return fail(line, 2);
   } catch (const trainmem::DataError& e) {
     return input_error(e);  // a missing, truncated or foreign data file
   } catch (const trainmem::ModelConfigError& e) {

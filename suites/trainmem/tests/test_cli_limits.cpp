@@ -180,6 +180,8 @@ TEST(CliLimits, DataLargerThanHostMemoryIsRefusedBeforeReading) {
   }
   if (truncate(path.c_str(), std::int64_t{1} << 40) != 0) GTEST_SKIP() << "cannot make a sparse 1 TiB file in " << path;
   expect_refused("train --data " + path, "1099511627776 tokens need 2199023255552 bytes of host memory, more than the");
+  // The remedy comes from the lazy loader's registration (Technique::host_dataset_remedy).
+  expect_refused("train --data " + path, "; use a smaller dataset, or a .tok file with --loader lazy, which memory-maps it");
   std::remove(path.c_str());
 }
 

@@ -1,5 +1,6 @@
 // What the RoPE tests (test_rope_cpu.cpp, test_rope_cuda.cu) share: the model's layout of a fused
-// qkv row, the inputs (random in the rotated heads, poison elsewhere), and the checks that columns
+// qkv row, the model's two calls on it (q, then k) on either backend, the inputs (random in the
+// rotated heads, poison elsewhere), the CPU kernel's results on them, and the checks that columns
 // outside the rotated heads keep their bits. Host code only.
 #pragma once
 #include <gtest/gtest.h>
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "kernels/kernel_stream.h"
+#include "kernels/rope.h"
 #include "kernels/tests/dtype_test_support.h"
 
 namespace trainmem::kernels::rope_test {
@@ -48,6 +51,18 @@ inline std::array<RopeCall, 2> rope_calls(const RopeLayout& L) {
   return {RopeCall{0, L.H}, RopeCall{L.H * L.D, L.Hkv}};
 }
 
+// What the model does: rotate q, then k, of every row (forward or backward), through the
+// dispatcher: the CPU kernel by default, the CUDA one with a cuda Stream (device pointers).
+template <typename T>
+void rope_qk(bool forward, T* out, const T* inp, const RopeLayout& L, double theta, const Stream& s = kCpuStream) {
+  for (const RopeCall& call : rope_calls(L)) {
+    if (forward)
+      kernels::rope_forward<T>(s, out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, theta);
+    else
+      kernels::rope_backward<T>(s, out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, theta);
+  }
+}
+
 // Every byte 0xff: NaN in fp32, bf16, fp16 and double.
 template <typename T>
 T rope_poison() {
@@ -63,6 +78,22 @@ std::vector<T> rope_input(const RopeLayout& L, std::uint64_t seed) {
   for (std::size_t k = 0; k < v.size(); ++k)
     if (!L.rotated(k)) v[k] = rope_poison<T>();
   return v;
+}
+
+// The CPU kernel's results of one case, out of place: y = forward(x) and dx = backward(dy), each
+// written into a copy of `poisoned` (every element poison), which the columns outside the rotated
+// heads must still hold afterwards.
+template <typename T>
+struct RopeOutputs {
+  std::vector<T> poisoned, y, dx;
+};
+template <typename T>
+RopeOutputs<T> cpu_rope(const std::vector<T>& x, const std::vector<T>& dy, const RopeLayout& L, double theta) {
+  RopeOutputs<T> r{std::vector<T>(L.size(), rope_poison<T>()), {}, {}};
+  r.y = r.dx = r.poisoned;
+  rope_qk(true, r.y.data(), x.data(), L, theta);
+  rope_qk(false, r.dx.data(), dy.data(), L, theta);
+  return r;
 }
 
 // The rotated columns of a buffer, in order.

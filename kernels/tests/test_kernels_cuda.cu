@@ -14,20 +14,16 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <iomanip>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/adamw.h"
-#include "kernels/tests/gpu_test_support.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
@@ -36,13 +32,14 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
+#include "kernels/tests/gpu_kernel_runs.cuh"
+#include "kernels/tests/gpu_test_support.h"
 
 namespace trainmem::kernels {
 namespace {
 
 using namespace gpu_test;
-
-
+using namespace cuda_test;  // the GPU runs; on float vectors all_close is still gpu_test's (the exact match)
 
 std::vector<float> uniform(std::mt19937& rng, std::size_t n, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -67,62 +64,44 @@ constexpr Tolerance kAtomics{1e-4, 1e-4};       // atomicAdd: the order of the a
 constexpr Tolerance kAttention{1e-4, 1e-3};     // GEMMs, softmax and its backward chained
 constexpr Tolerance kAdamW{1e-7, 1e-5};         // elementwise, but v is as small as 1e-4: a tight atol
 
+// More elements than the elementwise kernels' blocks cover at once, and not a multiple of 32.
+constexpr std::size_t kLongVector = 100003;
+
+// Every test skips without a GPU, and else runs on a non-default stream (stream()).
+class KernelsCuda : public cuda_test::GpuTest {};
 
 // ---------------------------------------------------------------------------------------- GELU, residual
 
-TEST(KernelsCuda, GeluForward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, GeluForward) {
   std::mt19937 rng(101);
-  const std::size_t n = 100003;
+  const std::size_t n = kLongVector;
   const std::vector<float> inp = uniform(rng, n, -5.0f, 5.0f);
   std::vector<float> expected(n);
   cpu::gelu_forward(expected.data(), inp.data(), n);
-
-  TestStream stream;
-  DeviceBuffer<float> d_inp(inp), d_out(n);
-  d_out.poison();
-  cuda::gelu_forward(stream.get(), d_out.get(), d_inp.get(), n);
-  finish();
-  EXPECT_TRUE(all_close("gelu out", d_out.download(), expected, kElementwise));
+  EXPECT_TRUE(all_close("gelu out", gpu_gelu_forward(stream(), inp), expected, kElementwise));
 }
 
-TEST(KernelsCuda, GeluBackward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, GeluBackward) {
   std::mt19937 rng(102);
-  const std::size_t n = 100003;
+  const std::size_t n = kLongVector;
   const std::vector<float> inp = uniform(rng, n, -5.0f, 5.0f);
   const std::vector<float> dout = uniform(rng, n, -1.0f, 1.0f);
   std::vector<float> expected(n);
   cpu::gelu_backward(expected.data(), inp.data(), dout.data(), n);
-
-  TestStream stream;
-  DeviceBuffer<float> d_inp(inp), d_dout(dout), d_dinp(n);
-  d_dinp.poison();
-  cuda::gelu_backward(stream.get(), d_dinp.get(), d_inp.get(), d_dout.get(), n);
-  finish();
-  EXPECT_TRUE(all_close("gelu dinp", d_dinp.download(), expected, kElementwise));
-
+  EXPECT_TRUE(all_close("gelu dinp", gpu_gelu_backward(stream(), inp, dout, false), expected, kElementwise));
   // In place: dinp overwrites dout.
-  cuda::gelu_backward(stream.get(), d_dout.get(), d_inp.get(), d_dout.get(), n);
-  finish();
-  EXPECT_TRUE(all_close("gelu dinp (in place over dout)", d_dout.download(), expected, kElementwise));
+  EXPECT_TRUE(all_close("gelu dinp (in place over dout)", gpu_gelu_backward(stream(), inp, dout, true), expected,
+                        kElementwise));
 }
 
-TEST(KernelsCuda, ResidualForward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, ResidualForward) {
   std::mt19937 rng(103);
   const std::size_t n = 37 * 72 + 5;
   const std::vector<float> a = uniform(rng, n, -1.0f, 1.0f);
   const std::vector<float> b = uniform(rng, n, -1.0f, 1.0f);
   std::vector<float> expected(n);
   cpu::residual_forward(expected.data(), a.data(), b.data(), n);
-
-  TestStream stream;
-  DeviceBuffer<float> d_a(a), d_b(b), d_out(n);
-  d_out.poison();
-  cuda::residual_forward(stream.get(), d_out.get(), d_a.get(), d_b.get(), n);
-  finish();
-  EXPECT_TRUE(all_close("residual out", d_out.download(), expected, kExact));
+  EXPECT_TRUE(all_close("residual out", gpu_residual_forward(stream(), a, b), expected, kExact));
 }
 
 // ---------------------------------------------------------------------------------------- LayerNorm
@@ -132,61 +111,54 @@ struct RowsCols {
 };
 constexpr RowsCols kLayerNormShapes[] = {{37, 72}, {300, 1031}, {5, 7}};
 
-TEST(KernelsCuda, LayerNormForward) {
-  SKIP_WITHOUT_GPU();
+// What both LayerNorm tests draw first (rows with a non-zero mean), and the CPU forward on it.
+struct LayerNormCase {
+  std::vector<float> x, weight, bias;
+  std::vector<float> out, mean, rstd;
+};
+LayerNormCase layernorm_case(std::mt19937& rng, std::size_t N, std::size_t C) {
+  LayerNormCase c;
+  c.x = uniform(rng, N * C, -2.0f, 2.0f);
+  for (float& v : c.x) v += 0.5f;
+  c.weight = uniform(rng, C, 0.5f, 1.5f);
+  c.bias = uniform(rng, C, -0.5f, 0.5f);
+  c.out.resize(N * C);
+  c.mean.resize(N);
+  c.rstd.resize(N);
+  cpu::layernorm_forward(c.out.data(), c.mean.data(), c.rstd.data(), c.x.data(), c.weight.data(), c.bias.data(), N, C);
+  return c;
+}
+
+TEST_F(KernelsCuda, LayerNormForward) {
   std::mt19937 rng(201);
-  TestStream stream;
   for (const auto [N, C] : kLayerNormShapes) {
     SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
-    std::vector<float> x = uniform(rng, N * C, -2.0f, 2.0f);
-    for (float& v : x) v += 0.5f;  // rows with a non-zero mean
-    const std::vector<float> weight = uniform(rng, C, 0.5f, 1.5f);
-    const std::vector<float> bias = uniform(rng, C, -0.5f, 0.5f);
-    std::vector<float> out(N * C), mean(N), rstd(N);
-    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
-
-    DeviceBuffer<float> d_x(x), d_w(weight), d_b(bias), d_out(N * C), d_mean(N), d_rstd(N);
-    d_out.poison();
-    d_mean.poison();
-    d_rstd.poison();
-    cuda::layernorm_forward(stream.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(), N,
-                            C);
-    finish();
-    EXPECT_TRUE(all_close("layernorm out", d_out.download(), out, kReduction));
-    EXPECT_TRUE(all_close("layernorm mean", d_mean.download(), mean, kReduction));
-    EXPECT_TRUE(all_close("layernorm rstd", d_rstd.download(), rstd, kReduction));
+    const LayerNormCase c = layernorm_case(rng, N, C);
+    const LayerNormForwardResult<float> gpu = gpu_layernorm_forward(stream(), c.x, c.weight, c.bias, N, C);
+    EXPECT_TRUE(all_close("layernorm out", gpu.out, c.out, kReduction));
+    EXPECT_TRUE(all_close("layernorm mean", gpu.mean, c.mean, kReduction));
+    EXPECT_TRUE(all_close("layernorm rstd", gpu.rstd, c.rstd, kReduction));
   }
 }
 
-TEST(KernelsCuda, LayerNormBackward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, LayerNormBackward) {
   std::mt19937 rng(202);
-  TestStream stream;
   for (const auto [N, C] : kLayerNormShapes) {
     SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
-    std::vector<float> x = uniform(rng, N * C, -2.0f, 2.0f);
-    for (float& v : x) v += 0.5f;
-    const std::vector<float> weight = uniform(rng, C, 0.5f, 1.5f);
-    const std::vector<float> bias = uniform(rng, C, -0.5f, 0.5f);
-    std::vector<float> out(N * C), mean(N), rstd(N);
-    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
+    const LayerNormCase c = layernorm_case(rng, N, C);
     const std::vector<float> dout = uniform(rng, N * C, -1.0f, 1.0f);
     // Accumulated outputs: the same random starting values on both sides.
-    std::vector<float> dx = uniform(rng, N * C, -1.0f, 1.0f);
-    std::vector<float> dweight = uniform(rng, C, -1.0f, 1.0f);
-    std::vector<float> dbias = uniform(rng, C, -1.0f, 1.0f);
-
-    DeviceBuffer<float> d_dx(dx), d_dw(dweight), d_db(dbias), d_dout(dout), d_x(x), d_w(weight), d_mean(mean),
-        d_rstd(rstd), d_workspace(layernorm_backward_workspace_bytes(N, C) / sizeof(float));
-    d_workspace.poison();  // the band partials are written before they are read
-    cpu::layernorm_backward(dx.data(), dweight.data(), dbias.data(), dout.data(), x.data(), weight.data(), mean.data(),
-                            rstd.data(), N, C);
-    cuda::layernorm_backward(stream.get(), d_dx.get(), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(),
-                             d_mean.get(), d_rstd.get(), d_workspace.get(), N, C);
-    finish();
-    EXPECT_TRUE(all_close("layernorm dx (accumulated)", d_dx.download(), dx, kReduction));
-    EXPECT_TRUE(all_close("layernorm dweight (accumulated)", d_dw.download(), dweight, kReduction));
-    EXPECT_TRUE(all_close("layernorm dbias (accumulated)", d_db.download(), dbias, kReduction));
+    LayerNormGrads<float> cpu_grads;
+    cpu_grads.dx = uniform(rng, N * C, -1.0f, 1.0f);
+    cpu_grads.dweight = uniform(rng, C, -1.0f, 1.0f);
+    cpu_grads.dbias = uniform(rng, C, -1.0f, 1.0f);
+    const LayerNormGrads<float> gpu =
+        gpu_layernorm_backward(stream(), cpu_grads, dout, c.x, c.weight, c.mean, c.rstd, N, C);
+    cpu::layernorm_backward(cpu_grads.dx.data(), cpu_grads.dweight.data(), cpu_grads.dbias.data(), dout.data(),
+                            c.x.data(), c.weight.data(), c.mean.data(), c.rstd.data(), N, C);
+    EXPECT_TRUE(all_close("layernorm dx (accumulated)", gpu.dx, cpu_grads.dx, kReduction));
+    EXPECT_TRUE(all_close("layernorm dweight (accumulated)", gpu.dweight, cpu_grads.dweight, kReduction));
+    EXPECT_TRUE(all_close("layernorm dbias (accumulated)", gpu.dbias, cpu_grads.dbias, kReduction));
   }
 }
 
@@ -197,33 +169,29 @@ struct MatmulShape {
 };
 constexpr MatmulShape kMatmulShapes[] = {{37, 72, 101}, {259, 300, 203}, {1, 3, 5}};
 
-TEST(KernelsCuda, MatmulForward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, MatmulForward) {
   std::mt19937 rng(301);
-  TestStream created;
-  for (void* stream : {created.get(), static_cast<void*>(nullptr)})  // a stream of ours, and the default stream
+  for (void* on : {stream(), static_cast<void*>(nullptr)})  // a stream of ours, and the default stream
     for (const auto [N, C, OC] : kMatmulShapes)
       for (const bool with_bias : {true, false}) {
         SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC) +
-                     (with_bias ? " bias" : " no bias") + (stream ? " own stream" : " default stream"));
+                     (with_bias ? " bias" : " no bias") + (on ? " own stream" : " default stream"));
         const std::vector<float> inp = uniform(rng, N * C, -1.0f, 1.0f);
         const std::vector<float> weight = uniform(rng, OC * C, -1.0f, 1.0f);
         const std::vector<float> bias = uniform(rng, OC, -1.0f, 1.0f);
         std::vector<float> out(N * OC);
         cpu::matmul_forward(out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr, N, C, OC);
 
-        DeviceBuffer<float> d_inp(inp), d_w(weight), d_b(bias), d_out(N * OC);
-        d_out.poison();
-        cuda::matmul_forward(stream, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, C, OC);
+        DeviceBuffer<float> d_inp(inp), d_w(weight), d_b(bias);
+        PoisonedBuffer<float> d_out(N * OC);
+        cuda::matmul_forward(on, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, C, OC);
         finish();
         EXPECT_TRUE(all_close("matmul out", d_out.download(), out, kReduction));
       }
 }
 
-TEST(KernelsCuda, MatmulBackward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, MatmulBackward) {
   std::mt19937 rng(302);
-  TestStream stream;
   for (const auto [N, C, OC] : kMatmulShapes)
     for (const bool all_outputs : {true, false}) {  // false: dinp and dbias null (as the LM head calls it)
       SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC) +
@@ -235,11 +203,11 @@ TEST(KernelsCuda, MatmulBackward) {
       std::vector<float> dweight = uniform(rng, OC * C, -1.0f, 1.0f);  // accumulated
       std::vector<float> dbias = uniform(rng, OC, -1.0f, 1.0f);        // accumulated
 
-      DeviceBuffer<float> d_dinp(N * C), d_dw(dweight), d_db(dbias), d_dout(dout), d_inp(inp), d_w(weight);
-      d_dinp.poison();
+      DeviceBuffer<float> d_dw(dweight), d_db(dbias), d_dout(dout), d_inp(inp), d_w(weight);
+      PoisonedBuffer<float> d_dinp(N * C);
       cpu::matmul_backward(all_outputs ? dinp.data() : nullptr, dweight.data(), all_outputs ? dbias.data() : nullptr,
                            dout.data(), inp.data(), weight.data(), N, C, OC);
-      cuda::matmul_backward(stream.get(), all_outputs ? d_dinp.get() : nullptr, d_dw.get(),
+      cuda::matmul_backward(stream(), all_outputs ? d_dinp.get() : nullptr, d_dw.get(),
                             all_outputs ? d_db.get() : nullptr, d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
       finish();
       if (all_outputs) {
@@ -253,76 +221,57 @@ TEST(KernelsCuda, MatmulBackward) {
 
 // ---------------------------------------------------------------------------------------- embedding
 
-TEST(KernelsCuda, EmbeddingForward) {
-  SKIP_WITHOUT_GPU();
-  std::mt19937 rng(401);
+// The embedding tests' sizes (B = 3 sequences of T = 13 positions, C = 72 channels), a vocabulary
+// of V, and B * T tokens drawn from it.
+struct EmbeddingCase {
+  std::size_t B, T, C;
+  std::int32_t V;
+  std::vector<std::int32_t> tokens;
+};
+EmbeddingCase embedding_case(std::mt19937& rng, std::int32_t V) {
   const std::size_t B = 3, T = 13, C = 72;
-  const std::int32_t V = 101;
-  const std::vector<std::int32_t> tokens = random_tokens(rng, B * T, V);
+  return {B, T, C, V, random_tokens(rng, B * T, V)};
+}
+
+TEST_F(KernelsCuda, EmbeddingForward) {
+  std::mt19937 rng(401);
+  const auto [B, T, C, V, tokens] = embedding_case(rng, 101);
   const std::vector<float> wte = uniform(rng, static_cast<std::size_t>(V) * C, -1.0f, 1.0f);
   const std::vector<float> wpe = uniform(rng, T * C, -1.0f, 1.0f);
   std::vector<float> out(B * T * C);
   cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-
-  TestStream stream;
-  DeviceBuffer<std::int32_t> d_tokens(tokens);
-  DeviceBuffer<float> d_wte(wte), d_wpe(wpe), d_out(B * T * C);
-  d_out.poison();
-  cuda::embedding_forward(stream.get(), d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), B, T, C);
-  finish();
-  EXPECT_TRUE(all_close("embedding out", d_out.download(), out, kExact));
+  EXPECT_TRUE(all_close("embedding out", gpu_embedding_forward(stream(), tokens, wte, wpe, B, T, C), out, kExact));
 }
 
 // Without a position table (Llama): the token rows copied, and only dwte accumulated.
-TEST(KernelsCuda, EmbeddingWithoutPositionTable) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, EmbeddingWithoutPositionTable) {
   std::mt19937 rng(403);
-  const std::size_t B = 3, T = 13, C = 72;
-  const std::int32_t V = 7;
-  const std::vector<std::int32_t> tokens = random_tokens(rng, B * T, V);
+  const auto [B, T, C, V, tokens] = embedding_case(rng, 7);
   const std::vector<float> wte = uniform(rng, static_cast<std::size_t>(V) * C, -1.0f, 1.0f);
   const std::vector<float> dout = uniform(rng, B * T * C, -1.0f, 1.0f);
   std::vector<float> out(B * T * C), dwte = uniform(rng, static_cast<std::size_t>(V) * C, -1.0f, 1.0f);
+  const std::vector<float> no_table;  // empty: no wpe, no dwpe
+  const std::vector<float> gpu_out = gpu_embedding_forward(stream(), tokens, wte, no_table, B, T, C);
+  const EmbeddingGrads<float> gpu_grads = gpu_embedding_backward(stream(), {dwte, no_table}, dout, tokens, B, T, C);
   cpu::embedding_forward(out.data(), tokens.data(), wte.data(), static_cast<const float*>(nullptr), B, T, C);
-
-  TestStream stream;
-  DeviceBuffer<std::int32_t> d_tokens(tokens);
-  DeviceBuffer<float> d_wte(wte), d_out(B * T * C), d_dout(dout), d_dwte(dwte);
-  DeviceBuffer<std::uint32_t> d_workspace(embedding_backward_workspace_bytes(B * T) / sizeof(std::uint32_t));
-  d_out.poison();
-  cuda::embedding_forward(stream.get(), d_out.get(), d_tokens.get(), d_wte.get(), static_cast<const float*>(nullptr), B,
-                          T, C);
   cpu::embedding_backward(dwte.data(), static_cast<float*>(nullptr), dout.data(), tokens.data(), B, T, C);
-  cuda::embedding_backward(stream.get(), d_dwte.get(), static_cast<float*>(nullptr), d_dout.get(), d_tokens.get(),
-                           d_workspace.get(), B, T, C);
-  finish();
-  EXPECT_TRUE(all_close("embedding out (no position table)", d_out.download(), out, kExact));
-  EXPECT_TRUE(all_close("embedding dwte (no position table)", d_dwte.download(), dwte, kExact));
+  EXPECT_TRUE(all_close("embedding out (no position table)", gpu_out, out, kExact));
+  EXPECT_TRUE(all_close("embedding dwte (no position table)", gpu_grads.dwte, dwte, kExact));
 }
 
-TEST(KernelsCuda, EmbeddingBackward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, EmbeddingBackward) {
   std::mt19937 rng(402);
   // A vocabulary of 7 for 39 positions: every token repeats (several positions per dwte row).
-  const std::size_t B = 3, T = 13, C = 72;
-  const std::int32_t V = 7;
-  const std::vector<std::int32_t> tokens = random_tokens(rng, B * T, V);
+  const auto [B, T, C, V, tokens] = embedding_case(rng, 7);
   const std::vector<float> dout = uniform(rng, B * T * C, -1.0f, 1.0f);
-  std::vector<float> dwte = uniform(rng, static_cast<std::size_t>(V) * C, -1.0f, 1.0f);  // accumulated
-  std::vector<float> dwpe = uniform(rng, T * C, -1.0f, 1.0f);                            // accumulated
-
-  TestStream stream;
-  DeviceBuffer<std::int32_t> d_tokens(tokens);
-  DeviceBuffer<float> d_dout(dout), d_dwte(dwte), d_dwpe(dwpe);
-  DeviceBuffer<std::uint32_t> d_workspace(embedding_backward_workspace_bytes(B * T) / sizeof(std::uint32_t));
-  d_workspace.poison();
-  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-  cuda::embedding_backward(stream.get(), d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(), d_workspace.get(),
-                           B, T, C);
-  finish();
+  EmbeddingGrads<float> cpu_grads;  // accumulated: the same random starting values on both sides
+  cpu_grads.dwte = uniform(rng, static_cast<std::size_t>(V) * C, -1.0f, 1.0f);
+  cpu_grads.dwpe = uniform(rng, T * C, -1.0f, 1.0f);
+  const EmbeddingGrads<float> gpu = gpu_embedding_backward(stream(), cpu_grads, dout, tokens, B, T, C);
+  cpu::embedding_backward(cpu_grads.dwte.data(), cpu_grads.dwpe.data(), dout.data(), tokens.data(), B, T, C);
   // Each row summed in the CPU's order (positions in order, from the old value): bit for bit.
-  EXPECT_TRUE(all_close("embedding dwte (accumulated)", d_dwte.download(), dwte, kExact));
-  EXPECT_TRUE(all_close("embedding dwpe (accumulated)", d_dwpe.download(), dwpe, kElementwise));
+  EXPECT_TRUE(all_close("embedding dwte (accumulated)", gpu.dwte, cpu_grads.dwte, kExact));
+  EXPECT_TRUE(all_close("embedding dwpe (accumulated)", gpu.dwpe, cpu_grads.dwpe, kElementwise));
 }
 
 // ---------------------------------------------------------------------------------------- attention
@@ -333,53 +282,49 @@ struct AttentionShape {
 // hs = 24, 8 and 5; T = 70 gives rows longer than a warp (lanes loop), T = 1 the smallest.
 constexpr AttentionShape kAttentionShapes[] = {{2, 13, 72, 3}, {1, 70, 40, 5}, {3, 1, 10, 2}};
 
-TEST(KernelsCuda, AttentionForward) {
-  SKIP_WITHOUT_GPU();
-  std::mt19937 rng(501);
-  TestStream stream;
-  for (const auto [B, T, C, NH] : kAttentionShapes) {
-    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
-                 " NH=" + std::to_string(NH));
-    const std::size_t scores = B * NH * T * T;
-    const std::vector<float> qkv = uniform(rng, B * T * 3 * C, -1.0f, 1.0f);
-    std::vector<float> out(B * T * C), preatt(scores), att(scores);
-    cpu::attention_forward(out.data(), preatt.data(), att.data(), qkv.data(), B, T, C, NH);
+// What both attention tests draw first, and the CPU forward on it (att: the backward's input).
+struct AttentionCase {
+  std::vector<float> qkv;
+  std::vector<float> out, preatt, att;
+};
+// "B=2 T=13 C=72 NH=3", for the failure trace.
+std::string describe(const AttentionShape& s) {
+  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C) +
+         " NH=" + std::to_string(s.NH);
+}
 
-    DeviceBuffer<float> d_qkv(qkv), d_out(B * T * C), d_preatt(scores), d_att(scores);
-    d_out.poison();
-    d_preatt.poison();
-    d_att.poison();
-    cuda::attention_forward(stream.get(), d_out.get(), d_preatt.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
-    finish();
-    EXPECT_TRUE(all_close("attention preatt", d_preatt.download(), preatt, kAttention));
-    EXPECT_TRUE(all_close("attention att", d_att.download(), att, kAttention));
-    EXPECT_TRUE(all_close("attention out", d_out.download(), out, kAttention));
+AttentionCase attention_case(std::mt19937& rng, const AttentionShape& s) {
+  const std::size_t scores = s.B * s.NH * s.T * s.T;
+  AttentionCase c{uniform(rng, s.B * s.T * 3 * s.C, -1.0f, 1.0f), std::vector<float>(s.B * s.T * s.C),
+                  std::vector<float>(scores), std::vector<float>(scores)};
+  cpu::attention_forward(c.out.data(), c.preatt.data(), c.att.data(), c.qkv.data(), s.B, s.T, s.C, s.NH);
+  return c;
+}
+
+TEST_F(KernelsCuda, AttentionForward) {
+  std::mt19937 rng(501);
+  for (const AttentionShape& s : kAttentionShapes) {
+    SCOPED_TRACE(describe(s));
+    const AttentionCase c = attention_case(rng, s);
+    const AttentionForwardResult<float> gpu = gpu_attention_forward(stream(), c.qkv, s.B, s.T, s.C, s.NH);
+    EXPECT_TRUE(all_close("attention preatt", gpu.preatt, c.preatt, kAttention));
+    EXPECT_TRUE(all_close("attention att", gpu.att, c.att, kAttention));
+    EXPECT_TRUE(all_close("attention out", gpu.out, c.out, kAttention));
   }
 }
 
-TEST(KernelsCuda, AttentionBackward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, AttentionBackward) {
   std::mt19937 rng(502);
-  TestStream stream;
-  for (const auto [B, T, C, NH] : kAttentionShapes) {
-    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
-                 " NH=" + std::to_string(NH));
-    const std::size_t scores = B * NH * T * T;
-    const std::vector<float> qkv = uniform(rng, B * T * 3 * C, -1.0f, 1.0f);
-    std::vector<float> out(B * T * C), preatt(scores), att(scores);
-    cpu::attention_forward(out.data(), preatt.data(), att.data(), qkv.data(), B, T, C, NH);  // att: the input
-    const std::vector<float> dout = uniform(rng, B * T * C, -1.0f, 1.0f);
-    std::vector<float> dqkv(B * T * 3 * C), dpreatt(scores);
-    cpu::attention_backward(dqkv.data(), dpreatt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-
-    DeviceBuffer<float> d_qkv(qkv), d_att(att), d_dout(dout), d_dqkv(B * T * 3 * C), d_dscores(scores);
-    d_dqkv.poison();  // written in full (q, k and v thirds), never accumulated
-    d_dscores.poison();
-    cuda::attention_backward(stream.get(), d_dqkv.get(), d_dscores.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T,
-                             C, NH);
-    finish();
-    EXPECT_TRUE(all_close("attention dpreatt (dscores on return)", d_dscores.download(), dpreatt, kAttention));
-    EXPECT_TRUE(all_close("attention dqkv", d_dqkv.download(), dqkv, kAttention));
+  for (const AttentionShape& s : kAttentionShapes) {
+    SCOPED_TRACE(describe(s));
+    const AttentionCase c = attention_case(rng, s);
+    const std::vector<float> dout = uniform(rng, s.B * s.T * s.C, -1.0f, 1.0f);
+    std::vector<float> dqkv(c.qkv.size()), dpreatt(c.att.size());
+    cpu::attention_backward(dqkv.data(), dpreatt.data(), dout.data(), c.qkv.data(), c.att.data(), s.B, s.T, s.C, s.NH);
+    const AttentionBackwardResult<float> gpu =
+        gpu_attention_backward(stream(), dout, c.qkv, c.att, s.B, s.T, s.C, s.NH);
+    EXPECT_TRUE(all_close("attention dpreatt (dscores on return)", gpu.dpreatt, dpreatt, kAttention));
+    EXPECT_TRUE(all_close("attention dqkv", gpu.dqkv, dqkv, kAttention));
   }
 }
 
@@ -408,10 +353,8 @@ void expect_padding_zero(const std::vector<float>& dlogits, const RowsClasses& s
   EXPECT_EQ(wrong, 0u) << what << ": padded columns with a nonzero dlogit";
 }
 
-TEST(KernelsCuda, CrossEntropyForward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, CrossEntropyForward) {
   std::mt19937 rng(601);
-  TestStream stream;
   for (const RowsClasses& shape : kCrossEntropyShapes) {
     const auto [N, V, Vp] = shape;
     SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V) + " Vp=" + std::to_string(Vp));
@@ -419,20 +362,13 @@ TEST(KernelsCuda, CrossEntropyForward) {
     const std::vector<std::int32_t> targets = random_tokens(rng, N, static_cast<std::int32_t>(V));
     std::vector<float> losses(N);
     cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
-
-    DeviceBuffer<float> d_logits(logits), d_losses(N);
-    DeviceBuffer<std::int32_t> d_targets(targets);
-    d_losses.poison();
-    cuda::cross_entropy_forward(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, Vp);
-    finish();
-    EXPECT_TRUE(all_close("cross-entropy losses", d_losses.download(), losses, kReduction));
+    EXPECT_TRUE(all_close("cross-entropy losses", gpu_cross_entropy_forward(stream(), logits, targets, N, V, Vp),
+                          losses, kReduction));
   }
 }
 
-TEST(KernelsCuda, CrossEntropyForwardBackwardOutOfPlaceAndInPlace) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, CrossEntropyForwardBackwardOutOfPlaceAndInPlace) {
   std::mt19937 rng(602);
-  TestStream stream;
   // dloss = 0.75 keeps the gradients near 1/V..1 in size; softmax probabilities here reach down to
   // ~1e-7, so atol is 1e-7 and rtol 1e-4 (an exp of a row statistic that is off in its last bits).
   constexpr Tolerance kCrossEntropyGrad{1e-7, 1e-4};
@@ -445,39 +381,30 @@ TEST(KernelsCuda, CrossEntropyForwardBackwardOutOfPlaceAndInPlace) {
     std::vector<float> dlogits(N * Vp), losses(N);
     cpu::cross_entropy_forward_backward(losses.data(), dlogits.data(), logits.data(), targets.data(), dloss, N, V, Vp);
 
-    DeviceBuffer<float> d_logits(logits), d_dlogits(N * Vp), d_losses(N);
-    DeviceBuffer<std::int32_t> d_targets(targets);
-    d_dlogits.poison();
-    d_losses.poison();
-    cuda::cross_entropy_forward_backward(stream.get(), d_losses.get(), d_dlogits.get(), d_logits.get(), d_targets.get(),
-                                         dloss, N, V, Vp);
-    finish();
-    EXPECT_TRUE(all_close("cross-entropy losses (fused)", d_losses.download(), losses, kReduction));
-    const std::vector<float> out_of_place = d_dlogits.download();
-    EXPECT_TRUE(all_close("cross-entropy dlogits (out of place)", out_of_place, dlogits, kCrossEntropyGrad));
-    expect_padding_zero(out_of_place, shape, "out of place");
-    const std::vector<float> left = d_logits.download();
-    for (std::size_t i = 0; i < left.size(); ++i)  // bit for bit, NaN padding included
-      ASSERT_EQ(std::memcmp(&left[i], &logits[i], sizeof(float)), 0) << "cross-entropy changed logit " << i;
+    const CrossEntropyResult<float> out_of_place =
+        gpu_cross_entropy_forward_backward(stream(), logits, targets, dloss, N, V, Vp, false);
+    EXPECT_TRUE(all_close("cross-entropy losses (fused)", out_of_place.losses, losses, kReduction));
+    EXPECT_TRUE(all_close("cross-entropy dlogits (out of place)", out_of_place.dlogits, dlogits, kCrossEntropyGrad));
+    expect_padding_zero(out_of_place.dlogits, shape, "out of place");
+    for (std::size_t i = 0; i < logits.size(); ++i)  // bit for bit, NaN padding included
+      ASSERT_EQ(std::memcmp(&out_of_place.logits[i], &logits[i], sizeof(float)), 0)
+          << "cross-entropy changed logit " << i;
 
     // In place, as the GPT head calls it: dlogits == logits.
-    d_losses.poison();
-    cuda::cross_entropy_forward_backward(stream.get(), d_losses.get(), d_logits.get(), d_logits.get(), d_targets.get(),
-                                         dloss, N, V, Vp);
-    finish();
-    EXPECT_TRUE(all_close("cross-entropy losses (fused, in place)", d_losses.download(), losses, kReduction));
-    const std::vector<float> in_place = d_logits.download();
-    EXPECT_TRUE(all_close("cross-entropy dlogits (in place over logits)", in_place, dlogits, kCrossEntropyGrad));
-    expect_padding_zero(in_place, shape, "in place");
+    const CrossEntropyResult<float> in_place =
+        gpu_cross_entropy_forward_backward(stream(), logits, targets, dloss, N, V, Vp, true);
+    EXPECT_TRUE(all_close("cross-entropy losses (fused, in place)", in_place.losses, losses, kReduction));
+    EXPECT_TRUE(
+        all_close("cross-entropy dlogits (in place over logits)", in_place.dlogits, dlogits, kCrossEntropyGrad));
+    expect_padding_zero(in_place.dlogits, shape, "in place");
   }
 }
 
 // ---------------------------------------------------------------------------------------- optimizer
 
-TEST(KernelsCuda, AdamWUpdate) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, AdamWUpdate) {
   std::mt19937 rng(701);
-  const std::size_t n = 100003;
+  const std::size_t n = kLongVector;
   std::vector<float> param = uniform(rng, n, -1.0f, 1.0f);
   std::vector<float> m = uniform(rng, n, -0.1f, 0.1f);
   std::vector<float> v = uniform(rng, n, 1e-4f, 1e-2f);  // a second moment is positive
@@ -486,14 +413,13 @@ TEST(KernelsCuda, AdamWUpdate) {
   hyper.weight_decay = 0.1f;
   const float grad_scale = 0.5f;
 
-  TestStream stream;
   DeviceBuffer<float> d_param(param), d_m(m), d_v(v), d_grad(n);
   for (const long step : {1L, 2L, 7L}) {  // several steps: the bias corrections change with t
     SCOPED_TRACE("step " + std::to_string(step));
     const std::vector<float> grad = uniform(rng, n, -1.0f, 1.0f);
     d_grad.upload(grad);
     cpu::adamw_update(param.data(), grad.data(), m.data(), v.data(), n, hyper, step, grad_scale);
-    cuda::adamw_update(stream.get(), d_param.get(), d_grad.get(), d_m.get(), d_v.get(), n, hyper, step, grad_scale);
+    cuda::adamw_update(stream(), d_param.get(), d_grad.get(), d_m.get(), d_v.get(), n, hyper, step, grad_scale);
     finish();
     EXPECT_TRUE(all_close("adamw param", d_param.download(), param, kAdamW));
     EXPECT_TRUE(all_close("adamw m", d_m.download(), m, kAdamW));
@@ -505,8 +431,7 @@ TEST(KernelsCuda, AdamWUpdate) {
   }
 }
 
-TEST(KernelsCuda, SumOfSquaresAccumulate) {
-  SKIP_WITHOUT_GPU();
+TEST_F(KernelsCuda, SumOfSquaresAccumulate) {
   std::mt19937 rng(801);
   // 3,000,001 elements need more blocks than the kernel launches (threads loop); 37 fewer than a warp.
   const std::vector<float> big = uniform(rng, 3000001, -1.0f, 1.0f);
@@ -515,10 +440,9 @@ TEST(KernelsCuda, SumOfSquaresAccumulate) {
   const double expected =
       static_cast<double>(start) + cpu::sum_of_squares(big.data(), big.size()) + cpu::sum_of_squares(small.data(), small.size());
 
-  TestStream stream;
   DeviceBuffer<float> d_big(big), d_small(small), d_acc(std::vector<float>{start});
-  cuda::sum_of_squares_accumulate(stream.get(), d_acc.get(), d_big.get(), big.size());
-  cuda::sum_of_squares_accumulate(stream.get(), d_acc.get(), d_small.get(), small.size());
+  cuda::sum_of_squares_accumulate(stream(), d_acc.get(), d_big.get(), big.size());
+  cuda::sum_of_squares_accumulate(stream(), d_acc.get(), d_small.get(), small.size());
   finish();
   // One float accumulator takes ~1000 atomicAdds of block partials: rtol 1e-5 of a sum near 1e6.
   EXPECT_TRUE(all_close("sum of squares", d_acc.download(), {static_cast<float>(expected)}, Tolerance{1e-6, 1e-5}));
@@ -526,10 +450,8 @@ TEST(KernelsCuda, SumOfSquaresAccumulate) {
 
 // ---------------------------------------------------------------------------------------- edge cases
 
-TEST(KernelsCuda, EmptySizesDoNothingAndBadHeadsAreRejected) {
-  SKIP_WITHOUT_GPU();
-  TestStream stream;
-  void* s = stream.get();
+TEST_F(KernelsCuda, EmptySizesDoNothingAndBadHeadsAreRejected) {
+  void* s = stream();
   // Zero sizes launch nothing (a zero-block launch would be an error) and touch no pointer.
   EXPECT_NO_THROW(cuda::gelu_forward(s, nullptr, nullptr, 0));
   EXPECT_NO_THROW(cuda::gelu_backward(s, nullptr, nullptr, nullptr, 0));

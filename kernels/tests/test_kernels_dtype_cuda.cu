@@ -38,19 +38,13 @@
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 #include "kernels/tests/dtype_test_support.h"
+#include "kernels/tests/gpu_kernel_runs.cuh"
 #include "kernels/tests/gpu_test_support.h"
 
 namespace trainmem::kernels {
 namespace {
 
-using gpu_test::DeviceBuffer;
-using gpu_test::finish;
-using gpu_test::TestStream;
-using gpu_test::Tolerance;
-using dtype_test::random_tokens;
-using dtype_test::random_values;
-using dtype_test::unit_roundoff;
-using dtype_test::widen;
+using namespace cuda_test;  // the GPU runs, PoisonedBuffer, all_close<T> and the names they use
 
 template <typename T>
 class KernelsDtypeCuda : public ::testing::Test {};
@@ -64,37 +58,26 @@ Tolerance one_ulp(double fp32_abs) {
 }
 constexpr Tolerance kExact{0.0, 0.0};
 
-// 16-bit (or float) outputs compared as the floats they stand for.
-template <typename T>
-::testing::AssertionResult all_close(const std::string& what, const std::vector<T>& gpu, const std::vector<T>& cpu,
-                                     Tolerance tol) {
-  return gpu_test::all_close(what + " (" + dtype_name<T>() + ")", widen(gpu), widen(cpu), tol);
-}
+// More elements than the elementwise kernels' blocks cover at once, and not a multiple of 32.
+constexpr std::size_t kLongVector = 100003;
 
 // ---------------------------------------------------------------------------------------- GELU, residual
 
 TYPED_TEST(KernelsDtypeCuda, GeluForwardAndBackward) {
   SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  const std::size_t n = 100003;
+  const std::size_t n = kLongVector;
   const std::vector<T> inp = random_values<T>(n, 101, -5.0, 5.0), dout = random_values<T>(n, 102, -1.0, 1.0);
   std::vector<T> out(n), dinp(n);
   cpu::gelu_forward(out.data(), inp.data(), n);
   cpu::gelu_backward(dinp.data(), inp.data(), dout.data(), n);
 
   TestStream stream;
-  DeviceBuffer<T> d_inp(inp), d_dout(dout), d_out(n), d_dinp(n);
-  d_out.poison();
-  d_dinp.poison();
-  cuda::gelu_forward<T>(stream.get(), d_out.get(), d_inp.get(), n);
-  cuda::gelu_backward<T>(stream.get(), d_dinp.get(), d_inp.get(), d_dout.get(), n);
-  finish();
-  EXPECT_TRUE(all_close("gelu out", d_out.download(), out, one_ulp<T>(1e-5)));
-  EXPECT_TRUE(all_close("gelu dinp", d_dinp.download(), dinp, one_ulp<T>(1e-5)));
+  EXPECT_TRUE(all_close("gelu out", gpu_gelu_forward(stream.get(), inp), out, one_ulp<T>(1e-5)));
+  EXPECT_TRUE(all_close("gelu dinp", gpu_gelu_backward(stream.get(), inp, dout, false), dinp, one_ulp<T>(1e-5)));
   // In place: dinp overwrites dout.
-  cuda::gelu_backward<T>(stream.get(), d_dout.get(), d_inp.get(), d_dout.get(), n);
-  finish();
-  EXPECT_TRUE(all_close("gelu dinp (in place over dout)", d_dout.download(), dinp, one_ulp<T>(1e-5)));
+  EXPECT_TRUE(all_close("gelu dinp (in place over dout)", gpu_gelu_backward(stream.get(), inp, dout, true), dinp,
+                        one_ulp<T>(1e-5)));
 }
 
 TYPED_TEST(KernelsDtypeCuda, ResidualForward) {
@@ -106,11 +89,8 @@ TYPED_TEST(KernelsDtypeCuda, ResidualForward) {
   cpu::residual_forward(out.data(), a.data(), b.data(), n);
 
   TestStream stream;
-  DeviceBuffer<T> d_a(a), d_b(b), d_out(n);
-  d_out.poison();
-  cuda::residual_forward<T>(stream.get(), d_out.get(), d_a.get(), d_b.get(), n);
-  finish();
-  EXPECT_TRUE(all_close("residual out", d_out.download(), out, kExact));  // one fp32 add, one rounding
+  // one fp32 add, one rounding
+  EXPECT_TRUE(all_close("residual out", gpu_residual_forward(stream.get(), a, b), out, kExact));
 }
 
 // ---------------------------------------------------------------------------------------- LayerNorm
@@ -128,35 +108,24 @@ TYPED_TEST(KernelsDtypeCuda, LayerNormForwardAndBackward) {
     std::vector<float> mean(N), rstd(N);
     cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
 
-    DeviceBuffer<T> d_x(x), d_w(weight), d_b(bias), d_out(N * C);
-    DeviceBuffer<float> d_mean(N), d_rstd(N);
-    d_out.poison();
-    d_mean.poison();
-    d_rstd.poison();
-    cuda::layernorm_forward<T>(stream.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
-                               N, C);
-    finish();
+    const LayerNormForwardResult<T> gpu = gpu_layernorm_forward(stream.get(), x, weight, bias, N, C);
     // fp32 statistics against the CPU's double ones: 1e-4 (as the fp32 test)
-    EXPECT_TRUE(all_close("layernorm out", d_out.download(), out, one_ulp<T>(1e-4)));
-    EXPECT_TRUE(all_close("layernorm mean", d_mean.download(), mean, Tolerance{1e-4, 1e-4}));
-    EXPECT_TRUE(all_close("layernorm rstd", d_rstd.download(), rstd, Tolerance{1e-4, 1e-4}));
+    EXPECT_TRUE(all_close("layernorm out", gpu.out, out, one_ulp<T>(1e-4)));
+    EXPECT_TRUE(all_close("layernorm mean", gpu.mean, mean, Tolerance{1e-4, 1e-4}));
+    EXPECT_TRUE(all_close("layernorm rstd", gpu.rstd, rstd, Tolerance{1e-4, 1e-4}));
 
     // Backward from the CPU's mean and rstd; dx, dweight, dbias accumulate onto the same random values.
     const std::vector<T> dout = random_values<T>(N * C, ++seed, -1.0, 1.0);
     std::vector<T> dx = random_values<T>(N * C, ++seed, -1.0, 1.0), dw = random_values<T>(C, ++seed, -1.0, 1.0),
                    db = random_values<T>(C, ++seed, -1.0, 1.0);
-    DeviceBuffer<T> d_dx(dx), d_dw(dw), d_db(db), d_dout(dout);
-    DeviceBuffer<float> d_mean_in(mean), d_rstd_in(rstd), d_workspace(layernorm_backward_workspace_bytes(N, C) / 4);
-    d_workspace.poison();
+    const LayerNormGrads<T> gpu_grads =
+        gpu_layernorm_backward<T>(stream.get(), {dx, dw, db}, dout, x, weight, mean, rstd, N, C);
     cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), weight.data(), mean.data(),
                             rstd.data(), N, C);
-    cuda::layernorm_backward<T>(stream.get(), d_dx.get(), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(),
-                                d_mean_in.get(), d_rstd_in.get(), d_workspace.get(), N, C);
-    finish();
     // sums over C (dx) or N (dweight, dbias) in another fp32 order: 1e-4 (as the fp32 test)
-    EXPECT_TRUE(all_close("layernorm dx (accumulated)", d_dx.download(), dx, one_ulp<T>(1e-4)));
-    EXPECT_TRUE(all_close("layernorm dweight (accumulated)", d_dw.download(), dw, one_ulp<T>(1e-4)));
-    EXPECT_TRUE(all_close("layernorm dbias (accumulated)", d_db.download(), db, one_ulp<T>(1e-4)));
+    EXPECT_TRUE(all_close("layernorm dx (accumulated)", gpu_grads.dx, dx, one_ulp<T>(1e-4)));
+    EXPECT_TRUE(all_close("layernorm dweight (accumulated)", gpu_grads.dweight, dw, one_ulp<T>(1e-4)));
+    EXPECT_TRUE(all_close("layernorm dbias (accumulated)", gpu_grads.dbias, db, one_ulp<T>(1e-4)));
   }
 }
 
@@ -181,9 +150,8 @@ TYPED_TEST(KernelsDtypeCuda, MatmulThroughTheDispatcher) {
       const std::vector<T> dout = random_values<T>(N * OC, ++seed, -1.0, 1.0);
       std::vector<T> out(N * OC), dinp(N * C);
       std::vector<T> dw = random_values<T>(OC * C, ++seed, -1.0, 1.0), db = random_values<T>(OC, ++seed, -1.0, 1.0);
-      DeviceBuffer<T> d_inp(inp), d_w(weight), d_b(bias), d_dout(dout), d_out(N * OC), d_dinp(N * C), d_dw(dw), d_db(db);
-      d_out.poison();
-      d_dinp.poison();
+      DeviceBuffer<T> d_inp(inp), d_w(weight), d_b(bias), d_dout(dout), d_dw(dw), d_db(db);
+      PoisonedBuffer<T> d_out(N * OC), d_dinp(N * C);
       cpu::matmul_forward(out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr, N, C, OC);
       cpu::matmul_backward(with_bias ? dinp.data() : nullptr, dw.data(), with_bias ? db.data() : nullptr, dout.data(),
                            inp.data(), weight.data(), N, C, OC);
@@ -223,20 +191,14 @@ TYPED_TEST(KernelsDtypeCuda, EmbeddingForwardAndBackward) {
   std::vector<T> dwpe = random_values<T>(Tn * C, 405, -1.0, 1.0);                            // accumulated
 
   TestStream stream;
-  DeviceBuffer<std::int32_t> d_tokens(tokens);
-  DeviceBuffer<T> d_wte(wte), d_wpe(wpe), d_out(B * Tn * C), d_dout(dout), d_dwte(dwte), d_dwpe(dwpe);
-  d_out.poison();
+  const std::vector<T> gpu_out = gpu_embedding_forward(stream.get(), tokens, wte, wpe, B, Tn, C);
+  const EmbeddingGrads<T> gpu_grads = gpu_embedding_backward<T>(stream.get(), {dwte, dwpe}, dout, tokens, B, Tn, C);
   cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C);
   cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C);
-  cuda::embedding_forward<T>(stream.get(), d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), B, Tn, C);
-  DeviceBuffer<std::uint32_t> d_workspace(embedding_backward_workspace_bytes(B * Tn) / sizeof(std::uint32_t));
-  cuda::embedding_backward<T>(stream.get(), d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(),
-                              d_workspace.get(), B, Tn, C);
-  finish();
   // One fp32 add; and sums in the CPU's order (positions in order, from the old value): bit for bit.
-  EXPECT_TRUE(all_close("embedding out", d_out.download(), out, kExact));
-  EXPECT_TRUE(all_close("embedding dwte (accumulated)", d_dwte.download(), dwte, kExact));
-  EXPECT_TRUE(all_close("embedding dwpe (accumulated)", d_dwpe.download(), dwpe, kExact));
+  EXPECT_TRUE(all_close("embedding out", gpu_out, out, kExact));
+  EXPECT_TRUE(all_close("embedding dwte (accumulated)", gpu_grads.dwte, dwte, kExact));
+  EXPECT_TRUE(all_close("embedding dwpe (accumulated)", gpu_grads.dwpe, dwpe, kExact));
 }
 
 // ---------------------------------------------------------------------------------------- attention
@@ -255,28 +217,18 @@ TYPED_TEST(KernelsDtypeCuda, AttentionForwardAndBackward) {
     const std::vector<T> qkv = random_values<T>(B * Tn * 3 * C, ++seed, -1.0, 1.0);
     std::vector<T> out(B * Tn * C), preatt(scores), att(scores);
     cpu::attention_forward(out.data(), preatt.data(), att.data(), qkv.data(), B, Tn, C, NH);
-    DeviceBuffer<T> d_qkv(qkv), d_out(B * Tn * C), d_preatt(scores), d_att(scores);
-    d_out.poison();
-    d_preatt.poison();
-    d_att.poison();
-    cuda::attention_forward<T>(stream.get(), d_out.get(), d_preatt.get(), d_att.get(), d_qkv.get(), B, Tn, C, NH);
-    finish();
-    EXPECT_TRUE(all_close("attention preatt", d_preatt.download(), preatt, one_ulp<T>(1e-5)));  // one GEMM
-    EXPECT_TRUE(all_close("attention att", d_att.download(), att, chained));
-    EXPECT_TRUE(all_close("attention out", d_out.download(), out, chained));
+    const AttentionForwardResult<T> gpu = gpu_attention_forward(stream.get(), qkv, B, Tn, C, NH);
+    EXPECT_TRUE(all_close("attention preatt", gpu.preatt, preatt, one_ulp<T>(1e-5)));  // one GEMM
+    EXPECT_TRUE(all_close("attention att", gpu.att, att, chained));
+    EXPECT_TRUE(all_close("attention out", gpu.out, out, chained));
 
     // Backward from the CPU's att on both sides.
     const std::vector<T> dout = random_values<T>(B * Tn * C, ++seed, -1.0, 1.0);
     std::vector<T> dqkv(B * Tn * 3 * C), dpreatt(scores);
     cpu::attention_backward(dqkv.data(), dpreatt.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH);
-    DeviceBuffer<T> d_att_in(att), d_dout(dout), d_dqkv(B * Tn * 3 * C), d_dscores(scores);
-    d_dqkv.poison();
-    d_dscores.poison();
-    cuda::attention_backward<T>(stream.get(), d_dqkv.get(), d_dscores.get(), d_dout.get(), d_qkv.get(), d_att_in.get(),
-                                B, Tn, C, NH);
-    finish();
-    EXPECT_TRUE(all_close("attention dpreatt (dscores on return)", d_dscores.download(), dpreatt, chained));
-    EXPECT_TRUE(all_close("attention dqkv", d_dqkv.download(), dqkv, chained));
+    const AttentionBackwardResult<T> gpu_grads = gpu_attention_backward(stream.get(), dout, qkv, att, B, Tn, C, NH);
+    EXPECT_TRUE(all_close("attention dpreatt (dscores on return)", gpu_grads.dpreatt, dpreatt, chained));
+    EXPECT_TRUE(all_close("attention dqkv", gpu_grads.dqkv, dqkv, chained));
   }
 }
 
@@ -307,28 +259,18 @@ TYPED_TEST(KernelsDtypeCuda, CrossEntropyForwardAndBackward) {
     cpu::cross_entropy_forward_backward(fused_losses.data(), dlogits.data(), logits.data(), targets.data(), dloss, N, V,
                                         Vp);
 
-    DeviceBuffer<T> d_logits(logits), d_dlogits(N * Vp);
-    DeviceBuffer<float> d_losses(N);
-    DeviceBuffer<std::int32_t> d_targets(targets);
-    d_losses.poison();
-    d_dlogits.poison();
-    cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, Vp);
-    DeviceBuffer<float> d_fused_losses(N);
-    d_fused_losses.poison();
-    cuda::cross_entropy_forward_backward<T>(stream.get(), d_fused_losses.get(), d_dlogits.get(), d_logits.get(),
-                                            d_targets.get(), dloss, N, V, Vp);
-    finish();
-    EXPECT_TRUE(all_close("cross-entropy losses (fused)", d_fused_losses.download(), losses, Tolerance{1e-4, 1e-4}));
+    const std::vector<float> gpu_losses = gpu_cross_entropy_forward(stream.get(), logits, targets, N, V, Vp);
+    const CrossEntropyResult<T> fused =
+        gpu_cross_entropy_forward_backward(stream.get(), logits, targets, dloss, N, V, Vp, false);
+    EXPECT_TRUE(all_close("cross-entropy losses (fused)", fused.losses, losses, Tolerance{1e-4, 1e-4}));
     // losses are fp32 from the same 16-bit logits: the fp32 test's 1e-4
-    EXPECT_TRUE(all_close("cross-entropy losses", d_losses.download(), losses, Tolerance{1e-4, 1e-4}));
+    EXPECT_TRUE(all_close("cross-entropy losses", gpu_losses, losses, Tolerance{1e-4, 1e-4}));
     // probabilities down to ~1e-7: the fp32 test's 1e-7 absolute
-    const std::vector<T> out_of_place = d_dlogits.download();
+    const std::vector<T>& out_of_place = fused.dlogits;
     EXPECT_TRUE(all_close("cross-entropy dlogits", out_of_place, dlogits, one_ulp<T>(1e-7)));
     // In place, as the GPT head calls it: dlogits == logits.
-    cuda::cross_entropy_forward_backward<T>(stream.get(), d_fused_losses.get(), d_logits.get(), d_logits.get(),
-                                            d_targets.get(), dloss, N, V, Vp);
-    finish();
-    const std::vector<T> in_place = d_logits.download();
+    const std::vector<T> in_place =
+        gpu_cross_entropy_forward_backward(stream.get(), logits, targets, dloss, N, V, Vp, true).dlogits;
     EXPECT_TRUE(all_close("cross-entropy dlogits (in place over logits)", in_place, dlogits, one_ulp<T>(1e-7)));
     for (std::size_t n = 0; n < N; ++n)
       for (std::size_t v = V; v < Vp; ++v) {
@@ -343,7 +285,7 @@ TYPED_TEST(KernelsDtypeCuda, CrossEntropyForwardAndBackward) {
 TYPED_TEST(KernelsDtypeCuda, AdamWUpdatesTheMasterAndRoundsTheParameter) {
   SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  const std::size_t n = 100003;
+  const std::size_t n = kLongVector;
   std::vector<T> param = random_values<T>(n, 700, -1.0, 1.0);
   std::vector<float> master = widen(param);
   std::vector<float> m = random_values<float>(n, 701, -0.1, 0.1);

@@ -25,23 +25,17 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/tests/dtype_test_support.h"
+#include "kernels/tests/gpu_kernel_runs.cuh"
 #include "kernels/tests/gpu_test_support.h"
 
 namespace trainmem::kernels {
 namespace {
 
+using namespace cuda_test;  // the GPU runs, PoisonedBuffer, all_close<T> and the names they use
 using dtype_test::close_to;
-using dtype_test::random_tokens;
-using dtype_test::random_values;
 using dtype_test::same_bits;
 using dtype_test::to_double;
-using dtype_test::unit_roundoff;
-using dtype_test::widen;
 using gpu_test::check;
-using gpu_test::DeviceBuffer;
-using gpu_test::finish;
-using gpu_test::TestStream;
-using gpu_test::Tolerance;
 
 template <typename T>
 class KernelsLargeCuda : public ::testing::Test {};
@@ -53,12 +47,6 @@ TYPED_TEST_SUITE(KernelsLargeCuda, dtype_test::StorageTypes, dtype_test::DtypeNa
 template <typename T>
 Tolerance one_ulp(double fp32_abs) {
   return {fp32_abs, 2 * unit_roundoff<T>() + 1e-4};
-}
-
-template <typename T>
-::testing::AssertionResult all_close(const std::string& what, const std::vector<T>& gpu, const std::vector<T>& cpu,
-                                     Tolerance tol) {
-  return gpu_test::all_close(what + " (" + dtype_name<T>() + ")", widen(gpu), widen(cpu), tol);
 }
 
 // Copies host values into a device array from element `offset` on (a part of a large buffer).
@@ -115,18 +103,11 @@ TYPED_TEST(KernelsLargeCuda, LayerNormBeyondTheGridLimitAndOverManyBands) {
   cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
 
   TestStream stream;
-  DeviceBuffer<T> d_x(x), d_w(weight), d_b(bias), d_out(N * C);
-  DeviceBuffer<float> d_mean(N), d_rstd(N);
-  d_out.poison();
-  d_mean.poison();
-  d_rstd.poison();
-  cuda::layernorm_forward<T>(stream.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(),
-                             N, C);
-  finish();
+  const LayerNormForwardResult<T> gpu = gpu_layernorm_forward(stream.get(), x, weight, bias, N, C);
   // The small tests' tolerances: the forward is one warp per row whatever N is.
-  EXPECT_TRUE(all_close("layernorm out", d_out.download(), out, one_ulp<T>(1e-4)));
-  EXPECT_TRUE(gpu_test::all_close("layernorm mean", d_mean.download(), mean, Tolerance{1e-4, 1e-4}));
-  EXPECT_TRUE(gpu_test::all_close("layernorm rstd", d_rstd.download(), rstd, Tolerance{1e-4, 1e-4}));
+  EXPECT_TRUE(all_close("layernorm out", gpu.out, out, one_ulp<T>(1e-4)));
+  EXPECT_TRUE(gpu_test::all_close("layernorm mean", gpu.mean, mean, Tolerance{1e-4, 1e-4}));
+  EXPECT_TRUE(gpu_test::all_close("layernorm rstd", gpu.rstd, rstd, Tolerance{1e-4, 1e-4}));
 
   // Backward from the CPU's mean and rstd; dx, dweight, dbias accumulate onto random values.
   const std::vector<T> dout = random_values<T>(N * C, 2004, -1.0, 1.0);
@@ -157,26 +138,18 @@ TYPED_TEST(KernelsLargeCuda, LayerNormBeyondTheGridLimitAndOverManyBands) {
   const dtype_test::Tolerance dw_tol = dtype_test::rounded_once<T>(0.0, (1 + u_t) * gamma_k * dw_magnitude);
   const dtype_test::Tolerance db_tol = dtype_test::rounded_once<T>(0.0, (1 + u_t) * gamma_k * db_magnitude);
 
-  DeviceBuffer<T> d_dout(dout), d_dx(dx0), d_dw(dw0), d_db(db0);
-  DeviceBuffer<float> d_mean_in(mean), d_rstd_in(rstd), d_workspace(layernorm_backward_workspace_bytes(N, C) / 4);
-  d_workspace.poison();  // every partial is written before it is read
-  cuda::layernorm_backward<T>(stream.get(), d_dx.get(), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(),
-                              d_mean_in.get(), d_rstd_in.get(), d_workspace.get(), N, C);
-  finish();
-  const std::vector<T> gpu_dw = d_dw.download(), gpu_db = d_db.download();
-  EXPECT_TRUE(all_close("layernorm dx (accumulated)", d_dx.download(), dx, one_ulp<T>(1e-4)));
-  EXPECT_TRUE(close_to("layernorm dweight (accumulated) vs the exact sums", gpu_dw, dw_d, dw_tol));
-  EXPECT_TRUE(close_to("layernorm dbias (accumulated) vs the exact sums", gpu_db, db_d, db_tol));
+  // The workspace poisoned: every partial is written before it is read.
+  const LayerNormGrads<T> gpu_grads =
+      gpu_layernorm_backward<T>(stream.get(), {dx0, dw0, db0}, dout, x, weight, mean, rstd, N, C);
+  EXPECT_TRUE(all_close("layernorm dx (accumulated)", gpu_grads.dx, dx, one_ulp<T>(1e-4)));
+  EXPECT_TRUE(close_to("layernorm dweight (accumulated) vs the exact sums", gpu_grads.dweight, dw_d, dw_tol));
+  EXPECT_TRUE(close_to("layernorm dbias (accumulated) vs the exact sums", gpu_grads.dbias, db_d, db_tol));
 
   // Deterministic: the same call from the same values gives the same bits.
-  d_dw.upload(dw0);
-  d_db.upload(db0);
-  d_dx.upload(dx0);
-  cuda::layernorm_backward<T>(stream.get(), d_dx.get(), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(),
-                              d_mean_in.get(), d_rstd_in.get(), d_workspace.get(), N, C);
-  finish();
-  EXPECT_TRUE(same_bits("layernorm dweight, second run", d_dw.download(), gpu_dw));
-  EXPECT_TRUE(same_bits("layernorm dbias, second run", d_db.download(), gpu_db));
+  const LayerNormGrads<T> second_run =
+      gpu_layernorm_backward<T>(stream.get(), {dx0, dw0, db0}, dout, x, weight, mean, rstd, N, C);
+  EXPECT_TRUE(same_bits("layernorm dweight, second run", second_run.dweight, gpu_grads.dweight));
+  EXPECT_TRUE(same_bits("layernorm dbias, second run", second_run.dbias, gpu_grads.dbias));
 }
 
 // ---------------------------------------------------------------------------------------- embedding
@@ -193,24 +166,12 @@ void check_embedding_backward(const std::vector<std::int32_t>& tokens, std::size
   cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C);
 
   TestStream stream;
-  DeviceBuffer<std::int32_t> d_tokens(tokens);
-  DeviceBuffer<T> d_dout(dout), d_dwte(dwte0), d_dwpe(dwpe0);
-  DeviceBuffer<std::uint32_t> d_workspace(embedding_backward_workspace_bytes(B * Tn) / sizeof(std::uint32_t));
-  d_workspace.poison();
-  cuda::embedding_backward<T>(stream.get(), d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(),
-                              d_workspace.get(), B, Tn, C);
-  finish();
-  const std::vector<T> gpu_dwte = d_dwte.download();
-  EXPECT_TRUE(same_bits("embedding dwte (accumulated)", gpu_dwte, dwte));
-  EXPECT_TRUE(same_bits("embedding dwpe (accumulated)", d_dwpe.download(), dwpe));
+  const EmbeddingGrads<T> gpu = gpu_embedding_backward<T>(stream.get(), {dwte0, dwpe0}, dout, tokens, B, Tn, C);
+  EXPECT_TRUE(same_bits("embedding dwte (accumulated)", gpu.dwte, dwte));
+  EXPECT_TRUE(same_bits("embedding dwpe (accumulated)", gpu.dwpe, dwpe));
 
-  d_dwte.upload(dwte0);
-  d_dwpe.upload(dwpe0);
-  d_workspace.poison();
-  cuda::embedding_backward<T>(stream.get(), d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(),
-                              d_workspace.get(), B, Tn, C);
-  finish();
-  EXPECT_TRUE(same_bits("embedding dwte, second run", d_dwte.download(), gpu_dwte));
+  const EmbeddingGrads<T> second_run = gpu_embedding_backward<T>(stream.get(), {dwte0, dwpe0}, dout, tokens, B, Tn, C);
+  EXPECT_TRUE(same_bits("embedding dwte, second run", second_run.dwte, gpu.dwte));
 }
 
 // 5 tokens for 4 x 1000 positions: runs of ~800 positions (several 256-wide windows of the run's
@@ -252,18 +213,11 @@ TYPED_TEST(KernelsLargeCuda, CrossEntropyBeyondTheGridLimit) {
   cpu::cross_entropy_forward_backward(fused_losses.data(), dlogits.data(), logits.data(), targets.data(), dloss, N, V, V);
 
   TestStream stream;
-  DeviceBuffer<T> d_logits(logits), d_dlogits(N * V);
-  DeviceBuffer<float> d_losses(N);
-  DeviceBuffer<std::int32_t> d_targets(targets);
-  d_losses.poison();
-  d_dlogits.poison();
-  cuda::cross_entropy_forward<T>(stream.get(), d_losses.get(), d_logits.get(), d_targets.get(), N, V, V);
-  DeviceBuffer<float> d_fused_losses(N);
-  cuda::cross_entropy_forward_backward<T>(stream.get(), d_fused_losses.get(), d_dlogits.get(), d_logits.get(),
-                                          d_targets.get(), dloss, N, V, V);
-  finish();
-  EXPECT_TRUE(gpu_test::all_close("cross-entropy losses", d_losses.download(), losses, Tolerance{1e-4, 1e-4}));
-  EXPECT_TRUE(all_close("cross-entropy dlogits", d_dlogits.download(), dlogits, one_ulp<T>(1e-7)));
+  const std::vector<float> gpu_losses = gpu_cross_entropy_forward(stream.get(), logits, targets, N, V, V);
+  const CrossEntropyResult<T> fused = gpu_cross_entropy_forward_backward(stream.get(), logits, targets, dloss, N, V, V,
+                                                                         false);
+  EXPECT_TRUE(gpu_test::all_close("cross-entropy losses", gpu_losses, losses, Tolerance{1e-4, 1e-4}));
+  EXPECT_TRUE(all_close("cross-entropy dlogits", fused.dlogits, dlogits, one_ulp<T>(1e-7)));
 }
 
 // ---------------------------------------------------------------------------------------- beyond 2^31

@@ -32,9 +32,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <iomanip>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,6 +40,7 @@
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul16.h"
+#include "kernels/tests/cuda_test_support.cuh"
 #include "kernels/tests/gpu_test_support.h"
 
 namespace trainmem::kernels {
@@ -49,7 +48,7 @@ namespace {
 
 using namespace gpu_test;
 using DeviceBuffer16 = DeviceBuffer<std::uint16_t>;
-
+using PoisonedBuffer16 = cuda_test::PoisonedBuffer<std::uint16_t>;  // written outputs: NaN until written
 
 const char* name_of(Half16 dtype) { return dtype == Half16::bf16 ? "bf16" : "fp16"; }
 
@@ -80,7 +79,6 @@ std::vector<std::uint16_t> random16(std::mt19937& rng, Half16 dtype, std::size_t
   for (float& x : v) x = dist(rng);
   return round16(dtype, v);
 }
-
 
 // Tolerances (|gpu - cpu| <= atol + rtol * |cpu|), reasons at the top of the file.
 constexpr Tolerance kBf16{1e-2, 1e-2};  // one bf16 ulp is at most 2^-7 = 7.8e-3 relative
@@ -124,6 +122,16 @@ void reference_backward(Half16 dtype, std::vector<std::uint16_t>* dinp, std::vec
   if (dbias) *dbias = round16(dtype, dbias_f);
 }
 
+// matmul16_backward on device buffers, then finish() (which reports a kernel's error). all_outputs
+// false: dinp and dbias are passed as null (as the LM head calls it).
+void gpu_backward(void* stream, Half16 dtype, bool all_outputs, const DeviceBuffer16& dinp,
+                  const DeviceBuffer16& dweight, const DeviceBuffer16& dbias, const DeviceBuffer16& dout,
+                  const DeviceBuffer16& inp, const DeviceBuffer16& weight, std::size_t N, std::size_t C, std::size_t OC) {
+  cuda::matmul16_backward(stream, dtype, all_outputs ? dinp.get() : nullptr, dweight.get(),
+                          all_outputs ? dbias.get() : nullptr, dout.get(), inp.get(), weight.get(), N, C, OC);
+  finish();
+}
+
 struct Shape {
   std::size_t N, C, OC;
   bool large;  // the model's largest: run once per dtype, not in every variant
@@ -144,29 +152,30 @@ std::string describe(Half16 dtype, const Shape& s) {
          " OC=" + std::to_string(s.OC);
 }
 
+// Every test skips without a GPU, and else runs on a non-default stream (stream()).
+class Matmul16Cuda : public cuda_test::GpuTest {};
+
 // ---------------------------------------------------------------------------------------- forward
 
-TEST(Matmul16Cuda, Forward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(Matmul16Cuda, Forward) {
   std::mt19937 rng(1601);
-  TestStream created;
   for (const Half16 dtype : kDtypes)
     for (const Shape& shape : kShapes)
-      for (void* stream : {created.get(), static_cast<void*>(nullptr)})  // a stream of ours, and the default one
+      for (void* on : {stream(), static_cast<void*>(nullptr)})  // a stream of ours, and the default one
         for (const bool with_bias : {true, false}) {
-          if (shape.large && (!with_bias || !stream)) continue;  // once is enough for the large shape
+          if (shape.large && (!with_bias || !on)) continue;  // once is enough for the large shape
           const std::size_t N = shape.N, C = shape.C, OC = shape.OC;
           SCOPED_TRACE(describe(dtype, shape) + (with_bias ? " bias" : " no bias") +
-                       (stream ? " own stream" : " default stream"));
+                       (on ? " own stream" : " default stream"));
           const std::vector<std::uint16_t> inp = random16(rng, dtype, N * C);
           const std::vector<std::uint16_t> weight = random16(rng, dtype, OC * C);
           const std::vector<std::uint16_t> bias = random16(rng, dtype, OC);
           const std::vector<std::uint16_t> expected =
               reference_forward(dtype, inp, weight, with_bias ? &bias : nullptr, N, C, OC);
 
-          DeviceBuffer16 d_inp(inp), d_w(weight), d_b(bias), d_out(N * OC);
-          d_out.poison();
-          cuda::matmul16_forward(stream, dtype, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr,
+          DeviceBuffer16 d_inp(inp), d_w(weight), d_b(bias);
+          PoisonedBuffer16 d_out(N * OC);
+          cuda::matmul16_forward(on, dtype, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr,
                                  N, C, OC);
           finish();
           EXPECT_TRUE(all_close("matmul16 out", dtype, d_out.download(), expected, tolerance(dtype)));
@@ -175,10 +184,8 @@ TEST(Matmul16Cuda, Forward) {
 
 // ---------------------------------------------------------------------------------------- backward
 
-TEST(Matmul16Cuda, Backward) {
-  SKIP_WITHOUT_GPU();
+TEST_F(Matmul16Cuda, Backward) {
   std::mt19937 rng(1602);
-  TestStream stream;
   for (const Half16 dtype : kDtypes)
     for (const Shape& shape : kShapes)
       for (const bool all_outputs : {true, false}) {  // false: dinp and dbias null (as the LM head calls it)
@@ -194,11 +201,9 @@ TEST(Matmul16Cuda, Backward) {
         reference_backward(dtype, all_outputs ? &dinp : nullptr, dweight, all_outputs ? &dbias : nullptr, dout, inp,
                            weight, N, C, OC);
 
-        DeviceBuffer16 d_dinp(N * C), d_dw(dweight_start), d_db(dbias_start), d_dout(dout), d_inp(inp), d_w(weight);
-        d_dinp.poison();
-        cuda::matmul16_backward(stream.get(), dtype, all_outputs ? d_dinp.get() : nullptr, d_dw.get(),
-                                all_outputs ? d_db.get() : nullptr, d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
-        finish();
+        DeviceBuffer16 d_dw(dweight_start), d_db(dbias_start), d_dout(dout), d_inp(inp), d_w(weight);
+        PoisonedBuffer16 d_dinp(N * C);
+        gpu_backward(stream(), dtype, all_outputs, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
         if (all_outputs) {
           EXPECT_TRUE(all_close("matmul16 dinp", dtype, d_dinp.download(), dinp, tolerance(dtype)));
           EXPECT_TRUE(all_close("matmul16 dbias (accumulated)", dtype, d_db.download(), dbias, tolerance(dtype)));
@@ -212,15 +217,13 @@ TEST(Matmul16Cuda, Backward) {
 
 // Accumulation over micro-batches: two backward calls into the same dweight and dbias (each call
 // rounds its sum once, so the reference rounds after each call as well).
-TEST(Matmul16Cuda, BackwardAccumulatesTwice) {
-  SKIP_WITHOUT_GPU();
+TEST_F(Matmul16Cuda, BackwardAccumulatesTwice) {
   std::mt19937 rng(1603);
-  TestStream stream;
   const std::size_t N = 67, C = 40, OC = 24;
   for (const Half16 dtype : kDtypes) {
     SCOPED_TRACE(name_of(dtype));
     std::vector<std::uint16_t> dweight = random16(rng, dtype, OC * C), dbias = random16(rng, dtype, OC);
-    DeviceBuffer16 d_dw(dweight), d_db(dbias), d_dinp(N * C);
+    DeviceBuffer16 d_dw(dweight), d_db(dbias);
     for (int call = 0; call < 2; ++call) {
       const std::vector<std::uint16_t> dout = random16(rng, dtype, N * OC);
       const std::vector<std::uint16_t> inp = random16(rng, dtype, N * C);
@@ -228,10 +231,8 @@ TEST(Matmul16Cuda, BackwardAccumulatesTwice) {
       std::vector<std::uint16_t> dinp;
       reference_backward(dtype, &dinp, dweight, &dbias, dout, inp, weight, N, C, OC);
       DeviceBuffer16 d_dout(dout), d_inp(inp), d_w(weight);
-      d_dinp.poison();
-      cuda::matmul16_backward(stream.get(), dtype, d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
-                              d_w.get(), N, C, OC);
-      finish();
+      PoisonedBuffer16 d_dinp(N * C);
+      gpu_backward(stream(), dtype, true, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
       EXPECT_TRUE(all_close("matmul16 dinp", dtype, d_dinp.download(), dinp, tolerance(dtype)));
     }
     EXPECT_TRUE(all_close("matmul16 dweight (two calls)", dtype, d_dw.download(), dweight, tolerance(dtype)));
@@ -243,10 +244,8 @@ TEST(Matmul16Cuda, BackwardAccumulatesTwice) {
 
 // Every pointer one element into its allocation: 2-byte aligned only (a slice of a larger tensor).
 // cuBLASLt must then pick kernels that do not assume 16-byte alignment, for every GEMM and the bias.
-TEST(Matmul16Cuda, UnalignedPointers) {
-  SKIP_WITHOUT_GPU();
+TEST_F(Matmul16Cuda, UnalignedPointers) {
   std::mt19937 rng(1604);
-  TestStream stream;
   for (const Half16 dtype : kDtypes)
     for (const Shape shape : {Shape{64, 64, 192, false}, Shape{37, 45, 101, false}}) {
       const std::size_t N = shape.N, C = shape.C, OC = shape.OC;
@@ -261,14 +260,11 @@ TEST(Matmul16Cuda, UnalignedPointers) {
       std::vector<std::uint16_t> dinp, dweight = dweight_start, dbias = dbias_start;
       reference_backward(dtype, &dinp, dweight, &dbias, dout, inp, weight, N, C, OC);
 
-      DeviceBuffer16 d_inp(inp, 1), d_w(weight, 1), d_b(bias, 1), d_out(N * OC, 1), d_dout(dout, 1),
-          d_dinp(N * C, 1), d_dw(dweight_start, 1), d_db(dbias_start, 1);
-      d_out.poison();
-      d_dinp.poison();
-      cuda::matmul16_forward(stream.get(), dtype, d_out.get(), d_inp.get(), d_w.get(), d_b.get(), N, C, OC);
-      cuda::matmul16_backward(stream.get(), dtype, d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
-                              d_w.get(), N, C, OC);
-      finish();
+      DeviceBuffer16 d_inp(inp, 1), d_w(weight, 1), d_b(bias, 1), d_dout(dout, 1), d_dw(dweight_start, 1),
+          d_db(dbias_start, 1);
+      PoisonedBuffer16 d_out(N * OC, 1), d_dinp(N * C, 1);
+      cuda::matmul16_forward(stream(), dtype, d_out.get(), d_inp.get(), d_w.get(), d_b.get(), N, C, OC);
+      gpu_backward(stream(), dtype, true, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
       EXPECT_TRUE(all_close("matmul16 out", dtype, d_out.download(), out, tolerance(dtype)));
       EXPECT_TRUE(all_close("matmul16 dinp", dtype, d_dinp.download(), dinp, tolerance(dtype)));
       EXPECT_TRUE(all_close("matmul16 dweight (accumulated)", dtype, d_dw.download(), dweight, tolerance(dtype)));
@@ -280,10 +276,8 @@ TEST(Matmul16Cuda, UnalignedPointers) {
 
 // A dimension of 1 is refused with std::invalid_argument before anything runs (kernels/matmul16.h),
 // and the outputs are left alone. N = 0 or OC = 0 is nothing to do: no error, nothing touched.
-TEST(Matmul16Cuda, RefusedAndEmptyShapes) {
-  SKIP_WITHOUT_GPU();
+TEST_F(Matmul16Cuda, RefusedAndEmptyShapes) {
   std::mt19937 rng(1605);
-  TestStream stream;
   for (const Half16 dtype : kDtypes) {
     SCOPED_TRACE(name_of(dtype));
     const std::size_t n = 64;  // enough elements for every shape below
@@ -293,15 +287,15 @@ TEST(Matmul16Cuda, RefusedAndEmptyShapes) {
                               Shape{1, 1, 1, false}, Shape{8, 0, 8, false}}) {
       const std::size_t N = shape.N, C = shape.C, OC = shape.OC;
       SCOPED_TRACE(describe(dtype, shape));
-      EXPECT_THROW(cuda::matmul16_forward(stream.get(), dtype, d_out.get(), d_inp.get(), d_w.get(), d_b.get(), N, C,
+      EXPECT_THROW(cuda::matmul16_forward(stream(), dtype, d_out.get(), d_inp.get(), d_w.get(), d_b.get(), N, C,
                                           OC),
                    std::invalid_argument);
-      EXPECT_THROW(cuda::matmul16_backward(stream.get(), dtype, d_dinp.get(), d_dw.get(), d_db.get(), d_out.get(),
+      EXPECT_THROW(cuda::matmul16_backward(stream(), dtype, d_dinp.get(), d_dw.get(), d_db.get(), d_out.get(),
                                            d_inp.get(), d_w.get(), N, C, OC),
                    std::invalid_argument);
     }
     try {
-      cuda::matmul16_forward(stream.get(), dtype, d_out.get(), d_inp.get(), d_w.get(), nullptr, 1, 8, 8);
+      cuda::matmul16_forward(stream(), dtype, d_out.get(), d_inp.get(), d_w.get(), nullptr, 1, 8, 8);
       ADD_FAILURE() << "N = 1 was not refused";
     } catch (const std::invalid_argument& e) {
       const std::string message = e.what();
@@ -311,9 +305,9 @@ TEST(Matmul16Cuda, RefusedAndEmptyShapes) {
     for (const Shape shape : {Shape{0, 8, 8, false}, Shape{8, 8, 0, false}, Shape{0, 0, 0, false}}) {
       const std::size_t N = shape.N, C = shape.C, OC = shape.OC;
       SCOPED_TRACE(describe(dtype, shape));
-      EXPECT_NO_THROW(cuda::matmul16_forward(stream.get(), dtype, d_out.get(), d_inp.get(), d_w.get(), d_b.get(), N,
+      EXPECT_NO_THROW(cuda::matmul16_forward(stream(), dtype, d_out.get(), d_inp.get(), d_w.get(), d_b.get(), N,
                                              C, OC));
-      EXPECT_NO_THROW(cuda::matmul16_backward(stream.get(), dtype, d_dinp.get(), d_dw.get(), d_db.get(), d_out.get(),
+      EXPECT_NO_THROW(cuda::matmul16_backward(stream(), dtype, d_dinp.get(), d_dw.get(), d_db.get(), d_out.get(),
                                               d_inp.get(), d_w.get(), N, C, OC));
     }
     finish();

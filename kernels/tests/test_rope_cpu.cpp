@@ -44,17 +44,6 @@ using namespace rope_test;
 constexpr double kU = 0x1p-53;  // double's unit roundoff
 constexpr double kThetas[] = {10000.0, 500000.0};
 
-// What the model does: rotate q, then k, of every row (forward or backward).
-template <typename T>
-void rope_qk(bool forward, T* out, const T* inp, const RopeLayout& L, double theta) {
-  for (const RopeCall& call : rope_calls(L)) {
-    if (forward)
-      cpu::rope_forward(out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, theta);
-    else
-      cpu::rope_backward(out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, theta);
-  }
-}
-
 // --------------------------------------------------------------------------------- hand-checked cases
 
 TEST(RopeCpu, HandCheckedIdentityAtPositionZero) {
@@ -306,28 +295,19 @@ TYPED_TEST(RopeDtypeCpu, ForwardAndBackward) {
     for (const double theta : kThetas) {
       SCOPED_TRACE(L.describe() + " theta=" + std::to_string(theta));
       const std::vector<T> x = rope_input<T>(L, ++seed), dy = rope_input<T>(L, ++seed);
-      const std::vector<T> poisoned(L.size(), rope_poison<T>());
-      std::vector<T> y = poisoned, dx = poisoned;
-      rope_qk(true, y.data(), x.data(), L, theta);
-      rope_qk(false, dx.data(), dy.data(), L, theta);
+      const auto [poisoned, y, dx] = cpu_rope(x, dy, L, theta);
       EXPECT_TRUE(untouched("forward, out of place", y, poisoned, L));
       EXPECT_TRUE(untouched("backward, out of place", dx, poisoned, L));
 
       // (a) the float kernel on the widened inputs, rounded.
-      const std::vector<float> x32 = widen(x), dy32 = widen(dy);
-      std::vector<float> y32(L.size(), rope_poison<float>()), dx32(L.size(), rope_poison<float>());
-      rope_qk(true, y32.data(), x32.data(), L, theta);
-      rope_qk(false, dx32.data(), dy32.data(), L, theta);
-      EXPECT_TRUE(same_bits("rope forward", rotated_part(y, L), rotated_part(narrow<T>(y32), L)));
-      EXPECT_TRUE(same_bits("rope backward", rotated_part(dx, L), rotated_part(narrow<T>(dx32), L)));
+      const RopeOutputs<float> fp32 = cpu_rope(widen(x), widen(dy), L, theta);
+      EXPECT_TRUE(same_bits("rope forward", rotated_part(y, L), rotated_part(narrow<T>(fp32.y), L)));
+      EXPECT_TRUE(same_bits("rope backward", rotated_part(dx, L), rotated_part(narrow<T>(fp32.dx), L)));
 
       // (b) the double kernel on the same inputs.
-      const std::vector<double> xd = to_double(x), dyd = to_double(dy);
-      std::vector<double> yd(L.size()), dxd(L.size());
-      rope_qk(true, yd.data(), xd.data(), L, theta);
-      rope_qk(false, dxd.data(), dyd.data(), L, theta);
-      EXPECT_TRUE(close_to("rope forward vs double", rotated_part(y, L), rotated_part(yd, L), tol));
-      EXPECT_TRUE(close_to("rope backward vs double", rotated_part(dx, L), rotated_part(dxd, L), tol));
+      const RopeOutputs<double> fp64 = cpu_rope(to_double(x), to_double(dy), L, theta);
+      EXPECT_TRUE(close_to("rope forward vs double", rotated_part(y, L), rotated_part(fp64.y, L), tol));
+      EXPECT_TRUE(close_to("rope backward vs double", rotated_part(dx, L), rotated_part(fp64.dx, L), tol));
 
       // In place, as the model calls it: the same bits, and the v heads and padding (poison) kept.
       std::vector<T> y_inplace = x, dx_inplace = dy;

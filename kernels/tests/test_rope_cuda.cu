@@ -32,20 +32,14 @@
 #include <vector>
 
 #include "kernels/rope.h"
-#include "kernels/tests/dtype_test_support.h"
-#include "kernels/tests/gpu_test_support.h"
+#include "kernels/tests/cuda_test_support.cuh"
 #include "kernels/tests/rope_test_support.h"
 
 namespace trainmem::kernels {
 namespace {
 
+using namespace cuda_test;  // PoisonedBuffer, all_close<T> and the names they use
 using namespace rope_test;
-using dtype_test::unit_roundoff;
-using dtype_test::widen;
-using gpu_test::DeviceBuffer;
-using gpu_test::finish;
-using gpu_test::TestStream;
-using gpu_test::Tolerance;
 
 template <typename T>
 Tolerance rope_cuda_tolerance() {
@@ -58,31 +52,10 @@ Tolerance rope_cuda_tolerance() {
   }
 }
 
-// q then k of every row, on the CPU or on the GPU's stream.
-template <typename T>
-void rope_qk_cpu(bool forward, T* out, const T* inp, const RopeLayout& L, double theta) {
-  for (const RopeCall& call : rope_calls(L)) {
-    if (forward)
-      cpu::rope_forward(out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, theta);
-    else
-      cpu::rope_backward(out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, theta);
-  }
-}
-template <typename T>
-void rope_qk_cuda(bool forward, void* stream, T* out, const T* inp, const RopeLayout& L, double theta) {
-  for (const RopeCall& call : rope_calls(L)) {
-    if (forward)
-      cuda::rope_forward<T>(stream, out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, theta);
-    else
-      cuda::rope_backward<T>(stream, out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, theta);
-  }
-}
-
 template <typename T>
 ::testing::AssertionResult rotated_close(const std::string& what, const std::vector<T>& gpu, const std::vector<T>& cpu,
                                          const RopeLayout& L) {
-  return gpu_test::all_close(what + " (" + dtype_name<T>() + ")", widen(rotated_part(gpu, L)),
-                             widen(rotated_part(cpu, L)), rope_cuda_tolerance<T>());
+  return all_close(what, rotated_part(gpu, L), rotated_part(cpu, L), rope_cuda_tolerance<T>());
 }
 
 template <typename T>
@@ -94,22 +67,19 @@ TYPED_TEST(RopeCuda, ForwardAndBackwardMatchTheCpu) {
   using T = TypeParam;
   const RopeLayout layouts[] = {{2, 37, 4, 2, 16, 3}, {2, 129, 32, 8, 128, 0}, {1, 131072, 1, 0, 16, 0}};
   TestStream stream;
+  const Stream gpu{Backend::cuda, stream.get()};  // rope_qk on the CUDA kernel, on our stream
   std::uint64_t seed = 500;
   for (const RopeLayout& L : layouts) {
     for (const double theta : {10000.0, 500000.0}) {
       SCOPED_TRACE(L.describe() + " theta=" + std::to_string(theta));
       const std::vector<T> x = rope_input<T>(L, ++seed), dy = rope_input<T>(L, ++seed);
-      const std::vector<T> poisoned(L.size(), rope_poison<T>());
-      std::vector<T> y = poisoned, dx = poisoned;
-      rope_qk_cpu(true, y.data(), x.data(), L, theta);
-      rope_qk_cpu(false, dx.data(), dy.data(), L, theta);
+      const auto [poisoned, y, dx] = cpu_rope(x, dy, L, theta);
 
       // Out of place, into poisoned outputs.
-      DeviceBuffer<T> d_x(x), d_dy(dy), d_y(L.size()), d_dx(L.size());
-      d_y.poison();
-      d_dx.poison();
-      rope_qk_cuda(true, stream.get(), d_y.get(), d_x.get(), L, theta);
-      rope_qk_cuda(false, stream.get(), d_dx.get(), d_dy.get(), L, theta);
+      DeviceBuffer<T> d_x(x), d_dy(dy);
+      PoisonedBuffer<T> d_y(L.size()), d_dx(L.size());
+      rope_qk(true, d_y.get(), d_x.get(), L, theta, gpu);
+      rope_qk(false, d_dx.get(), d_dy.get(), L, theta, gpu);
       finish();
       const std::vector<T> gy = d_y.download(), gdx = d_dx.download();
       EXPECT_TRUE(rotated_close("rope forward", gy, y, L));
@@ -120,13 +90,13 @@ TYPED_TEST(RopeCuda, ForwardAndBackwardMatchTheCpu) {
 
       // In place, as the model calls it, on a buffer one element into its allocation.
       DeviceBuffer<T> d_inplace(x, 1);
-      rope_qk_cuda(true, stream.get(), d_inplace.get(), d_inplace.get(), L, theta);
+      rope_qk(true, d_inplace.get(), d_inplace.get(), L, theta, gpu);
       finish();
       const std::vector<T> gy_inplace = d_inplace.download();
       EXPECT_TRUE(rotated_close("rope forward in place", gy_inplace, y, L));
       EXPECT_TRUE(untouched("forward, in place", gy_inplace, x, L));
       d_inplace.upload(dy);
-      rope_qk_cuda(false, stream.get(), d_inplace.get(), d_inplace.get(), L, theta);
+      rope_qk(false, d_inplace.get(), d_inplace.get(), L, theta, gpu);
       finish();
       const std::vector<T> gdx_inplace = d_inplace.download();
       EXPECT_TRUE(rotated_close("rope backward in place", gdx_inplace, dx, L));

@@ -36,11 +36,13 @@
 
 #include "kernels/swiglu.h"
 #include "kernels/tests/dtype_test_support.h"
+#include "kernels/tests/swiglu_test_support.h"
 
 namespace trainmem::kernels {
 namespace {
 
 using namespace dtype_test;
+using namespace swiglu_test;
 
 constexpr double kSwigluFlushBound = 0x1p-119;  // |silu(g)| and |silu'(g)| for g < -87
 
@@ -64,18 +66,11 @@ constexpr std::size_t kSwigluN = 70001;
 
 TYPED_TEST(SwigluDtypeCpu, ForwardAndBackwardRoundEachOutputOnce) {
   using T = TypeParam;
-  const std::size_t n = kSwigluN;
-  const std::vector<T> gate = random_values<T>(n, 1, -8.0, 8.0), up = random_values<T>(n, 2, -2.0, 2.0),
-                       dout = random_values<T>(n, 3, -1.0, 1.0);
-  std::vector<T> out(n), dgate(n), dup(n);
-  cpu::swiglu_forward(out.data(), gate.data(), up.data(), n);
-  cpu::swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n);
+  const auto [gate, up, dout] = random_swiglu_inputs<T>(kSwigluN, 1);
+  const auto [out, dgate, dup] = cpu_swiglu(gate, up, dout);
 
   // (a)
-  const std::vector<float> gate32 = widen(gate), up32 = widen(up), dout32 = widen(dout);
-  std::vector<float> out32(n), dgate32(n), dup32(n);
-  cpu::swiglu_forward(out32.data(), gate32.data(), up32.data(), n);
-  cpu::swiglu_backward(dgate32.data(), dup32.data(), dout32.data(), gate32.data(), up32.data(), n);
+  const auto [out32, dgate32, dup32] = cpu_swiglu(widen(gate), widen(up), widen(dout));
   EXPECT_TRUE(same_bits("swiglu out", out, narrow<T>(out32)));
   EXPECT_TRUE(same_bits("swiglu dgate", dgate, narrow<T>(dgate32)));
   EXPECT_TRUE(same_bits("swiglu dup", dup, narrow<T>(dup32)));
@@ -83,10 +78,7 @@ TYPED_TEST(SwigluDtypeCpu, ForwardAndBackwardRoundEachOutputOnce) {
   // (b) the bound of the file's comment: 9u relative (out, dup); 11u relative plus 3u |dout up|,
   // |dout up| <= 2, absolute (dgate).
   constexpr double u = 0x1p-24;
-  const std::vector<double> gated = to_double(gate), upd = to_double(up), doutd = to_double(dout);
-  std::vector<double> outd(n), dgated(n), dupd(n);
-  cpu::swiglu_forward(outd.data(), gated.data(), upd.data(), n);
-  cpu::swiglu_backward(dgated.data(), dupd.data(), doutd.data(), gated.data(), upd.data(), n);
+  const auto [outd, dgated, dupd] = cpu_swiglu(to_double(gate), to_double(up), to_double(dout));
   EXPECT_TRUE(close_to("swiglu out vs double", out, outd, rounded_once<T>(9 * u, 0.0)));
   EXPECT_TRUE(close_to("swiglu dup vs double", dup, dupd, rounded_once<T>(9 * u, 0.0)));
   EXPECT_TRUE(close_to("swiglu dgate vs double", dgate, dgated, rounded_once<T>(11 * u, 3 * u * 2.0)));
@@ -97,11 +89,8 @@ TYPED_TEST(SwigluDtypeCpu, ForwardAndBackwardRoundEachOutputOnce) {
 TYPED_TEST(SwigluAllTypesCpu, InPlaceEqualsOutOfPlace) {
   using T = TypeParam;
   const std::size_t n = kSwigluN;
-  const std::vector<T> gate = random_values<T>(n, 4, -8.0, 8.0), up = random_values<T>(n, 5, -2.0, 2.0),
-                       dout = random_values<T>(n, 6, -1.0, 1.0);
-  std::vector<T> out(n), dgate(n), dup(n);
-  cpu::swiglu_forward(out.data(), gate.data(), up.data(), n);
-  cpu::swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n);
+  const auto [gate, up, dout] = random_swiglu_inputs<T>(n, 4);
+  const auto [out, dgate, dup] = cpu_swiglu(gate, up, dout);
 
   std::vector<T> over_gate = gate, over_up = up;
   cpu::swiglu_forward(over_gate.data(), over_gate.data(), up.data(), n);
@@ -128,8 +117,7 @@ TYPED_TEST(SwigluAllTypesCpu, InPlaceEqualsOutOfPlace) {
 // one more eps |dgate| for the product dout * fd. For dup, out is linear in up: no truncation.
 TEST(SwigluCpu, DoubleBackwardIsTheDerivativeOfTheForward) {
   const std::size_t n = 257;
-  const std::vector<double> gate = random_values<double>(n, 7, -8.0, 8.0), up = random_values<double>(n, 8, -2.0, 2.0),
-                            dout = random_values<double>(n, 9, -1.0, 1.0);
+  const auto [gate, up, dout] = random_swiglu_inputs<double>(n, 7);
   std::vector<double> dgate(n), dup(n);
   cpu::swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n);
 
@@ -213,20 +201,9 @@ TEST(SwigluCpu, Fp32IsWithinItsBoundOfTheExactFunction) {
 // plus 2^-119 |up| absolute where the fp32 kernel returns 0 below gate = -87.
 TYPED_TEST(SwigluAllTypesCpu, ExtremeGatesGiveFiniteOutputs) {
   using T = TypeParam;
-  const double big = dtype_test::largest_finite<T>();
-  const std::vector<double> magnitudes = {1e-3, 0.5, 1.28, 20, 86.9, 87.5, 88, 100, 1e4, big};
-  std::vector<T> gate, up, dout;
-  for (const double m : magnitudes) {
-    for (const double sign : {1.0, -1.0}) {
-      gate.push_back(store<T>(static_cast<compute_t<T>>(sign * m)));
-      up.push_back(store<T>(static_cast<compute_t<T>>(gate.size() % 2 ? 0.75 : -0.75)));
-      dout.push_back(store<T>(static_cast<compute_t<T>>(gate.size() % 3 ? -0.5 : 0.5)));
-    }
-  }
+  const auto [gate, up, dout] = extreme_swiglu_inputs<T>();
   const std::size_t n = gate.size();
-  std::vector<T> out(n), dgate(n), dup(n);
-  cpu::swiglu_forward(out.data(), gate.data(), up.data(), n);
-  cpu::swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n);
+  const auto [out, dgate, dup] = cpu_swiglu(gate, up, dout);
 
   std::vector<double> out_ref(n), dgate_ref(n), dup_ref(n);
   for (std::size_t i = 0; i < n; ++i) {

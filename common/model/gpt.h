@@ -1,4 +1,5 @@
-// GPT-2's blocks (the model's interface and what both families share: model.h).
+// GPT-2's blocks (the model's interface and what both families share: model.h; the layers'
+// bookkeeping: layer_stack.h).
 //
 //   x0      = wte[tokens] + wpe                                   (embedding)
 //   layer l: a = x_l + attn_proj(attention(qkv(ln1(x_l))))        (residual 2)
@@ -10,9 +11,9 @@
 #pragma once
 #include <cstdint>
 #include <optional>
-#include <vector>
+#include <string>
 
-#include "common/model/model.h"
+#include "common/model/layer_stack.h"
 
 namespace trainmem {
 
@@ -24,31 +25,27 @@ struct LayerActivations : AttentionActivations {
   Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C]; [B,T]; [B,T]
   Tensor fch;                      // fc output, GELU input [B,T,4C]
   Tensor fch_gelu;                 // GELU output [B,T,4C]
-  bool present() const { return qkv.data() != nullptr; }
+  Tensor& mlp_nonlinearity() { return fch_gelu; }  // what selective recompute drops beside att
 };
 
-class GPT : public Model {
+// Selective recompute drops the probabilities (naive attention) and the GELU output 4BTC.
+class GPT : public LayerStack<LayerActivations, LayerParameter> {
  public:
   GPT(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options = {});
 
-  void layer_backward(std::size_t layer) override;
-  void release_layer_activations(std::size_t layer) override { acts_[layer] = LayerActivations{}; }
-  // Drops the probabilities (naive attention) and the GELU output 4BTC.
-  void release_selective(std::size_t layer) override;
-  void recompute_selective(std::size_t layer) override;
-  const LayerActivations& layer_activations(std::size_t layer) const { return acts_[layer]; }
-
  private:
-  using W = LayerParameter;  // a layer's parameters by name: p(l, W::qkv_weight)
-  void forward_layer(std::size_t layer, bool produce_output) override;
+  // In the model's order: the embedding's position table, the block, the final norm and the head.
+  std::optional<std::size_t> position_table_index() const override { return ParameterTable::kWpe; }
+  void block_forward(std::size_t layer, LayerActivations& a, bool produce_output) override;
+  void block_backward(std::size_t layer, LayerActivations& a) override;
+  void recompute_mlp_nonlinearity(std::size_t layer, LayerActivations& a) override;
+  // LayerNorm of x into out [B,T,C] with its mean and rstd [B,T] (fp32), the three saved for the
+  // backward as `name`, name.mean, name.rstd.
+  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& weight,
+                         const Tensor& bias, const std::string& name);
   void final_norm_forward() override;
   void final_norm_backward(const Tensor& dnorm) override;
   std::size_t head_weight_index() const override { return ParameterTable::kWte; }  // tied
-  std::optional<std::size_t> position_table_index() const override { return ParameterTable::kWpe; }
-  Tensor& p(std::size_t layer, LayerParameter which) { return param(ParameterTable::index(layer, which)); }
-  Tensor& g(std::size_t layer, LayerParameter which) { return grad_for_write(ParameterTable::index(layer, which)); }
-
-  std::vector<LayerActivations> acts_;
 };
 
 }  // namespace trainmem

@@ -11,10 +11,16 @@ namespace trainmem {
 
 
 Llama::Llama(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options)
-    : Model(device, std::move(config), seed, options) {
-  if (config_.arch != Arch::llama)
-    throw std::invalid_argument("Llama: the config is a " + to_string(config_.arch) + " model");
-  acts_.resize(config_.layers);
+    : LayerStack(device, std::move(config), seed, options, Arch::llama, "Llama") {}
+
+void Llama::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& x, const Tensor& weight, const std::string& name) {
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    out = make(per_token(config_.dim), MemoryCategory::activations, name);
+    rstd = make_f32(per_token(), MemoryCategory::activations, name + ".rstd");
+    kernels::rmsnorm_forward<T>(kernel_stream(device_), out.data_as<T>(), f32(rstd), x.data_as<T>(), weight.data_as<T>(),
+                                B_ * T_, config_.dim, config_.norm_eps);
+  });
 }
 
 void Llama::rotate_qk(Tensor& qkv, bool inverse) {
@@ -33,68 +39,39 @@ void Llama::rotate_qk(Tensor& qkv, bool inverse) {
   });
 }
 
-void Llama::forward_layer(std::size_t l, bool produce_output) {
+void Llama::block_forward(std::size_t l, LlamaLayerActivations& a, bool produce_output) {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
     const auto s = kernel_stream(device_);
     const std::size_t N = B_ * T_, C = config_.dim, F = config_.mlp_dim(), QKV = qkv_dim();
-    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
-               Fi = static_cast<std::int64_t>(F);
-    const double eps = config_.norm_eps;
     const std::string h = indexed_name("h", l, ".");
     const Tensor& x = residual_[l];
-    LlamaLayerActivations& a = acts_[l];
-    a = LlamaLayerActivations{};
 
     // attention branch: residual2 = x_l + attn_proj(attention(rope(qkv(rmsnorm(x_l)))))
-    a.attn_norm = make({B, Tn, Ci}, MemoryCategory::activations, h + "attn_norm");
-    a.attn_norm_rstd = make_f32({B, Tn}, MemoryCategory::activations, h + "attn_norm.rstd");
-    kernels::rmsnorm_forward<T>(s, a.attn_norm.data_as<T>(), f32(a.attn_norm_rstd), x.data_as<T>(),
-                                p(l, W::attn_norm_weight).data_as<T>(), N, C, eps);
-    a.qkv = make({B, Tn, static_cast<std::int64_t>(QKV)}, MemoryCategory::activations, h + "qkv");
+    rmsnorm_forward(a.attn_norm, a.attn_norm_rstd, x, p(l, W::attn_norm_weight), h + "attn_norm");
+    a.qkv = make(per_token(QKV), MemoryCategory::activations, h + "qkv");
     linear_forward(a.qkv, a.attn_norm, p(l, W::qkv_weight), nullptr, N, C, QKV);
     rotate_qk(a.qkv, /*inverse=*/false);  // saved rotated: attention and its backward read these
     attention_forward(a, h);
-    a.residual2 = make({B, Tn, Ci}, MemoryCategory::activations, h + "residual2");
-    {
-      Tensor proj = make({B, Tn, Ci}, MemoryCategory::workspace, h + "attn.proj.out");
-      linear_forward(proj, a.atty, p(l, W::attn_proj_weight), nullptr, N, C, C);
-      kernels::residual_forward<T>(s, a.residual2.data_as<T>(), x.data_as<T>(), proj.data_as<T>(), N * C);
-    }
+    a.residual2 = make(per_token(C), MemoryCategory::activations, h + "residual2");
+    project_and_add(a.residual2, x, a.atty, p(l, W::attn_proj_weight), nullptr, C, h + "attn.proj.out");
 
     // MLP branch: x_{l+1} = residual2 + down(silu(gate(n)) * up(n)),  n = rmsnorm(residual2)
-    a.mlp_norm = make({B, Tn, Ci}, MemoryCategory::activations, h + "mlp_norm");
-    a.mlp_norm_rstd = make_f32({B, Tn}, MemoryCategory::activations, h + "mlp_norm.rstd");
-    kernels::rmsnorm_forward<T>(s, a.mlp_norm.data_as<T>(), f32(a.mlp_norm_rstd), a.residual2.data_as<T>(),
-                                p(l, W::mlp_norm_weight).data_as<T>(), N, C, eps);
-    a.gate = make({B, Tn, Fi}, MemoryCategory::activations, h + "mlp.gate.out");
+    rmsnorm_forward(a.mlp_norm, a.mlp_norm_rstd, a.residual2, p(l, W::mlp_norm_weight), h + "mlp_norm");
+    a.gate = make(per_token(F), MemoryCategory::activations, h + "mlp.gate.out");
     linear_forward(a.gate, a.mlp_norm, p(l, W::gate_weight), nullptr, N, C, F);
-    a.up = make({B, Tn, Fi}, MemoryCategory::activations, h + "mlp.up.out");
+    a.up = make(per_token(F), MemoryCategory::activations, h + "mlp.up.out");
     linear_forward(a.up, a.mlp_norm, p(l, W::up_weight), nullptr, N, C, F);
-    a.swiglu = make({B, Tn, Fi}, MemoryCategory::activations, h + "mlp.swiglu.out");
+    a.swiglu = make(per_token(F), MemoryCategory::activations, h + "mlp.swiglu.out");
     kernels::swiglu_forward<T>(s, a.swiglu.data_as<T>(), a.gate.data_as<T>(), a.up.data_as<T>(), N * F);
     if (!produce_output) return;  // recomputing for backward: x_{l+1} is not needed again
-    residual_[l + 1] = make({B, Tn, Ci}, MemoryCategory::activations, indexed_name("x", l + 1));
-    {
-      Tensor proj = make({B, Tn, Ci}, MemoryCategory::workspace, h + "mlp.down.out");
-      linear_forward(proj, a.swiglu, p(l, W::down_weight), nullptr, N, F, C);
-      kernels::residual_forward<T>(s, residual_[l + 1].data_as<T>(), a.residual2.data_as<T>(), proj.data_as<T>(),
-                                   N * C);
-    }
+    residual_[l + 1] = make(per_token(C), MemoryCategory::activations, indexed_name("x", l + 1));
+    project_and_add(residual_[l + 1], a.residual2, a.swiglu, p(l, W::down_weight), nullptr, F, h + "mlp.down.out");
   });
 }
 
 void Llama::final_norm_forward() {
-  with_storage_type(dtype_, [&](auto tag) {
-    using T = decltype(tag);
-    const std::size_t N = B_ * T_, C = config_.dim;
-    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C);
-    head_.norm = make({B, Tn, Ci}, MemoryCategory::activations, "norm");
-    head_.norm_rstd = make_f32({B, Tn}, MemoryCategory::activations, "norm.rstd");
-    kernels::rmsnorm_forward<T>(kernel_stream(device_), head_.norm.data_as<T>(), f32(head_.norm_rstd),
-                                residual_[config_.layers].data_as<T>(),
-                                param(table_.norm_weight()).data_as<T>(), N, C, config_.norm_eps);
-  });
+  rmsnorm_forward(head_.norm, head_.norm_rstd, residual_[config_.layers], param(table_.norm_weight()), "norm");
 }
 
 void Llama::final_norm_backward(const Tensor& dnorm) {
@@ -112,26 +89,18 @@ void Llama::final_norm_backward(const Tensor& dnorm) {
 // backward
 // ---------------------------------------------------------------------------------------------
 
-void Llama::layer_backward(std::size_t l) {
+void Llama::block_backward(std::size_t l, LlamaLayerActivations& a) {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    if (!acts_[l].present())
-      throw std::logic_error("Llama::layer_backward(" + std::to_string(l) + "): the layer's activations are gone; "
-                             "a recompute strategy must call layer_forward first");
     const auto s = kernel_stream(device_);
     const std::size_t N = B_ * T_, C = config_.dim, F = config_.mlp_dim(), QKV = qkv_dim();
-    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Ci = static_cast<std::int64_t>(C),
-               Fi = static_cast<std::int64_t>(F);
     const std::string h = indexed_name("h", l, ".");
-    LlamaLayerActivations& a = acts_[l];
     Tensor& dres = dresidual_;  // d x_{l+1} on entry, d x_l on exit
 
-    // Each saved tensor and each gradient buffer is freed as soon as the backward has read it for
-    // the last time, before the next buffer is allocated (as PyTorch's autograd releases a node's
-    // saved tensors once the node has run).
+    // Each tensor is freed once read for the last time (layer_stack.h).
     // MLP branch: x_{l+1} = residual2 + down(swiglu(gate(n), up(n))),  n = mlp_norm(residual2)
     {
-      Tensor dswiglu = make({B, Tn, Fi}, MemoryCategory::workspace, h + "mlp.swiglu.out.grad");
+      Tensor dswiglu = make(per_token(F), MemoryCategory::workspace, h + "mlp.swiglu.out.grad");
       linear_backward(&dswiglu, g(l, W::down_weight), nullptr, dres, a.swiglu, p(l, W::down_weight), N, F, C);
       a.swiglu.reset();
       // In place: dgate over gate, dup over up (each is read for the last time by this kernel).
@@ -141,10 +110,10 @@ void Llama::layer_backward(std::size_t l) {
                                   a.up.data_as<T>(), N * F);
       dswiglu.reset();
       // d n = dgate W_gate + dup W_up: n feeds two projections, whose input gradients add.
-      Tensor dnorm = make({B, Tn, Ci}, MemoryCategory::workspace, h + "mlp_norm.grad");
+      Tensor dnorm = make(per_token(C), MemoryCategory::workspace, h + "mlp_norm.grad");
       linear_backward(&dnorm, g(l, W::gate_weight), nullptr, dgate, a.mlp_norm, p(l, W::gate_weight), N, C, F);
       a.gate.reset();
-      Tensor dnorm_up = make({B, Tn, Ci}, MemoryCategory::workspace, h + "mlp_norm.grad.up");
+      Tensor dnorm_up = make(per_token(C), MemoryCategory::workspace, h + "mlp_norm.grad.up");
       linear_backward(&dnorm_up, g(l, W::up_weight), nullptr, dup, a.mlp_norm, p(l, W::up_weight), N, C, F);
       a.up.reset();
       a.mlp_norm.reset();
@@ -163,16 +132,16 @@ void Llama::layer_backward(std::size_t l) {
     }
     // Attention branch: residual2 = x_l + attn_proj(attention(rope(qkv(attn_norm(x_l)))))
     {
-      Tensor datty = make({B, Tn, Ci}, MemoryCategory::workspace, h + "attn.out.grad");
+      Tensor datty = make(per_token(C), MemoryCategory::workspace, h + "attn.out.grad");
       linear_backward(&datty, g(l, W::attn_proj_weight), nullptr, dres, a.atty, p(l, W::attn_proj_weight), N, C, C);
-      Tensor dqkv = make({B, Tn, static_cast<std::int64_t>(QKV)}, MemoryCategory::workspace, h + "qkv.grad");
+      Tensor dqkv = make(per_token(QKV), MemoryCategory::workspace, h + "qkv.grad");
       attention_backward(dqkv, datty, a, h);  // the gradient of the rotated q, k (and of v)
       datty.reset();
       a.atty.reset();
       a.att.reset();
       a.lse.reset();
       rotate_qk(dqkv, /*inverse=*/true);  // back through RoPE: the gradient of the projection's q, k
-      Tensor dnorm = make({B, Tn, Ci}, MemoryCategory::workspace, h + "attn_norm.grad");
+      Tensor dnorm = make(per_token(C), MemoryCategory::workspace, h + "attn_norm.grad");
       linear_backward(&dnorm, g(l, W::qkv_weight), nullptr, dqkv, a.attn_norm, p(l, W::qkv_weight), N, C, QKV);
       dqkv.reset();
       a.qkv.reset();
@@ -183,25 +152,14 @@ void Llama::layer_backward(std::size_t l) {
                                    residual_[l].data_as<T>(), p(l, W::attn_norm_weight).data_as<T>(), f32(a.attn_norm_rstd),
                                    workspace.data(), N, C);
     }
-    a = LlamaLayerActivations{};  // this layer's saved tensors are no longer needed,
-    residual_[l].reset();         // nor its input (the embedding's backward needs only the tokens)
   });
 }
 
-void Llama::release_selective(std::size_t layer) {
-  acts_[layer].att.reset();
-  acts_[layer].swiglu.reset();
-}
-
-void Llama::recompute_selective(std::size_t l) {
+void Llama::recompute_mlp_nonlinearity(std::size_t l, LlamaLayerActivations& a) {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
     const std::size_t N = B_ * T_, F = config_.mlp_dim();
-    const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_), Fi = static_cast<std::int64_t>(F);
-    const std::string h = indexed_name("h", l, ".");
-    LlamaLayerActivations& a = acts_[l];
-    attention_recompute_probabilities(a, h);
-    a.swiglu = make({B, Tn, Fi}, MemoryCategory::activations, h + "mlp.swiglu.out");
+    a.swiglu = make(per_token(F), MemoryCategory::activations, indexed_name("h", l, ".mlp.swiglu.out"));
     kernels::swiglu_forward<T>(kernel_stream(device_), a.swiglu.data_as<T>(), a.gate.data_as<T>(), a.up.data_as<T>(),
                                N * F);
   });

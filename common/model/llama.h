@@ -1,4 +1,5 @@
-// Llama's blocks (the model's interface and what both families share: model.h).
+// Llama's blocks (the model's interface and what both families share: model.h; the layers'
+// bookkeeping: layer_stack.h).
 //
 //   x0      = wte[tokens]                                         (no position table: RoPE)
 //   layer l: q, k, v = split(qkv(rmsnorm(x_l)))                   (H q heads, Hkv k and v heads)
@@ -18,9 +19,9 @@
 // the MLP's backward needs no [B,T,F] gradient buffer beside dswiglu's.
 #pragma once
 #include <cstdint>
-#include <vector>
+#include <string>
 
-#include "common/model/model.h"
+#include "common/model/layer_stack.h"
 
 namespace trainmem {
 
@@ -31,35 +32,28 @@ struct LlamaLayerActivations : AttentionActivations {
   Tensor mlp_norm, mlp_norm_rstd;    // [B,T,C]; [B,T] fp32
   Tensor gate, up;                   // the two projections of mlp_norm [B,T,F]: SwiGLU's inputs
   Tensor swiglu;                     // silu(gate) * up [B,T,F]: the down projection's input
-  bool present() const { return qkv.data() != nullptr; }
+  Tensor& mlp_nonlinearity() { return swiglu; }  // what selective recompute drops beside att
 };
 
-class Llama : public Model {
+// Selective recompute drops the probabilities (naive attention) and the SwiGLU output BTF.
+class Llama : public LayerStack<LlamaLayerActivations, LlamaLayerParameter> {
  public:
   Llama(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options = {});
 
-  void layer_backward(std::size_t layer) override;
-  void release_layer_activations(std::size_t layer) override { acts_[layer] = LlamaLayerActivations{}; }
-  // Drops the probabilities (naive attention) and the SwiGLU output BTF.
-  void release_selective(std::size_t layer) override;
-  void recompute_selective(std::size_t layer) override;
-  const LlamaLayerActivations& layer_activations(std::size_t layer) const { return acts_[layer]; }
-
  private:
-  using W = LlamaLayerParameter;  // a layer's parameters by name: p(l, W::qkv_weight)
-  void forward_layer(std::size_t layer, bool produce_output) override;
-  void final_norm_forward() override;
-  void final_norm_backward(const Tensor& dnorm) override;
-  std::size_t head_weight_index() const override { return table_.head_weight(); }
+  // In the model's order: the block (RoPE inside it), the final norm and the head.
+  void block_forward(std::size_t layer, LlamaLayerActivations& a, bool produce_output) override;
+  void block_backward(std::size_t layer, LlamaLayerActivations& a) override;
+  void recompute_mlp_nonlinearity(std::size_t layer, LlamaLayerActivations& a) override;
+  // RMSNorm of x into out [B,T,C] with its rstd [B,T] (fp32), both saved for the backward as
+  // `name`, name.rstd.
+  void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& x, const Tensor& weight, const std::string& name);
   // RoPE on the q and k heads of a [B,T,(H+2Hkv)D] tensor, in place: forward on qkv, backward
   // (the inverse rotation) on dqkv.
   void rotate_qk(Tensor& qkv, bool inverse);
-  Tensor& p(std::size_t layer, LlamaLayerParameter which) { return param(ParameterTable::index(layer, which)); }
-  Tensor& g(std::size_t layer, LlamaLayerParameter which) {
-    return grad_for_write(ParameterTable::index(layer, which));
-  }
-
-  std::vector<LlamaLayerActivations> acts_;
+  void final_norm_forward() override;
+  void final_norm_backward(const Tensor& dnorm) override;
+  std::size_t head_weight_index() const override { return table_.head_weight(); }
 };
 
 }  // namespace trainmem

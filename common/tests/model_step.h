@@ -53,9 +53,11 @@ inline double forward_backward(Model& model, const Batch& batch) {
   return loss;
 }
 
-// A micro-step ends where it began: forward + backward free every activation and workspace
-// tensor they made (the activations did exist), and the device holds what it held before.
-inline void expect_a_step_ends_where_it_began(Model& model, const Batch& batch) {
+// A micro-step ends where it began: forward + backward on a random batch of 2 x 64 tokens free
+// every activation and workspace tensor they made (the activations did exist), and the device
+// holds what it held before (the batch included).
+inline void expect_a_step_ends_where_it_began(Model& model) {
+  const Batch batch = random_batch(model.device(), 2, 64, model.config().vocab, 5);
   CachingAllocator& allocator = model.device().allocator();
   const MemoryStats before = allocator.stats();
   forward_backward(model, batch);
@@ -98,6 +100,34 @@ inline std::size_t expect_gradients_match_differences(Model& model, const std::v
     offset += n;
   }
   return checked;
+}
+
+// A double-precision forward of the model over `params` (in Model::parameters() order) on the
+// batch's host tokens and targets: the mean loss. Each family's test writes its own.
+using ReferenceLoss = std::function<double(const std::vector<double>& params, const Batch& batch)>;
+
+// A family's gradient check, whole: random values N(0, 0.3) for every parameter (biases and norm
+// weights too, so that no gradient is trivially 0), one forward + backward on a random B x T
+// batch, the float loss against reference_loss's to 1e-5 relative, and 6 elements of every
+// parameter tensor against central differences of reference_loss (the test above).
+inline void expect_gradients_match_reference(Model& model, std::size_t B, std::size_t T,
+                                             const ReferenceLoss& reference_loss) {
+  std::vector<float> values = model.parameter_values();
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  for (float& v : values) v = normal(rng);
+  model.set_parameter_values(values);
+
+  const Batch batch = random_batch(model.device(), B, T, model.config().vocab, 3);
+  const double loss = forward_backward(model, batch);
+  const std::vector<float> grads = model.gradient_values();
+  std::vector<double> params(values.begin(), values.end());
+  const double ref = reference_loss(params, batch);
+  EXPECT_NEAR(loss, ref, 1e-5 * std::abs(ref)) << "float model loss vs double reference";
+
+  const std::size_t checked = expect_gradients_match_differences(
+      model, grads, params, [&](const std::vector<double>& p) { return reference_loss(p, batch); }, rng);
+  EXPECT_EQ(checked, model.parameters().size() * 6);
 }
 
 }  // namespace trainmem::testing_support

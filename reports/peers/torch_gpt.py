@@ -33,6 +33,7 @@ from torch import nn
 
 from .model_config import ModelConfig
 from .saved_activations import NoRegions
+from .torch_decoder import Decoder
 
 
 class CausalSelfAttention(nn.Module):
@@ -81,18 +82,13 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class GPT(nn.Module):
+class GPT(Decoder):
     def __init__(self, c: ModelConfig):
-        super().__init__()
-        c.validate()
-        if c.arch != "gpt":
-            raise ValueError(f"model '{c.name}' is a {c.arch} model, not a GPT")
-        self.config = c
-        self.wte = nn.Embedding(c.padded_vocab, c.dim)  # [Vp, C], also the LM head (tied)
+        super().__init__(c, "gpt", "GPT")        # wte [Vp, C], also the LM head (tied)
         self.wpe = nn.Embedding(c.seq, c.dim)    # [T, C]
         self.h = nn.ModuleList(Block(c) for _ in range(c.layers))
         self.lnf = nn.LayerNorm(c.dim)
-        self._init_gpt2()
+        self.init_parameters([self.wte.weight])
 
     def init_kind(self, name: str) -> str:
         """parameter_table.h's ParameterInit of a parameter (by its module name): normal, residual,
@@ -103,22 +99,9 @@ class GPT(nn.Module):
             return "zeros"
         return "residual" if name.endswith(("attn.proj.weight", "mlp.proj.weight")) else "normal"
 
-    @torch.no_grad()
-    def _init_gpt2(self) -> None:
-        residual_std = 0.02 / math.sqrt(2 * self.config.layers)
-        for name, p in self.named_parameters():
-            kind = self.init_kind(name)
-            if kind in ("ones", "zeros"):
-                p.fill_(1.0 if kind == "ones" else 0.0)
-            else:
-                p.normal_(0.0, residual_std if kind == "residual" else 0.02)
-        self.wte.weight[self.config.vocab:].zero_()  # the vocabulary padding rows (no token reads them)
-
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor, regions=NoRegions()) -> torch.Tensor:
         """The mean cross-entropy loss; tokens and targets are int64 [B, T], T <= config.seq."""
-        B, T = tokens.shape
-        if T > self.config.seq:
-            raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.config.seq}")
+        T = self.sequence_length(tokens)
         regions.enter("embedding")
         positions = torch.arange(T, device=tokens.device)
         x = self.wte(tokens) + self.wpe(positions)
@@ -129,8 +112,4 @@ class GPT(nn.Module):
             regions.made(x)
         regions.enter("head")
         logits = F.linear(self.lnf(x), self.wte.weight)   # tied head, no bias: [B, T, Vp]
-        if self.config.padded_vocab > self.config.vocab:
-            # The padded columns are no classes: -inf takes no probability and passes no gradient.
-            # In place (nothing saved the linear's output), as trainmem keeps one [B, T, Vp] tensor.
-            logits[..., self.config.vocab:] = float("-inf")
-        return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
+        return self.padded_loss(logits, targets)

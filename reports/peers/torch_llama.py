@@ -36,6 +36,7 @@ from torch import nn
 
 from .model_config import ModelConfig
 from .saved_activations import NoRegions
+from .torch_decoder import Decoder
 
 
 class RMSNorm(nn.Module):
@@ -113,18 +114,13 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x, regions), regions)
 
 
-class Llama(nn.Module):
+class Llama(Decoder):
     def __init__(self, c: ModelConfig):
-        super().__init__()
-        c.validate()
-        if c.arch != "llama":
-            raise ValueError(f"model '{c.name}' is a {c.arch} model, not a Llama")
-        self.config = c
-        self.wte = nn.Embedding(c.padded_vocab, c.dim)           # [Vp, C]
+        super().__init__(c, "llama", "Llama")                     # wte [Vp, C]
         self.h = nn.ModuleList(Block(c) for _ in range(c.layers))
         self.norm = RMSNorm(c.dim, c.norm_eps)
         self.head = nn.Linear(c.dim, c.padded_vocab, bias=False)  # [Vp, C], untied
-        self._init_llama()
+        self.init_parameters([self.wte.weight, self.head.weight])
 
     def init_kind(self, name: str) -> str:
         """parameter_table.h's ParameterInit of a parameter (by its module name): normal, residual or
@@ -132,18 +128,6 @@ class Llama(nn.Module):
         if name.endswith("norm.weight"):
             return "ones"
         return "residual" if name.endswith(("attn.proj.weight", "mlp.down.weight")) else "normal"
-
-    @torch.no_grad()
-    def _init_llama(self) -> None:
-        residual_std = 0.02 / math.sqrt(2 * self.config.layers)
-        for name, p in self.named_parameters():
-            kind = self.init_kind(name)
-            if kind == "ones":
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, residual_std if kind == "residual" else 0.02)
-        self.wte.weight[self.config.vocab:].zero_()   # the vocabulary padding rows
-        self.head.weight[self.config.vocab:].zero_()
 
     def rope_tables(self, T: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of t * theta^(-2i/D) for t < T, i < D/2, each half repeated: [T, D], computed
@@ -156,9 +140,7 @@ class Llama(nn.Module):
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor, regions=NoRegions()) -> torch.Tensor:
         """The mean cross-entropy loss; tokens and targets are int64 [B, T], T <= config.seq."""
-        B, T = tokens.shape
-        if T > self.config.seq:
-            raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.config.seq}")
+        T = self.sequence_length(tokens)
         regions.enter("embedding")
         x = self.wte(tokens)
         regions.made(x)
@@ -173,6 +155,4 @@ class Llama(nn.Module):
             regions.made(x)
         regions.enter("head")
         logits = self.head(self.norm(x, regions))   # [B, T, Vp]
-        if self.config.padded_vocab > self.config.vocab:
-            logits[..., self.config.vocab:] = float("-inf")   # as torch_gpt.py: no class, no gradient
-        return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
+        return self.padded_loss(logits, targets)

@@ -56,7 +56,9 @@ nlohmann::json ModelConfig::to_json() const {
   nlohmann::json j = {{"name", name},     {"arch", to_string(arch)}, {"vocab", vocab},
                       {"padded_vocab", padded_vocab(vocab)}, {"seq", seq},   {"layers", layers},
                       {"heads", heads},   {"kv_heads", num_kv_heads()}, {"dim", dim},
-                      {"ffn_dim", mlp_dim()}, {"parameters", num_parameters()}};
+                      {"ffn_dim", mlp_dim()}, {"parameters", num_parameters()},
+                      // as Hugging Face counts them: without the vocabulary's padding rows
+                      {"parameters_without_padding", num_parameters() - ParameterTable(*this).padding_numel()}};
   if (arch == Arch::llama) {
     j["rope_theta"] = rope_theta;
     j["norm_eps"] = norm_eps;
@@ -163,7 +165,10 @@ ModelConfig model_preset(const std::string& name) {
 
 std::string ModelConfig::label() const {
   if (origin.empty()) return name + " (" + to_string(arch) + ")";
-  return "custom (" + to_string(arch) + ", " + origin + ")";  // the origin names the preset, if any
+  // A shape changed from a preset or given whole is "custom" (the origin names the preset, if any);
+  // one read from a file keeps the file's name ("TinyLlama-1.1B (llama, from .../config.json ...)").
+  const bool custom = name.rfind("custom", 0) == 0;
+  return (custom ? std::string("custom") : name) + " (" + to_string(arch) + ", " + origin + ")";
 }
 
 FamilyDefaults family_defaults(Arch arch) {

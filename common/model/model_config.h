@@ -70,7 +70,8 @@ struct ModelConfig {
   // a Llama's adds its family's own sizes, "L=2 H=4 Hkv=2 C=64 F=176 T=64 V=256, padded to Vp=256".
   std::string shape_summary() const;
   // The model as every command's first line names it: "gpt2-124m (gpt)", or a custom shape with
-  // its origin, "custom (gpt, from gpt2-124m with --layers 2)", "custom (gpt, as given: ...)".
+  // its origin, "custom (gpt, from gpt2-124m with --layers 2)", "custom (gpt, as given: ...)", or a
+  // Hugging Face config's, "TinyLlama-1.1B (llama, from TinyLlama-1.1B/config.json (llama, LlamaForCausalLM))".
   std::string label() const;
 
   // Throws ModelConfigError saying what to change (e.g. dim not divisible by heads).

@@ -95,4 +95,11 @@ std::size_t ParameterTable::total_numel() const {
   return checked_add(root_numel(), checked_mul(layers_, layer_numel(), "the model's parameters"), "the model's parameters");
 }
 
+std::size_t ParameterTable::padding_numel() const {
+  std::size_t n = 0;
+  for (const ParameterInfo& p : entries_)
+    if (p.padding_rows > 0) n += static_cast<std::size_t>(p.padding_rows) * (p.numel() / static_cast<std::size_t>(p.shape[0]));
+  return n;
+}
+
 }  // namespace trainmem

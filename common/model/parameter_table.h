@@ -89,6 +89,9 @@ class ParameterTable {
   std::size_t root_numel() const;
   std::size_t layer_numel() const;
   std::size_t total_numel() const;
+  // Of those, the elements of the vocabulary's padding rows (padding_rows: Vp - V of wte, and of a
+  // Llama's head): what trainmem holds beyond the parameters Hugging Face counts.
+  std::size_t padding_numel() const;
 
  private:
   Arch arch_;

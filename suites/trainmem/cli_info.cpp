@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/model/parameter_table.h"
 #include "common/results/result_json.h"
 #include "common/util/byte_size.h"
 #include "suites/trainmem/cli_common.h"
@@ -30,14 +31,22 @@ struct InfoFlags {
   bool json = false;
   bool model_given() const {
     const TrainFlags& m = model;
-    return !m.model.empty() || m.arch || m.layers || m.heads || m.dim || m.seq || m.vocab || m.kv_heads || m.ffn_dim ||
+    return !m.model.empty() || !m.hf_config.empty() || m.arch || m.layers || m.heads || m.dim || m.seq || m.vocab || m.kv_heads || m.ffn_dim ||
            m.rope_theta || m.norm_eps;
   }
 };
 
+// " (354823168 as Hugging Face counts them, without the vocabulary's 48128 padding elements)"
+std::string padding_note(const ModelConfig& c) {
+  const std::size_t padding = ParameterTable(c).padding_numel();
+  if (padding == 0) return {};
+  return " (" + std::to_string(c.num_parameters() - padding) + " as Hugging Face counts them, without the " +
+         std::to_string(padding) + " of the vocabulary's padding rows)";
+}
+
 void print_model(const ModelConfig& c) {
   std::cout << "model " << c.label() << "\n"
-            << "  " << std::left << std::setw(20) << "parameters" << c.num_parameters() << '\n'
+            << "  " << std::left << std::setw(20) << "parameters" << c.num_parameters() << padding_note(c) << '\n'
             << "  " << std::setw(20) << "shape" << c.shape_summary() << '\n';
   if (c.arch == Arch::llama)
     std::cout << "  " << std::setw(20) << "constants" << "rope theta " << c.rope_theta << ", RMSNorm eps " << c.norm_eps

@@ -1,5 +1,7 @@
 #include "suites/trainmem/train_flags.h"
 
+#include "common/model/hf_config.h"
+
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -40,6 +42,19 @@ GivenShape given_shape(const TrainFlags& f) {
   add("--rope-theta", f.rope_theta, false);
   add("--norm-eps", f.norm_eps, false);
   return g;
+}
+
+// The shape flags given, each changing the field it names.
+void apply_shape_flags(const TrainFlags& f, ModelConfig& c) {
+  if (f.layers) c.layers = *f.layers;
+  if (f.heads) c.heads = *f.heads;
+  if (f.dim) c.dim = *f.dim;
+  if (f.seq) c.seq = *f.seq;
+  if (f.vocab) c.vocab = *f.vocab;
+  if (f.kv_heads) c.kv_heads = *f.kv_heads;
+  if (f.ffn_dim) c.ffn_dim = *f.ffn_dim;
+  if (f.rope_theta) c.rope_theta = *f.rope_theta;
+  if (f.norm_eps) c.norm_eps = *f.norm_eps;
 }
 
 // A shape of one's own (shape flags and no --model): L, H and C as given, nothing of a preset's.
@@ -83,12 +98,30 @@ ModelConfig custom_shape(const TrainFlags& f, const GivenShape& given) {
   return c;
 }
 
+// The model of a Hugging Face config.json (common/model/hf_config.h), with the shape flags given
+// beside it changing its fields, and said so in its origin.
+ModelConfig hf_config_model(const TrainFlags& f, const GivenShape& given) {
+  if (!f.model.empty()) throw ModelConfigError("--model " + f.model + " and --hf-config " + f.hf_config + ": give one of them");
+  ModelConfig c = read_hf_config(f.hf_config);
+  if (f.arch && *f.arch != c.arch)
+    throw ModelConfigError("--arch " + to_string(*f.arch) + " but " + f.hf_config + " describes a " + to_string(c.arch) +
+                           ": drop --arch (the config has its family)");
+  apply_shape_flags(f, c);
+  if (!given.flags.empty()) {
+    c.origin += "; changed with" + given.flags;
+    c.name = "custom (from " + c.name + ")";  // as a preset changed by the shape flags
+  }
+  return c;
+}
+
 }  // namespace
 
 ModelConfig model_config(const TrainFlags& f) {
   const GivenShape given = given_shape(f);
   ModelConfig c;
-  if (f.model.empty() && given.dimensions) {
+  if (!f.hf_config.empty()) {
+    c = hf_config_model(f, given);
+  } else if (f.model.empty() && given.dimensions) {
     c = custom_shape(f, given);
   } else {
     const std::string preset = !f.model.empty() ? f.model : f.arch == Arch::llama ? "llama-tiny" : "tiny";
@@ -96,15 +129,7 @@ ModelConfig model_config(const TrainFlags& f) {
     if (f.arch && *f.arch != c.arch)
       throw ModelConfigError("--arch " + to_string(*f.arch) + " but --model " + f.model + " is a " + to_string(c.arch) +
                              ": drop --arch (a preset has its family) or choose a " + to_string(*f.arch) + " preset");
-    if (f.layers) c.layers = *f.layers;
-    if (f.heads) c.heads = *f.heads;
-    if (f.dim) c.dim = *f.dim;
-    if (f.seq) c.seq = *f.seq;
-    if (f.vocab) c.vocab = *f.vocab;
-    if (f.kv_heads) c.kv_heads = *f.kv_heads;
-    if (f.ffn_dim) c.ffn_dim = *f.ffn_dim;
-    if (f.rope_theta) c.rope_theta = *f.rope_theta;
-    if (f.norm_eps) c.norm_eps = *f.norm_eps;
+    apply_shape_flags(f, c);
     if (!given.flags.empty()) {
       // The preset's own name, not the alias; "custom (from ...)" only for a preset the user named.
       c.origin = "from " + (f.model.empty() ? "the default model " + c.name + " (no --model)" : c.name) + " with" + given.flags;
@@ -174,6 +199,11 @@ void add_model_flags(CLI::App& command, TrainFlags& flags) {
                   "Preset: " + presets + ", in any case; also GPT-2's Hugging Face names (gpt2 and gpt2-small = "
                   "gpt2-124m, gpt2-medium, gpt2-large, gpt2-xl). Default: tiny (llama-tiny with --arch llama)")
       ->type_name("NAME");
+  command
+      .add_option("--hf-config", flags.hf_config,
+                  "A Hugging Face config.json (or the folder holding it) as the model, instead of --model: gpt2, llama "
+                  "and mistral; the shape flags beside it change its fields")
+      ->type_name("PATH");
   // (no default: a preset has its family, and --arch must agree with it)
   takes_one_of(command.add_option_function<std::string>(
                    "--arch", [&flags](const std::string& text) { flags.arch = kArchs.parse(text); },

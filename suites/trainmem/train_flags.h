@@ -44,6 +44,7 @@ struct TrainFlags {
   // shape flags alone (--layers --heads --dim at least: model_config says what it filled in), or
   // neither: tiny (llama-tiny with --arch llama).
   std::string model;
+  std::string hf_config;      // --hf-config: a Hugging Face config.json (or its folder) instead of --model
   std::optional<Arch> arch;   // --arch: the family (a preset has its own; they must agree)
   std::optional<std::size_t> layers, heads, dim, seq, vocab;
   std::optional<std::size_t> kv_heads, ffn_dim;   // the Llama family's shape

@@ -1,0 +1,265 @@
+#include "common/model/hf_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "kernels/layernorm.h"
+
+namespace trainmem {
+
+namespace {
+
+constexpr std::uintmax_t kMaxConfigBytes = 4 << 20;  // a config.json is a few KiB; anything larger is not one
+
+// Fields that describe the checkpoint or generation, not the training step's shapes: read by no
+// one here, and not worth a line.
+const std::set<std::string> kIrrelevant = {
+    "_name_or_path", "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
+    "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "initializer_range", "output_attentions",
+    "output_hidden_states", "return_dict", "task_specific_params", "n_ctx", "summary_type", "summary_use_proj",
+    "summary_activation", "summary_proj_to_labels", "summary_first_dropout", "pretraining_tp", "id2label", "label2id", "tokenizer_class", "problem_type", "finetuning_task",
+};
+
+// The config's fields, each read once with its family's default; remembers which were read, and
+// collects what was not honoured.
+class Fields {
+ public:
+  Fields(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
+
+  std::size_t count(const char* key, std::size_t fallback) {
+    const nlohmann::json* v = find(key);
+    if (!v || v->is_null()) return fallback;
+    if (!v->is_number_unsigned() || v->get<std::uint64_t>() == 0) refuse(key, *v, "a whole number of at least 1");
+    return static_cast<std::size_t>(v->get<std::uint64_t>());
+  }
+  std::optional<std::size_t> optional_count(const char* key) {
+    const nlohmann::json* v = find(key);
+    if (!v || v->is_null()) return std::nullopt;
+    return count(key, 0);
+  }
+  double number(const char* key, double fallback) {
+    const nlohmann::json* v = find(key);
+    if (!v || v->is_null()) return fallback;
+    if (!v->is_number() || !std::isfinite(v->get<double>())) refuse(key, *v, "a finite number");
+    return v->get<double>();
+  }
+  bool flag(const char* key, bool fallback) {
+    const nlohmann::json* v = find(key);
+    if (!v || v->is_null()) return fallback;
+    if (!v->is_boolean()) refuse(key, *v, "true or false");
+    return v->get<bool>();
+  }
+  std::string text(const char* key, const std::string& fallback) {
+    const nlohmann::json* v = find(key);
+    if (!v || v->is_null()) return fallback;
+    if (!v->is_string()) refuse(key, *v, "a string");
+    return v->get<std::string>();
+  }
+  // Present and not null (the value is not read: a feature trainmem refuses by its presence).
+  bool given(const char* key) {
+    const nlohmann::json* v = find(key);
+    return v && !v->is_null();
+  }
+  // In the file, null or not (a null can mean "none" where the default is a value).
+  bool present(const char* key) { return find(key) != nullptr; }
+  const nlohmann::json& raw(const char* key) { return *find(key); }
+
+  // A field whose value trainmem cannot honour: the run would compute something else.
+  [[noreturn]] void not_modelled(const std::string& key, const std::string& why) const {
+    const nlohmann::json* v = j_.contains(key) ? &j_.at(key) : nullptr;
+    throw HfConfigError(where_ + ": " + key + (v ? " = " + v->dump() : "") + ": " + why);
+  }
+  // A field read and not honoured that changes no shape: said in the origin.
+  void note(const std::string& what) { notes_.push_back(what); }
+
+  // Every field neither read nor known to be irrelevant (its name, for the origin).
+  std::vector<std::string> unread() const {
+    std::vector<std::string> out;
+    for (const auto& [key, value] : j_.items())
+      if (!read_.count(key) && !kIrrelevant.count(key)) out.push_back(key);
+    return out;
+  }
+  const std::vector<std::string>& notes() const { return notes_; }
+  const std::string& where() const { return where_; }
+
+ private:
+  const nlohmann::json* find(const char* key) {
+    read_.insert(key);
+    return j_.contains(key) ? &j_.at(key) : nullptr;
+  }
+  [[noreturn]] void refuse(const char* key, const nlohmann::json& v, const char* expected) const {
+    throw HfConfigError(where_ + ": " + key + " is " + v.dump() + ", not " + expected);
+  }
+
+  const nlohmann::json& j_;
+  std::string where_;
+  std::set<std::string> read_;
+  std::vector<std::string> notes_;
+};
+
+// Dropout probabilities: trainmem trains without dropout, so the masks PyTorch would save are not
+// counted; a non-zero one is said.
+void note_dropout(Fields& f, std::initializer_list<const char*> keys, double fallback) {
+  for (const char* key : keys)
+    if (const double p = f.number(key, fallback); p != 0) {
+      std::ostringstream text;
+      text << key << "=" << p;
+      f.note(text.str() + " (no dropout: its masks are not counted)");
+    }
+}
+
+// GPT2Config: n_embd 768, n_layer 12, n_head 12, n_positions 1024, vocab_size 50257, n_inner None
+// (4 * n_embd), activation_function gelu_new, layer_norm_epsilon 1e-5, tied embeddings, dropouts 0.1.
+ModelConfig gpt2(Fields& f) {
+  ModelConfig c;
+  c.arch = Arch::gpt;
+  c.dim = f.count("n_embd", 768);
+  c.layers = f.count("n_layer", 12);
+  c.heads = f.count("n_head", 12);
+  c.seq = f.count("n_positions", 1024);
+  c.vocab = f.count("vocab_size", 50257);
+  if (const auto inner = f.optional_count("n_inner"); inner && *inner != 4 * c.dim)
+    f.not_modelled("n_inner", "trainmem's GPT MLP is 4 * n_embd = " + std::to_string(4 * c.dim) + " wide");
+  const std::string act = f.text("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    f.not_modelled("activation_function", "trainmem's GPT uses the tanh GELU (gelu_new)");
+  if (f.number("layer_norm_epsilon", 1e-5) != kernels::kLayerNormEps)
+    f.not_modelled("layer_norm_epsilon", "trainmem's LayerNorm uses 1e-5");
+  if (!f.flag("tie_word_embeddings", true)) f.not_modelled("tie_word_embeddings", "trainmem's GPT ties its head to wte");
+  if (!f.flag("scale_attn_weights", true)) f.not_modelled("scale_attn_weights", "attention is scaled by 1/sqrt(D)");
+  if (f.flag("scale_attn_by_inverse_layer_idx", false))
+    f.not_modelled("scale_attn_by_inverse_layer_idx", "attention is scaled by 1/sqrt(D) alone");
+  if (f.flag("reorder_and_upcast_attn", false)) f.not_modelled("reorder_and_upcast_attn", "not modelled");
+  if (f.flag("add_cross_attention", false)) f.not_modelled("add_cross_attention", "a decoder-only model is trained");
+  note_dropout(f, {"resid_pdrop", "embd_pdrop", "attn_pdrop"}, 0.1);
+  return c;
+}
+
+// LlamaConfig (and MistralConfig, which differs in its defaults): hidden_size, intermediate_size,
+// num_hidden_layers, num_attention_heads, num_key_value_heads (None: = heads), hidden_act silu,
+// max_position_embeddings, rms_norm_eps, rope_theta 10000, untied, no biases, head_dim None.
+ModelConfig llama(Fields& f, bool mistral) {
+  ModelConfig c;
+  c.arch = Arch::llama;
+  c.dim = f.count("hidden_size", 4096);
+  c.ffn_dim = f.count("intermediate_size", mistral ? 14336 : 11008);
+  c.layers = f.count("num_hidden_layers", 32);
+  c.heads = f.count("num_attention_heads", 32);
+  c.kv_heads = f.count("num_key_value_heads", mistral ? 8 : c.heads);
+  c.seq = f.count("max_position_embeddings", mistral ? 4096 * 32 : 2048);
+  c.vocab = f.count("vocab_size", 32000);
+  c.norm_eps = f.number("rms_norm_eps", 1e-6);
+  c.rope_theta = f.number("rope_theta", 10000);
+  if (f.text("hidden_act", "silu") != "silu") f.not_modelled("hidden_act", "trainmem's Llama MLP is SwiGLU (silu)");
+  if (f.flag("tie_word_embeddings", false))
+    f.not_modelled("tie_word_embeddings", "tied input and output embeddings are not modelled yet on the Llama family");
+  if (f.flag("attention_bias", false)) f.not_modelled("attention_bias", "biases on q, k, v, o are not modelled yet");
+  if (f.flag("mlp_bias", false)) f.not_modelled("mlp_bias", "biases on the MLP are not modelled yet");
+  if (const auto head_dim = f.optional_count("head_dim"); head_dim && *head_dim * c.heads != c.dim)
+    f.not_modelled("head_dim", "a head dimension other than hidden_size / num_attention_heads = " +
+                                   std::to_string(c.dim / c.heads) + " is not modelled yet");
+  if (f.given("rope_scaling")) f.not_modelled("rope_scaling", "rope scaling is not modelled yet");
+  // transformers 5 writes the rotary embedding's settings as one object.
+  if (f.given("rope_parameters")) {
+    const nlohmann::json& rope = f.raw("rope_parameters");
+    if (!rope.is_object()) f.not_modelled("rope_parameters", "not an object");
+    if (rope.contains("rope_type") && rope["rope_type"] != "default")
+      f.not_modelled("rope_parameters", "rope scaling is not modelled yet");
+    if (rope.contains("rope_theta")) {
+      if (!rope["rope_theta"].is_number()) f.not_modelled("rope_parameters", "rope_theta is not a number");
+      c.rope_theta = rope["rope_theta"].get<double>();
+    }
+  }
+  if (mistral || f.given("sliding_window")) {
+    // MistralConfig's default window is 4096; null (as written by Mistral Nemo, v0.3) is none.
+    const std::optional<std::size_t> window = mistral && !f.present("sliding_window") ? std::optional<std::size_t>{4096}
+                                                                                       : f.optional_count("sliding_window");
+    if (window && *window < c.seq)
+      f.not_modelled("sliding_window", "attention over a window shorter than the context (" + std::to_string(c.seq) +
+                                           ") is not modelled");
+  }
+  note_dropout(f, {"attention_dropout"}, 0.0);
+  return c;
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& file) {
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(file, ec);
+  if (ec) throw HfConfigError(file.string() + ": cannot read it (" + ec.message() + ")");
+  if (size > kMaxConfigBytes)
+    throw HfConfigError(file.string() + ": " + std::to_string(size) + " bytes is not a config.json (a few KiB)");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw HfConfigError(file.string() + ": cannot open the file for reading");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    const std::string what = e.what();
+    const auto tag_end = what.find("] ");
+    throw HfConfigError(file.string() + ": not valid JSON: " + (tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
+  }
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
+ModelConfig read_hf_config(const std::string& path) {
+  std::filesystem::path file = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) file /= "config.json";
+  if (!std::filesystem::is_regular_file(file, ec))
+    throw HfConfigError(path + ": no such file (give a config.json, or the folder holding one)");
+  const nlohmann::json j = read_json_file(file);
+  if (!j.is_object()) throw HfConfigError(file.string() + ": not a config (a JSON object)");
+  Fields f(j, file.string());
+
+  const std::string type = f.text("model_type", "");
+  std::string architecture;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string())
+    architecture = j["architectures"][0].get<std::string>();
+  ModelConfig c;
+  if (type == "gpt2") {
+    c = gpt2(f);
+  } else if (type == "llama" || type == "mistral") {
+    c = llama(f, type == "mistral");
+  } else if (type == "qwen2") {
+    f.not_modelled("model_type", "Qwen2's q, k, v projections have biases, not modelled yet (gpt2, llama and mistral are)");
+  } else if (type == "mixtral" || type == "qwen2_moe") {
+    f.not_modelled("model_type", "mixture of experts is not modelled yet (gpt2, llama and mistral are)");
+  } else {
+    f.not_modelled("model_type", type.empty() ? "absent: the family is not known (gpt2, llama and mistral are read)"
+                                              : "not a family trainmem reads (gpt2, llama, mistral)");
+  }
+  if (!architecture.empty() && architecture.find("ForCausalLM") == std::string::npos && architecture != "GPT2LMHeadModel")
+    f.not_modelled("architectures", "trainmem trains a causal language model (…ForCausalLM, GPT2LMHeadModel)");
+  for (const char* moe : {"num_local_experts", "num_experts"})
+    if (f.given(moe)) f.not_modelled(moe, "mixture of experts is not modelled yet");
+
+  // The name: the checkpoint's, else its folder's.
+  const std::string name_or_path = j.contains("_name_or_path") && j["_name_or_path"].is_string()
+                                       ? j["_name_or_path"].get<std::string>() : "";
+  c.name = !name_or_path.empty() ? std::filesystem::path(name_or_path).filename().string()
+                                 : file.parent_path().filename().string();
+  if (c.name.empty()) c.name = type;
+  c.origin = "from " + file.string() + " (" + type + (architecture.empty() ? "" : ", " + architecture) + ")";
+  if (!f.notes().empty()) c.origin += "; not modelled: " + joined(f.notes());
+  if (const auto unread = f.unread(); !unread.empty()) c.origin += "; not read: " + joined(unread);
+  c.validate();
+  return c;
+}
+
+}  // namespace trainmem

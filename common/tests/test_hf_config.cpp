@@ -1,0 +1,138 @@
+// A Hugging Face config.json read as transformers reads it (common/model/hf_config.h): the
+// parameter counts of real configs (tests/data/hf_configs, written from the published files)
+// equal transformers' (ANCHORS.md, "Hugging Face configs"), the defaults of a field left out are
+// its family's, and what trainmem does not model is refused naming the field.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "common/model/hf_config.h"
+#include "common/model/parameter_table.h"
+#include "common/tests/command_runner.h"
+
+namespace trainmem {
+namespace {
+
+std::string config_dir(const std::string& name) { return std::string(TRAINMEM_TEST_DATA_DIR) + "/hf_configs/" + name; }
+
+// What transformers counts: trainmem's parameters less its vocabulary's padding rows.
+std::size_t hugging_face_count(const ModelConfig& c) { return c.num_parameters() - ParameterTable(c).padding_numel(); }
+
+// A config.json of our own, in a folder of its own.
+std::string write_config(const std::string& name, const std::string& json) {
+  const std::string path = testing_support::scratch_path(name + ".json");
+  std::ofstream(path) << json;
+  return path;
+}
+
+std::string refusal(const std::string& path) {
+  try {
+    (void)read_hf_config(path);
+  } catch (const HfConfigError& e) {
+    return e.what();
+  }
+  return "(read without an error)";
+}
+
+TEST(HfConfig, Gpt2MediumCountsAsTransformers) {
+  const ModelConfig c = read_hf_config(config_dir("gpt2-medium"));  // the folder: its config.json
+  EXPECT_EQ(c.arch, Arch::gpt);
+  EXPECT_EQ(c.name, "gpt2-medium");
+  EXPECT_EQ(c.layers, 24u);
+  EXPECT_EQ(c.heads, 16u);
+  EXPECT_EQ(c.dim, 1024u);
+  EXPECT_EQ(c.seq, 1024u);  // n_positions
+  EXPECT_EQ(c.vocab, 50257u);
+  EXPECT_EQ(hugging_face_count(c), 354823168u);
+  EXPECT_EQ(c.num_parameters() - hugging_face_count(c), (padded_vocab(50257) - 50257) * 1024);  // wte's rows
+  // Dropout is not modelled, and said; fields the reader does not know are named.
+  EXPECT_NE(c.origin.find("not modelled: resid_pdrop=0.1 (no dropout: its masks are not counted)"), std::string::npos)
+      << c.origin;
+  EXPECT_NE(c.origin.find("not read: n_special, predict_special_tokens"), std::string::npos) << c.origin;
+}
+
+TEST(HfConfig, TinyLlamaCountsAsTransformers) {
+  const ModelConfig c = read_hf_config(config_dir("TinyLlama-1.1B") + "/config.json");
+  EXPECT_EQ(c.arch, Arch::llama);
+  EXPECT_EQ(c.num_kv_heads(), 4u);
+  EXPECT_EQ(c.mlp_dim(), 5632u);
+  EXPECT_EQ(c.seq, 2048u);  // max_position_embeddings
+  EXPECT_EQ(c.norm_eps, 1e-5);
+  EXPECT_EQ(hugging_face_count(c), 1100048384u);
+  EXPECT_EQ(c.origin.find("not read"), std::string::npos) << c.origin;  // every field known
+}
+
+// transformers' defaults for a field the file leaves out: LlamaConfig's K/V heads = heads,
+// 2048 positions, RMSNorm eps 1e-6; MistralConfig's 8 K/V heads and 14336-wide MLP; GPT2Config's
+// GPT-2 small.
+TEST(HfConfig, AFieldLeftOutTakesItsFamilysDefault) {
+  const ModelConfig llama = read_hf_config(write_config(
+      "llama-defaults", R"({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+                           "intermediate_size": 512})"));
+  EXPECT_EQ(llama.num_kv_heads(), 4u);
+  EXPECT_EQ(llama.seq, 2048u);
+  EXPECT_EQ(llama.vocab, 32000u);
+  EXPECT_EQ(llama.norm_eps, 1e-6);
+  EXPECT_EQ(llama.rope_theta, 10000);
+  const ModelConfig mistral = read_hf_config(write_config(
+      "mistral-defaults", R"({"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 8,
+                             "num_hidden_layers": 2, "max_position_embeddings": 4096})"));
+  EXPECT_EQ(mistral.num_kv_heads(), 8u);
+  EXPECT_EQ(mistral.mlp_dim(), 14336u);
+  const ModelConfig gpt2 = read_hf_config(write_config("gpt2-defaults", R"({"model_type": "gpt2"})"));
+  EXPECT_EQ(gpt2.layers, 12u);
+  EXPECT_EQ(gpt2.dim, 768u);
+  EXPECT_EQ(hugging_face_count(gpt2), 124439808u);  // GPT-2 small, as transformers counts it
+  // transformers 5's rope_parameters carry the base.
+  const ModelConfig rope5 = read_hf_config(write_config(
+      "llama-rope5", R"({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})"));
+  EXPECT_EQ(rope5.rope_theta, 500000.0);
+}
+
+// What would compute something else is refused, naming the field (the shapes to come: issue 44).
+TEST(HfConfig, WhatIsNotModelledIsRefusedNamingTheField) {
+  EXPECT_NE(refusal(config_dir("Llama-3.2-1B")).find("tie_word_embeddings = true: tied input and output embeddings"),
+            std::string::npos);
+  EXPECT_NE(refusal(config_dir("Mistral-Nemo-Base-2407")).find("head_dim = 128: a head dimension other than"),
+            std::string::npos);
+  EXPECT_NE(refusal(config_dir("Qwen2.5-0.5B")).find("model_type = \"qwen2\": Qwen2's q, k, v projections have biases"),
+            std::string::npos);
+  EXPECT_NE(refusal(config_dir("Mixtral-8x7B")).find("mixture of experts"), std::string::npos);
+  const std::string scaled = refusal(write_config(
+      "llama-scaled", R"({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+                         "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})"));
+  EXPECT_NE(scaled.find("rope_scaling = {"), std::string::npos) << scaled;
+  // Mistral's default window (4096) is shorter than a context of 32768: refused; null: none.
+  EXPECT_NE(refusal(write_config("mistral-window", R"({"model_type": "mistral", "hidden_size": 256,
+                                   "num_attention_heads": 8, "num_hidden_layers": 2, "max_position_embeddings": 32768})"))
+                .find("sliding_window"),
+            std::string::npos);
+  EXPECT_NO_THROW(read_hf_config(write_config("mistral-nowindow", R"({"model_type": "mistral", "hidden_size": 256,
+      "num_attention_heads": 8, "num_hidden_layers": 2, "max_position_embeddings": 32768, "sliding_window": null})")));
+  EXPECT_NE(refusal(write_config("gpt2-relu", R"({"model_type": "gpt2", "activation_function": "relu"})"))
+                .find("activation_function = \"relu\""),
+            std::string::npos);
+}
+
+TEST(HfConfig, AFileThatIsNotAConfigSaysWhy) {
+  EXPECT_NE(refusal("/nonexistent/folder").find("no such file (give a config.json, or the folder holding one)"),
+            std::string::npos);
+  EXPECT_NE(refusal(write_config("broken", "{\"model_type\": \"gpt2\",")).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(refusal(write_config("array", "[1, 2]")).find("not a config (a JSON object)"), std::string::npos);
+  EXPECT_NE(refusal(write_config("no-type", "{}")).find("model_type: absent"), std::string::npos);
+  EXPECT_NE(refusal(write_config("bert", R"({"model_type": "bert"})")).find("not a family trainmem reads"),
+            std::string::npos);
+  EXPECT_NE(refusal(write_config("text-width", R"({"model_type": "gpt2", "n_embd": "768"})"))
+                .find("n_embd is \"768\", not a whole number of at least 1"),
+            std::string::npos);
+  EXPECT_NE(refusal(write_config("zero-layers", R"({"model_type": "gpt2", "n_layer": 0})")).find("n_layer is 0"),
+            std::string::npos);
+  // A shape trainmem's own checks refuse (C not divisible by H): ModelConfig::validate's message.
+  EXPECT_THROW(read_hf_config(write_config("odd", R"({"model_type": "gpt2", "n_embd": 100, "n_head": 3})")),
+               ModelConfigError);
+}
+
+}  // namespace
+}  // namespace trainmem

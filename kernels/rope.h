@@ -1,7 +1,8 @@
 // Rotary position embeddings (RoPE), "rotate half" convention (as Hugging Face's Llama computes
 // it): a head vector v of D elements (D even) at position t has its element i paired with element
 // i + D/2, and each pair turned by its own angle:
-//   freq_i  = theta^(-2i/D)                      for i in [0, D/2)
+//   freq_i  = theta^(-2i/D)                      for i in [0, D/2)   (or Llama 3.1's rescaling
+//                                                                      of it: rope_frequencies.h)
 //   angle   = t * freq_i
 //   out_i       = v_i cos(angle) - v_{i+D/2} sin(angle)
 //   out_{i+D/2} = v_i sin(angle) + v_{i+D/2} cos(angle)
@@ -43,6 +44,7 @@
 #include <string>
 
 #include "kernels/dtype.h"
+#include "kernels/rope_frequencies.h"
 #include "kernels/kernel_cost.h"
 #include "kernels/kernel_stream.h"
 
@@ -50,52 +52,52 @@ namespace trainmem::kernels {
 
 // The shapes both backends accept: D even, and the rotated heads inside a row.
 inline void rope_check_arguments(const char* op, std::size_t heads, std::size_t D, std::size_t row_stride,
-                                 std::size_t first_column, double theta) {
+                                 std::size_t first_column, const RopeFrequencies& frequencies) {
   if (D % 2 != 0)
     throw std::invalid_argument(std::string(op) + ": the head size D must be even, got " + std::to_string(D));
   if (first_column + heads * D > row_stride)
     throw std::invalid_argument(std::string(op) + ": columns [" + std::to_string(first_column) + ", " +
                                 std::to_string(first_column + heads * D) + ") do not fit a row of " +
                                 std::to_string(row_stride));
-  if (!(theta > 0)) throw std::invalid_argument(std::string(op) + ": theta must be positive");
+  frequencies.check(op);
 }
 
 namespace cpu {
 template <typename T>
 void rope_forward(T* out, const T* inp, std::size_t B, std::size_t Tn, std::size_t heads, std::size_t D,
-                  std::size_t row_stride, std::size_t first_column, double theta);
+                  std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies);
 // dinp = R(-angle) dout   (written, not accumulated; dinp may be dout: in place)
 template <typename T>
 void rope_backward(T* dinp, const T* dout, std::size_t B, std::size_t Tn, std::size_t heads, std::size_t D,
-                   std::size_t row_stride, std::size_t first_column, double theta);
+                   std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies);
 }  // namespace cpu
 namespace cuda {
 template <typename T = float>
 void rope_forward(void* stream, Out<T> out, In<T> inp, std::size_t B, std::size_t Tn, std::size_t heads,
-                  std::size_t D, std::size_t row_stride, std::size_t first_column, double theta);
+                  std::size_t D, std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies);
 template <typename T = float>
 void rope_backward(void* stream, Out<T> dinp, In<T> dout, std::size_t B, std::size_t Tn, std::size_t heads,
-                   std::size_t D, std::size_t row_stride, std::size_t first_column, double theta);
+                   std::size_t D, std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies);
 }  // namespace cuda
 
 template <typename T = float>
 inline void rope_forward(const Stream& s, Out<T> out, In<T> inp, std::size_t B, std::size_t Tn, std::size_t heads,
-                         std::size_t D, std::size_t row_stride, std::size_t first_column, double theta) {
+                         std::size_t D, std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies) {
   KernelCost cost(s, memory_call<T>("rope_forward", double(B) * Tn * heads * D, 1, 1, 6));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu)
-    return cpu::rope_forward<T>(out, inp, B, Tn, heads, D, row_stride, first_column, theta);
+    return cpu::rope_forward<T>(out, inp, B, Tn, heads, D, row_stride, first_column, frequencies);
   TRAINMEM_CUDA_KERNEL("rope_forward", cuda::rope_forward<T>(s.cuda_stream, out, inp, B, Tn, heads, D, row_stride,
-                                                             first_column, theta));
+                                                             first_column, frequencies));
 }
 template <typename T = float>
 inline void rope_backward(const Stream& s, Out<T> dinp, In<T> dout, std::size_t B, std::size_t Tn, std::size_t heads,
-                          std::size_t D, std::size_t row_stride, std::size_t first_column, double theta) {
+                          std::size_t D, std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies) {
   KernelCost cost(s, memory_call<T>("rope_backward", double(B) * Tn * heads * D, 1, 1, 6));
   if (s.backend == Backend::meta) return;
   if (s.backend == Backend::cpu)
-    return cpu::rope_backward<T>(dinp, dout, B, Tn, heads, D, row_stride, first_column, theta);
+    return cpu::rope_backward<T>(dinp, dout, B, Tn, heads, D, row_stride, first_column, frequencies);
   TRAINMEM_CUDA_KERNEL("rope_backward", cuda::rope_backward<T>(s.cuda_stream, dinp, dout, B, Tn, heads, D, row_stride,
-                                                               first_column, theta));
+                                                               first_column, frequencies));
 }
 }  // namespace trainmem::kernels

@@ -39,7 +39,8 @@ VOLATILE = [
 ]
 EXIT = re.compile(r"^\[exit (\d+)\]$")
 # The repository's files an example reads, by the name it uses: copied into its folder.
-SAMPLE_FILES = {"small-cnn-training.pickle": REPO / "common/tests/data/snapshots/small-cnn-training.pickle"}
+SAMPLE_FILES = {"small-cnn-training.pickle": REPO / "common/tests/data/snapshots/small-cnn-training.pickle",
+                "common/tests/data/hf_configs/Qwen2.5-7B": REPO / "common/tests/data/hf_configs/Qwen2.5-7B"}
 
 
 class Example:
@@ -116,13 +117,14 @@ README_EXAMPLES = examples(README.read_text())
 
 
 def test_the_readme_has_its_quick_start():
-    """The quick start's five questions and the training example are checked blocks."""
+    """The quick start's six questions and the training example are checked blocks."""
     commands = [e.command for e in README_EXAMPLES]
     assert any("--gpu rtx4090-24gb" in c and "gpt2-1.5b" in c for c in commands), commands
     assert any("--zero 3" in c and "--world-size 8" in c for c in commands), commands
     assert any("gpt2-124m" in c and "--recompute selective" in c for c in commands), commands
     assert any(c.startswith("trainmem plan ") and "--global-batch" in c for c in commands), commands
     assert any(c.startswith("trainmem train ") for c in commands), commands
+    assert any(c.startswith("trainmem estimate ") and "--hf-config" in c for c in commands), commands
     assert any(c.startswith("trainmem replay ") and "--what-if" in c for c in commands), commands
     for example in README_EXAMPLES:
         assert any(line.strip() and line.strip() != "..." for line in example.expected), f"{example}: no output shown"
@@ -153,8 +155,12 @@ def test_readme_example_prints_what_the_readme_says(example, trainmem, tmp_path)
     argv = shlex.split(example.command)
     argv[0] = str(trainmem)
     for name, source in SAMPLE_FILES.items():
-        if name in argv:
-            shutil.copyfile(source, tmp_path / name)
+        if name in argv:  # a file, or a folder (a config.json's), at the path the example names
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                shutil.copytree(source, tmp_path / name)
+            else:
+                shutil.copyfile(source, tmp_path / name)
     # stdout and stderr in one pipe, in the order they are written, as a terminal shows them.
     # CUDA_VISIBLE_DEVICES hides any GPU: the README's outputs are a machine's without one (with
     # a GPU, `--device auto` picks it and an estimate without --gpu follows the CUDA pattern).

@@ -144,48 +144,80 @@ ModelConfig gpt2(Fields& f) {
   return c;
 }
 
-// LlamaConfig (and MistralConfig, which differs in its defaults): hidden_size, intermediate_size,
-// num_hidden_layers, num_attention_heads, num_key_value_heads (None: = heads), hidden_act silu,
-// max_position_embeddings, rms_norm_eps, rope_theta 10000, untied, no biases, head_dim None.
-ModelConfig llama(Fields& f, bool mistral) {
+// The Llama-like families, as transformers' config classes of each default what a file leaves out.
+enum class LlamaLike { llama, mistral, qwen2 };
+
+// LlamaConfig: hidden_size 4096, intermediate_size 11008, 32 layers and heads, num_key_value_heads
+// None (= heads), hidden_act silu, max_position_embeddings 2048, rms_norm_eps 1e-6, rope_theta
+// 10000, tie_word_embeddings false, attention_bias and mlp_bias false, head_dim None (C / H).
+// MistralConfig: intermediate_size 14336, 8 K/V heads, 4096*32 positions, sliding_window 4096.
+// Qwen2Config: vocab_size 151936, intermediate_size 22016, 32 K/V heads, 32768 positions; q, k, v
+// always biased (o and the MLP not: Qwen2Attention's nn.Linear(..., bias=True) on q_proj, k_proj,
+// v_proj); a sliding window only with use_sliding_window, on the layers from max_window_layers.
+ModelConfig llama(Fields& f, LlamaLike family) {
+  const bool mistral = family == LlamaLike::mistral, qwen2 = family == LlamaLike::qwen2;
   ModelConfig c;
   c.arch = Arch::llama;
   c.dim = f.count("hidden_size", 4096);
-  c.ffn_dim = f.count("intermediate_size", mistral ? 14336 : 11008);
+  c.ffn_dim = f.count("intermediate_size", mistral ? 14336 : qwen2 ? 22016 : 11008);
   c.layers = f.count("num_hidden_layers", 32);
   c.heads = f.count("num_attention_heads", 32);
-  c.kv_heads = f.count("num_key_value_heads", mistral ? 8 : c.heads);
-  c.seq = f.count("max_position_embeddings", mistral ? 4096 * 32 : 2048);
-  c.vocab = f.count("vocab_size", 32000);
+  c.kv_heads = f.count("num_key_value_heads", mistral ? 8 : qwen2 ? 32 : c.heads);
+  c.seq = f.count("max_position_embeddings", mistral ? 4096 * 32 : qwen2 ? 32768 : 2048);
+  c.vocab = f.count("vocab_size", qwen2 ? 151936 : 32000);
   c.norm_eps = f.number("rms_norm_eps", 1e-6);
-  c.rope_theta = f.number("rope_theta", 10000);
+  c.rope.theta = f.number("rope_theta", 10000);
+  c.tied_head = f.flag("tie_word_embeddings", false);
+  c.qkv_bias = qwen2;
   if (f.text("hidden_act", "silu") != "silu") f.not_modelled("hidden_act", "trainmem's Llama MLP is SwiGLU (silu)");
-  if (f.flag("tie_word_embeddings", false))
-    f.not_modelled("tie_word_embeddings", "tied input and output embeddings are not modelled yet on the Llama family");
-  if (f.flag("attention_bias", false)) f.not_modelled("attention_bias", "biases on q, k, v, o are not modelled yet");
-  if (f.flag("mlp_bias", false)) f.not_modelled("mlp_bias", "biases on the MLP are not modelled yet");
-  if (const auto head_dim = f.optional_count("head_dim"); head_dim && *head_dim * c.heads != c.dim)
-    f.not_modelled("head_dim", "a head dimension other than hidden_size / num_attention_heads = " +
-                                   std::to_string(c.dim / c.heads) + " is not modelled yet");
-  if (f.given("rope_scaling")) f.not_modelled("rope_scaling", "rope scaling is not modelled yet");
-  // transformers 5 writes the rotary embedding's settings as one object.
-  if (f.given("rope_parameters")) {
-    const nlohmann::json& rope = f.raw("rope_parameters");
-    if (!rope.is_object()) f.not_modelled("rope_parameters", "not an object");
-    if (rope.contains("rope_type") && rope["rope_type"] != "default")
-      f.not_modelled("rope_parameters", "rope scaling is not modelled yet");
-    if (rope.contains("rope_theta")) {
-      if (!rope["rope_theta"].is_number()) f.not_modelled("rope_parameters", "rope_theta is not a number");
-      c.rope_theta = rope["rope_theta"].get<double>();
-    }
+  if (!qwen2) {  // (Qwen2Config has neither: its biases are fixed)
+    if (f.flag("attention_bias", false))
+      f.not_modelled("attention_bias", "a bias on the output projection o is not modelled (on q, k, v alone it is: Qwen2)");
+    if (f.flag("mlp_bias", false)) f.not_modelled("mlp_bias", "biases on the MLP are not modelled yet");
   }
-  if (mistral || f.given("sliding_window")) {
+  // head_dim: as the attention module reads it, getattr(config, "head_dim", None) or C / H.
+  if (const auto head_dim = f.optional_count("head_dim"); head_dim && *head_dim * c.heads != c.dim) c.head_dim_set = *head_dim;
+  // rope_scaling (transformers 4: {"rope_type" or "type": ..., its fields}) or transformers 5's
+  // rope_parameters (the same object with rope_theta inside): none ("default"), or Llama 3.1's
+  // "llama3" rescaling of the frequencies (kernels/rope_frequencies.h). Another type is refused.
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!f.given(key)) continue;
+    const nlohmann::json& rope = f.raw(key);
+    if (!rope.is_object()) f.not_modelled(key, "not an object");
+    const auto number = [&](const char* field, double fallback) {
+      if (!rope.contains(field)) return fallback;
+      if (!rope[field].is_number() || !std::isfinite(rope[field].get<double>()))
+        f.not_modelled(key, std::string(field) + " is not a finite number");
+      return rope[field].get<double>();
+    };
+    if (rope.contains("rope_theta")) c.rope.theta = number("rope_theta", c.rope.theta);
+    const char* type_key = rope.contains("rope_type") ? "rope_type" : "type";
+    const std::string type = rope.contains(type_key) && rope[type_key].is_string() ? rope[type_key].get<std::string>()
+                                                                                     : "default";
+    if (type == "default") continue;
+    if (type != "llama3")
+      f.not_modelled(key, "rope scaling of type '" + type + "' is not modelled (llama3 is)");
+    for (const char* field : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+      if (!rope.contains(field)) f.not_modelled(key, std::string("llama3 scaling without its ") + field);
+    c.rope = kernels::RopeFrequencies::llama3(c.rope.theta, number("factor", 1), number("low_freq_factor", 1),
+                                              number("high_freq_factor", 4),
+                                              number("original_max_position_embeddings", 8192));
+  }
+  // A sliding window shorter than the context changes what attention computes on its layers.
+  const auto window_refused = [&](const char* key) {
+    f.not_modelled(key, "attention over a window shorter than the context (" + std::to_string(c.seq) + ") is not modelled");
+  };
+  if (qwen2) {
+    const bool sliding = f.flag("use_sliding_window", false);
+    const std::optional<std::size_t> window =
+        f.present("sliding_window") ? f.optional_count("sliding_window") : std::optional<std::size_t>{4096};
+    const std::size_t first_sliding = f.count("max_window_layers", 28);
+    if (sliding && window && *window < c.seq && first_sliding < c.layers) window_refused("use_sliding_window");
+  } else if (mistral || f.given("sliding_window")) {
     // MistralConfig's default window is 4096; null (as written by Mistral Nemo, v0.3) is none.
     const std::optional<std::size_t> window = mistral && !f.present("sliding_window") ? std::optional<std::size_t>{4096}
                                                                                        : f.optional_count("sliding_window");
-    if (window && *window < c.seq)
-      f.not_modelled("sliding_window", "attention over a window shorter than the context (" + std::to_string(c.seq) +
-                                           ") is not modelled");
+    if (window && *window < c.seq) window_refused("sliding_window");
   }
   note_dropout(f, {"attention_dropout"}, 0.0);
   return c;
@@ -234,15 +266,17 @@ ModelConfig read_hf_config(const std::string& path) {
   ModelConfig c;
   if (type == "gpt2") {
     c = gpt2(f);
-  } else if (type == "llama" || type == "mistral") {
-    c = llama(f, type == "mistral");
+  } else if (type == "llama") {
+    c = llama(f, LlamaLike::llama);
+  } else if (type == "mistral") {
+    c = llama(f, LlamaLike::mistral);
   } else if (type == "qwen2") {
-    f.not_modelled("model_type", "Qwen2's q, k, v projections have biases, not modelled yet (gpt2, llama and mistral are)");
+    c = llama(f, LlamaLike::qwen2);
   } else if (type == "mixtral" || type == "qwen2_moe") {
-    f.not_modelled("model_type", "mixture of experts is not modelled yet (gpt2, llama and mistral are)");
+    f.not_modelled("model_type", "mixture of experts is not modelled yet (gpt2, llama, mistral and qwen2 are)");
   } else {
-    f.not_modelled("model_type", type.empty() ? "absent: the family is not known (gpt2, llama and mistral are read)"
-                                              : "not a family trainmem reads (gpt2, llama, mistral)");
+    f.not_modelled("model_type", type.empty() ? "absent: the family is not known (gpt2, llama, mistral and qwen2 are read)"
+                                              : "not a family trainmem reads (gpt2, llama, mistral, qwen2)");
   }
   if (!architecture.empty() && architecture.find("ForCausalLM") == std::string::npos && architecture != "GPT2LMHeadModel")
     f.not_modelled("architectures", "trainmem trains a causal language model (…ForCausalLM, GPT2LMHeadModel)");

@@ -4,13 +4,13 @@
 //
 //   trainmem info --hf-config path/to/config.json      (or the folder holding it)
 //
-// Families: model_type gpt2 (GPT2LMHeadModel) -> trainmem's GPT; llama (LlamaForCausalLM) and
-// mistral (MistralForCausalLM) -> its Llama block. A field that would change the computation in a
-// way trainmem does not model is refused, naming it (tied embeddings on the Llama family, biases,
-// head_dim != hidden_size / num_attention_heads, rope scaling, a sliding window shorter than the
-// context, mixture of experts, another activation); so are the families not modelled yet (qwen2,
-// mixtral, qwen2_moe). A field read and not honoured that changes no shape (dropout) is said in the
-// model's origin, and so is a field the reader does not know: never a silent default.
+// Families: model_type gpt2 (GPT2LMHeadModel) -> trainmem's GPT; llama (LlamaForCausalLM), mistral
+// (MistralForCausalLM) and qwen2 (Qwen2ForCausalLM) -> its Llama block, with a tied head
+// (tie_word_embeddings), q/k/v biases (qwen2) and head_dim where the file sets them. A field that
+// would change the computation in a way trainmem does not model is refused, naming it (biases on o
+// or the MLP, rope scaling, a sliding window shorter than the context, mixture of experts: mixtral,
+// qwen2_moe; another activation). A field read and not honoured that changes no shape (dropout) is
+// said in the model's origin, and so is a field the reader does not know: never a silent default.
 #pragma once
 #include <string>
 

@@ -87,8 +87,8 @@ class LayerStack : public Model {
   }
   std::vector<std::int64_t> per_token() const { return {static_cast<std::int64_t>(B_), static_cast<std::int64_t>(T_)}; }
 
-  Tensor& p(std::size_t layer, W which) { return param(ParameterTable::index(layer, which)); }
-  Tensor& g(std::size_t layer, W which) { return grad_for_write(ParameterTable::index(layer, which)); }
+  Tensor& p(std::size_t layer, W which) { return param(table_.index(layer, which)); }
+  Tensor& g(std::size_t layer, W which) { return grad_for_write(table_.index(layer, which)); }
 
   // The end of a residual branch: out = skip + branch @ weight^T (+ bias), branch [B,T,branch_width],
   // out [B,T,C] made by the caller (it is saved: residual2, x_{l+1}). The projection is workspace,

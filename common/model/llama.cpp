@@ -28,13 +28,13 @@ void Llama::rotate_qk(Tensor& qkv, bool inverse) {
     using T = decltype(tag);
     const auto s = kernel_stream(device_);
     const std::size_t H = config_.heads, Hkv = config_.num_kv_heads(), D = config_.head_dim(), row = qkv_dim();
-    const double theta = config_.rope_theta;
+    const kernels::RopeFrequencies& frequencies = config_.rope;
     // q: H heads from column 0; k: Hkv heads from column H*D. v is not rotated.
     for (const auto& [first_column, heads] : {std::pair{std::size_t{0}, H}, std::pair{H * D, Hkv}}) {
       if (inverse)
-        kernels::rope_backward<T>(s, qkv.data_as<T>(), qkv.data_as<T>(), B_, T_, heads, D, row, first_column, theta);
+        kernels::rope_backward<T>(s, qkv.data_as<T>(), qkv.data_as<T>(), B_, T_, heads, D, row, first_column, frequencies);
       else
-        kernels::rope_forward<T>(s, qkv.data_as<T>(), qkv.data_as<T>(), B_, T_, heads, D, row, first_column, theta);
+        kernels::rope_forward<T>(s, qkv.data_as<T>(), qkv.data_as<T>(), B_, T_, heads, D, row, first_column, frequencies);
     }
   });
 }
@@ -50,11 +50,12 @@ void Llama::block_forward(std::size_t l, LlamaLayerActivations& a, bool produce_
     // attention branch: residual2 = x_l + attn_proj(attention(rope(qkv(rmsnorm(x_l)))))
     rmsnorm_forward(a.attn_norm, a.attn_norm_rstd, x, p(l, W::attn_norm_weight), h + "attn_norm");
     a.qkv = make(per_token(QKV), MemoryCategory::activations, h + "qkv");
-    linear_forward(a.qkv, a.attn_norm, p(l, W::qkv_weight), nullptr, N, C, QKV);
+    linear_forward(a.qkv, a.attn_norm, p(l, W::qkv_weight), table_.has(W::qkv_bias) ? &p(l, W::qkv_bias) : nullptr, N, C,
+                   QKV);
     rotate_qk(a.qkv, /*inverse=*/false);  // saved rotated: attention and its backward read these
     attention_forward(a, h);
     a.residual2 = make(per_token(C), MemoryCategory::activations, h + "residual2");
-    project_and_add(a.residual2, x, a.atty, p(l, W::attn_proj_weight), nullptr, C, h + "attn.proj.out");
+    project_and_add(a.residual2, x, a.atty, p(l, W::attn_proj_weight), nullptr, config_.attention_dim(), h + "attn.proj.out");
 
     // MLP branch: x_{l+1} = residual2 + down(silu(gate(n)) * up(n)),  n = rmsnorm(residual2)
     rmsnorm_forward(a.mlp_norm, a.mlp_norm_rstd, a.residual2, p(l, W::mlp_norm_weight), h + "mlp_norm");
@@ -132,8 +133,9 @@ void Llama::block_backward(std::size_t l, LlamaLayerActivations& a) {
     }
     // Attention branch: residual2 = x_l + attn_proj(attention(rope(qkv(attn_norm(x_l)))))
     {
-      Tensor datty = make(per_token(C), MemoryCategory::workspace, h + "attn.out.grad");
-      linear_backward(&datty, g(l, W::attn_proj_weight), nullptr, dres, a.atty, p(l, W::attn_proj_weight), N, C, C);
+      const std::size_t HD = config_.attention_dim();  // H*D: C unless the head dimension is set
+      Tensor datty = make(per_token(HD), MemoryCategory::workspace, h + "attn.out.grad");
+      linear_backward(&datty, g(l, W::attn_proj_weight), nullptr, dres, a.atty, p(l, W::attn_proj_weight), N, HD, C);
       Tensor dqkv = make(per_token(QKV), MemoryCategory::workspace, h + "qkv.grad");
       attention_backward(dqkv, datty, a, h);  // the gradient of the rotated q, k (and of v)
       datty.reset();
@@ -142,7 +144,9 @@ void Llama::block_backward(std::size_t l, LlamaLayerActivations& a) {
       a.lse.reset();
       rotate_qk(dqkv, /*inverse=*/true);  // back through RoPE: the gradient of the projection's q, k
       Tensor dnorm = make(per_token(C), MemoryCategory::workspace, h + "attn_norm.grad");
-      linear_backward(&dnorm, g(l, W::qkv_weight), nullptr, dqkv, a.attn_norm, p(l, W::qkv_weight), N, C, QKV);
+      Tensor& dweight = g(l, W::qkv_weight);  // (then the bias's: the gradients are made in this order)
+      Tensor* dbias = table_.has(W::qkv_bias) ? &g(l, W::qkv_bias) : nullptr;
+      linear_backward(&dnorm, dweight, dbias, dqkv, a.attn_norm, p(l, W::qkv_weight), N, C, QKV);
       dqkv.reset();
       a.qkv.reset();
       a.attn_norm.reset();

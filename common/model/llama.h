@@ -6,14 +6,16 @@
 //            a = x_l + attn_proj(attention(rope(q), rope(k), v))  (grouped-query attention)
 //            n = rmsnorm(a)
 //            x_{l+1} = a + down(silu(gate(n)) * up(n))            (SwiGLU, hidden size F)
-//   logits  = rmsnorm(x_L) @ head^T                               (untied head, Vp columns)
+//   logits  = rmsnorm(x_L) @ head^T                               (Vp columns; head = wte where tied)
 //
-// No biases anywhere. RoPE rotates q and k in place inside the saved qkv tensor, so what attention
+// No biases, except on q, k, v where the config has them (qkv += bias, before RoPE: Qwen2). The
+// heads are H of D = C / H, or of the config's D (Mistral NeMo): attention's output is [B,T,H*D]
+// and attn_proj maps it back to C. RoPE rotates q and k in place inside the saved qkv tensor, so what attention
 // reads (and its backward) is the rotated qkv; its backward rotates dq and dk back, in place.
 //
 // Saved per layer (kernels' rows are B*T; see common/model/README.md for the bytes):
 //   attn_norm [B,T,C], attn_norm_rstd [B,T] fp32, qkv [B,T,(H+2Hkv)D] (q, k rotated),
-//   att [B,H,T,T] (naive) or lse [B,H,T] fp32 (flash, cudnn), atty [B,T,C], residual2 [B,T,C],
+//   att [B,H,T,T] (naive) or lse [B,H,T] fp32 (flash, cudnn), atty [B,T,H*D], residual2 [B,T,C],
 //   mlp_norm [B,T,C], mlp_norm_rstd [B,T] fp32, gate [B,T,F], up [B,T,F], swiglu [B,T,F].
 // SwiGLU's backward writes dgate and dup over gate and up (they are read for the last time), so
 // the MLP's backward needs no [B,T,F] gradient buffer beside dswiglu's.

@@ -277,17 +277,17 @@ void Model::attention_forward(AttentionActivations& a, const std::string& h) {
     using T = decltype(tag);
     const auto s = kernel_stream(device_);
     const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
-               C = static_cast<std::int64_t>(config_.dim), H = static_cast<std::int64_t>(config_.heads);
+               HD = static_cast<std::int64_t>(config_.attention_dim()), H = static_cast<std::int64_t>(config_.heads);
     if (options_.attention == AttentionKind::naive) {
       a.att = make({B, H, Tn, Tn}, MemoryCategory::activations, h + "attn.probs");
-      a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
+      a.atty = make({B, Tn, HD}, MemoryCategory::activations, h + "attn.out");
       // The scores are needed only to compute the probabilities: workspace, freed at once.
       Tensor preatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores");
       kernels::attention_forward<T>(s, a.atty.data_as<T>(), preatt.data_as<T>(), a.att.data_as<T>(), a.qkv.data_as<T>(),
-                                    B_, T_, config_.dim, config_.heads, config_.num_kv_heads());
+                                    B_, T_, config_.attention_dim(), config_.heads, config_.num_kv_heads());
       return;
     }
-    a.atty = make({B, Tn, C}, MemoryCategory::activations, h + "attn.out");
+    a.atty = make({B, Tn, HD}, MemoryCategory::activations, h + "attn.out");
     a.lse = make_f32({B, H, Tn}, MemoryCategory::activations, h + "attn.lse");
     const kernels::AttentionShape shape = attention_shape();
     Tensor workspace = attention_workspace<T>(s, false, shape, h);
@@ -301,13 +301,13 @@ void Model::attention_recompute_probabilities(AttentionActivations& a, const std
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
     const auto B = static_cast<std::int64_t>(B_), Tn = static_cast<std::int64_t>(T_),
-               C = static_cast<std::int64_t>(config_.dim), H = static_cast<std::int64_t>(config_.heads);
+               HD = static_cast<std::int64_t>(config_.attention_dim()), H = static_cast<std::int64_t>(config_.heads);
     a.att = make({B, H, Tn, Tn}, MemoryCategory::activations, h + "attn.probs");
     // attention_forward also writes the scores and the output; both are already known: workspace.
     Tensor preatt = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores");
-    Tensor atty = make({B, Tn, C}, MemoryCategory::workspace, h + "attn.out.recomputed");
+    Tensor atty = make({B, Tn, HD}, MemoryCategory::workspace, h + "attn.out.recomputed");
     kernels::attention_forward<T>(kernel_stream(device_), atty.data_as<T>(), preatt.data_as<T>(), a.att.data_as<T>(),
-                                  a.qkv.data_as<T>(), B_, T_, config_.dim, config_.heads, config_.num_kv_heads());
+                                  a.qkv.data_as<T>(), B_, T_, config_.attention_dim(), config_.heads, config_.num_kv_heads());
   });
 }
 
@@ -321,7 +321,7 @@ void Model::attention_backward(Tensor& dqkv, const Tensor& datty, AttentionActiv
       // One B*H*T^2 buffer: the probabilities' gradient, then in place the scores' (kernels/attention.h)
       Tensor dscores = make({B, H, Tn, Tn}, MemoryCategory::workspace, h + "attn.scores.grad");
       kernels::attention_backward<T>(s, dqkv.data_as<T>(), dscores.data_as<T>(), datty.data_as<T>(), a.qkv.data_as<T>(),
-                                     a.att.data_as<T>(), B_, T_, config_.dim, config_.heads, config_.num_kv_heads());
+                                     a.att.data_as<T>(), B_, T_, config_.attention_dim(), config_.heads, config_.num_kv_heads());
       return;
     }
     const kernels::AttentionShape shape = attention_shape();

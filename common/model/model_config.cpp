@@ -32,9 +32,12 @@ void ModelConfig::validate() const {
   const std::string model = "model '" + name + "': ";
   if (vocab < 2 || seq < 1 || layers < 1 || heads < 1 || dim < 1 || num_kv_heads() < 1 || mlp_dim() < 1)
     throw ModelConfigError(model + "vocab >= 2 and seq, layers, heads, kv-heads, dim, ffn-dim >= 1 are needed");
-  if (dim % heads != 0)
+  if (arch == Arch::gpt && head_dim_set != 0 && head_dim_set * heads != dim)
+    throw ModelConfigError(model + "a GPT's head dimension is --dim / --heads; --head-dim " + std::to_string(head_dim_set) +
+                           " is the Llama family's (add --arch llama)");
+  if (head_dim_set == 0 && dim % heads != 0)
     throw ModelConfigError(model + "--dim " + std::to_string(dim) + " is not divisible by --heads " +
-                           std::to_string(heads));
+                           std::to_string(heads) + (arch == Arch::llama ? " (or set the head dimension: --head-dim)" : ""));
   // Token ids are int32 on the device. (Token files hold uint16 ids: a vocabulary above 65536, as
   // Llama-3's 128256, trains on the ids below it, and is estimated whole.)
   if (vocab > kMaxVocab)
@@ -44,10 +47,15 @@ void ModelConfig::validate() const {
     throw ModelConfigError(model + "--heads " + std::to_string(heads) + " is not a multiple of --kv-heads " +
                            std::to_string(kv_heads) + " (each K/V head serves heads / kv-heads query heads)");
   if (head_dim() % 2 != 0)
-    throw ModelConfigError(model + "the head dimension --dim / --heads = " + std::to_string(head_dim()) +
-                           " is odd: rotary embeddings rotate pairs of channels");
-  if (!(std::isfinite(rope_theta) && rope_theta > 1))
+    throw ModelConfigError(model + "the head dimension " + std::string(head_dim_set ? "--head-dim" : "--dim / --heads") +
+                           " = " + std::to_string(head_dim()) + " is odd: rotary embeddings rotate pairs of channels");
+  if (!(std::isfinite(rope.theta) && rope.theta > 1))
     throw ModelConfigError(model + "--rope-theta must be a finite number above 1");
+  try {
+    rope.check("rope");
+  } catch (const std::invalid_argument& e) {
+    throw ModelConfigError(model + e.what());
+  }
   if (!(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1))
     throw ModelConfigError(model + "--norm-eps must be a number between 0 and 1 (excluded)");
 }
@@ -60,8 +68,17 @@ nlohmann::json ModelConfig::to_json() const {
                       // as Hugging Face counts them: without the vocabulary's padding rows
                       {"parameters_without_padding", num_parameters() - ParameterTable(*this).padding_numel()}};
   if (arch == Arch::llama) {
-    j["rope_theta"] = rope_theta;
+    j["rope_theta"] = rope.theta;
+    if (rope.scaled())
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", rope.factor},
+                           {"low_freq_factor", rope.low_freq_factor},
+                           {"high_freq_factor", rope.high_freq_factor},
+                           {"original_max_position_embeddings", rope.original_context}};
     j["norm_eps"] = norm_eps;
+    j["head_dim"] = head_dim();
+    j["tied_head"] = head_is_tied();
+    j["qkv_bias"] = has_qkv_bias();
   }
   if (!origin.empty()) j["origin"] = origin;
   return j;
@@ -74,6 +91,11 @@ struct Preset {
   std::size_t vocab, seq, layers, heads, dim;
   std::size_t kv_heads = 0, ffn_dim = 0;  // Llama's (a GPT's: heads and 4C)
   double rope_theta = 0, norm_eps = 0;
+  // The variants (model_config.h): a tied head, q/k/v biases, D when not C/H, and Llama 3.1's
+  // rope scaling factor (its other constants are every Llama 3.x's: 1, 4 and 8192).
+  bool tied_head = false, qkv_bias = false;
+  std::size_t head_dim = 0;
+  double llama3_rope_factor = 1;
 
   ModelConfig config() const {
     ModelConfig c;
@@ -87,8 +109,12 @@ struct Preset {
     if (arch == Arch::llama) {
       c.kv_heads = kv_heads;
       c.ffn_dim = ffn_dim;
-      c.rope_theta = rope_theta;
+      c.rope.theta = rope_theta;
       c.norm_eps = norm_eps;
+      c.tied_head = tied_head;
+      c.qkv_bias = qkv_bias;
+      c.head_dim_set = head_dim;
+      if (llama3_rope_factor != 1) c.rope = kernels::RopeFrequencies::llama3(rope_theta, llama3_rope_factor, 1, 4, 8192);
     }
     return c;
   }
@@ -100,6 +126,14 @@ constexpr Preset gpt(const char* name, std::size_t vocab, std::size_t seq, std::
 constexpr Preset llama(const char* name, std::size_t vocab, std::size_t seq, std::size_t layers, std::size_t heads,
                        std::size_t kv_heads, std::size_t dim, std::size_t ffn_dim, double rope_theta, double norm_eps) {
   return {name, Arch::llama, vocab, seq, layers, heads, dim, kv_heads, ffn_dim, rope_theta, norm_eps};
+}
+// A Llama-family preset with its variants: tied head, q/k/v biases, head dimension, llama3 rope factor.
+constexpr Preset with(Preset p, bool tied_head, bool qkv_bias, std::size_t head_dim, double llama3_rope_factor) {
+  p.tied_head = tied_head;
+  p.qkv_bias = qkv_bias;
+  p.head_dim = head_dim;
+  p.llama3_rope_factor = llama3_rope_factor;
+  return p;
 }
 // GPT-2 sizes from the GPT-2 paper / llm.c; tiny and small are ours, byte-level (V = 256).
 // tiny-hd64 and tiny-hd128 are tiny models with the head dims the CUDA flash kernels take (64,
@@ -128,6 +162,13 @@ constexpr Preset kPresets[] = {
     llama("llama3-8b", 128256, 8192, 32, 32, 8, 4096, 14336, 500000, 1e-5),
     llama("llama3-70b", 128256, 8192, 80, 64, 8, 8192, 28672, 500000, 1e-5),
     llama("mistral-7b", 32000, 8192, 32, 32, 8, 4096, 14336, 10000, 1e-5),
+    // The shapes Hugging Face configs give (ANCHORS.md, "Hugging Face configs"; common/tests/data/hf_configs):
+    // the context is max_position_embeddings.
+    with(llama("llama3.2-1b", 128256, 131072, 16, 32, 8, 2048, 8192, 500000, 1e-5), true, false, 0, 32),
+    with(llama("llama3.1-8b", 128256, 131072, 32, 32, 8, 4096, 14336, 500000, 1e-5), false, false, 0, 8),
+    with(llama("qwen2.5-0.5b", 151936, 32768, 24, 14, 2, 896, 4864, 1000000, 1e-6), true, true, 0, 1),
+    with(llama("qwen2.5-7b", 152064, 131072, 28, 28, 4, 3584, 18944, 1000000, 1e-6), false, true, 0, 1),
+    with(llama("mistral-nemo-12b", 131072, 1024000, 40, 32, 8, 5120, 14336, 1000000, 1e-5), false, false, 128, 1),
 };
 }  // namespace
 
@@ -186,8 +227,11 @@ std::string ModelConfig::shape_summary() const {
   if (arch == Arch::llama) s += " Hkv=" + std::to_string(num_kv_heads());
   s += " C=" + std::to_string(dim);
   if (arch == Arch::llama) s += " F=" + std::to_string(mlp_dim());
-  return s + " T=" + std::to_string(seq) + " V=" + std::to_string(vocab) + ", padded to Vp=" +
-         std::to_string(padded_vocab(vocab));
+  if (arch == Arch::llama && head_dim_set != 0) s += " D=" + std::to_string(head_dim());  // only where it is not C/H
+  s += " T=" + std::to_string(seq) + " V=" + std::to_string(vocab) + ", padded to Vp=" + std::to_string(padded_vocab(vocab));
+  if (arch == Arch::llama && tied_head) s += ", tied head";
+  if (arch == Arch::llama && qkv_bias) s += ", q/k/v biases";
+  return s;
 }
 
 }  // namespace trainmem

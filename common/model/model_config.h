@@ -3,7 +3,9 @@
 //          attention, the LM head tied to the token embedding.
 //   llama  Llama-style: RMSNorm (eps), rotary position embeddings (theta; no parameters), a SwiGLU
 //          MLP of its own hidden size F, grouped-query attention (kv_heads K/V heads shared by
-//          heads / kv_heads query heads each), an untied head, no biases.
+//          heads / kv_heads query heads each), no biases and an untied head unless the config says
+//          otherwise (its variants below: a tied head, biases on q, k, v, a head dimension that is
+//          not C / H; the shapes of Llama 3.2, Qwen2 and Mistral NeMo).
 // One description and one parameter table (parameter_table.h) for both; the presets give the
 // published shapes.
 #pragma once
@@ -15,6 +17,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/cli/enum_table.h"
+#include "kernels/rope_frequencies.h"
 
 namespace trainmem {
 
@@ -47,22 +50,31 @@ struct ModelConfig {
   // read num_kv_heads() and mlp_dim(), which say so for both families).
   std::size_t kv_heads = 4;  // Hkv, the K/V heads (grouped-query attention; = H: multi-head attention)
   std::size_t ffn_dim = 176; // F, SwiGLU's hidden size
-  double rope_theta = 10000; // the rotary embedding's base
+  kernels::RopeFrequencies rope;  // the rotary embedding's base theta (rope.theta, 10000) and its Llama 3.1 rescaling
   double norm_eps = 1e-5;    // RMSNorm's epsilon
+  // The Llama family's variants, as Hugging Face configs name them (a GPT's head is always tied and
+  // its linears always have biases: it ignores these).
+  bool tied_head = false;        // tie_word_embeddings: the LM head is wte (Llama 3.2 1B/3B, Qwen2.5 0.5B-3B)
+  bool qkv_bias = false;         // biases on the q, k, v projections (Qwen2; o and the MLP have none)
+  std::size_t head_dim_set = 0;  // head_dim: D when it is not C / H (Mistral NeMo: C 5120, H 32, D 128); 0: C / H
   // Where the shape came from when it is not a preset as it stands: what the user gave and what
   // was filled in, from where ("as given: --layers 24 --heads 16 --dim 1024; filled in: T=1024 (GPT-2's; no --seq), ...").
   // Empty for a preset. Printed in every command's first line (label()).
   std::string origin;
 
-  std::size_t head_dim() const { return dim / heads; }                               // D
-  std::size_t num_kv_heads() const { return arch == Arch::llama ? kv_heads : heads; }  // Hkv
-  std::size_t mlp_dim() const { return arch == Arch::llama ? ffn_dim : 4 * dim; }      // F
+  std::size_t head_dim() const { return llama() && head_dim_set ? head_dim_set : dim / heads; }  // D
+  std::size_t num_kv_heads() const { return llama() ? kv_heads : heads; }  // Hkv
+  std::size_t mlp_dim() const { return llama() ? ffn_dim : 4 * dim; }      // F
+  std::size_t attention_dim() const { return heads * head_dim(); }          // H*D: attention's output row (= C unless D is set)
+  bool head_is_tied() const { return !llama() || tied_head; }               // the LM head is wte
+  bool has_qkv_bias() const { return !llama() || qkv_bias; }
 
   // Parameters (parameter_table.h lists them):
   //   gpt    wte Vp*C (Vp = padded_vocab(V)) + wpe T*C + L * (12 C^2 + 13 C) + 2 C (final
   //          layernorm); the LM head is tied to wte. Per layer: ln1 2C, qkv 3C^2+3C, attn proj
   //          C^2+C, ln2 2C, fc 4C^2+4C, fc proj 4C^2+C.
-  //   llama  wte Vp*C + head Vp*C + L * (2C + (H + 2 Hkv) D C + C^2 + 3 F C) + C (final norm).
+  //   llama  wte Vp*C (+ head Vp*C, untied) + L * (2C + (H + 2 Hkv) D C (+ (H + 2 Hkv) D, q, k, v
+  //          biases) + H D C + 3 F C) + C (final norm).
   // Checked (common/util/checked_math.h): SizeLimitError if the count passes 2^62.
   std::size_t num_parameters() const;
 
@@ -77,6 +89,9 @@ struct ModelConfig {
   // Throws ModelConfigError saying what to change (e.g. dim not divisible by heads).
   void validate() const;
   nlohmann::json to_json() const;
+
+ private:
+  bool llama() const { return arch == Arch::llama; }
 };
 
 struct ModelConfigError : std::invalid_argument {

@@ -1,5 +1,7 @@
 #include "common/model/parameter_table.h"
 
+#include <stdexcept>
+
 #include "common/util/checked_math.h"
 
 namespace trainmem {
@@ -10,7 +12,11 @@ std::size_t ParameterInfo::numel() const {
   return n;
 }
 
-ParameterTable::ParameterTable(const ModelConfig& config) : arch_(config.arch), layers_(config.layers) {
+ParameterTable::ParameterTable(const ModelConfig& config)
+    : arch_(config.arch),
+      layers_(config.layers),
+      tied_head_(config.head_is_tied()),
+      qkv_bias_(config.arch == Arch::llama && config.has_qkv_bias()) {
   const auto V = static_cast<std::int64_t>(config.vocab), Vp = static_cast<std::int64_t>(padded_vocab(config.vocab)),
              T = static_cast<std::int64_t>(config.seq), C = static_cast<std::int64_t>(config.dim);
   using I = ParameterInit;
@@ -22,8 +28,9 @@ ParameterTable::ParameterTable(const ModelConfig& config) : arch_(config.arch), 
   };
   if (arch_ == Arch::llama) {
     const auto F = static_cast<std::int64_t>(config.mlp_dim()),
-               QKV = static_cast<std::int64_t>((config.heads + 2 * config.num_kv_heads()) * config.head_dim());
-    entries_.reserve(3 + layers_ * kLlamaParametersPerLayer);
+               QKV = static_cast<std::int64_t>((config.heads + 2 * config.num_kv_heads()) * config.head_dim()),
+               HD = static_cast<std::int64_t>(config.attention_dim());
+    entries_.reserve(3 + layers_ * per_layer());
     entries_.push_back({"wte", {Vp, C}, -1, I::normal, Vp - V});
     for (std::size_t l = 0; l < layers_; ++l) {
       const std::string h = layer_prefix(l);
@@ -31,14 +38,15 @@ ParameterTable::ParameterTable(const ModelConfig& config) : arch_(config.arch), 
       // In LlamaLayerParameter order.
       entries_.push_back({h + "attn_norm.weight", {C}, layer, I::ones});
       entries_.push_back({h + "attn.qkv.weight", {QKV, C}, layer, I::normal});
-      entries_.push_back({h + "attn.proj.weight", {C, C}, layer, I::residual});
+      if (qkv_bias_) entries_.push_back({h + "attn.qkv.bias", {QKV}, layer, I::zeros});
+      entries_.push_back({h + "attn.proj.weight", {C, HD}, layer, I::residual});
       entries_.push_back({h + "mlp_norm.weight", {C}, layer, I::ones});
       entries_.push_back({h + "mlp.gate.weight", {F, C}, layer, I::normal});
       entries_.push_back({h + "mlp.up.weight", {F, C}, layer, I::normal});
       entries_.push_back({h + "mlp.down.weight", {C, F}, layer, I::residual});
     }
     entries_.push_back({"norm.weight", {C}, -1, I::ones});
-    entries_.push_back({"head.weight", {Vp, C}, -1, I::normal, Vp - V});
+    if (!tied_head_) entries_.push_back({"head.weight", {Vp, C}, -1, I::normal, Vp - V});
     return;
   }
   entries_.reserve(4 + layers_ * kParametersPerLayer);
@@ -65,16 +73,30 @@ ParameterTable::ParameterTable(const ModelConfig& config) : arch_(config.arch), 
   entries_.push_back({"lnf.bias", {C}, -1, I::zeros});
 }
 
+std::size_t ParameterTable::per_layer() const {
+  if (arch_ == Arch::gpt) return kParametersPerLayer;
+  return static_cast<std::size_t>(LlamaLayerParameter::down_weight) + 1 - (qkv_bias_ ? 0 : 1);
+}
+
+std::size_t ParameterTable::index(std::size_t layer, LlamaLayerParameter which) const {
+  if (!has(which)) throw std::logic_error("ParameterTable::index: this Llama has no q, k, v biases");
+  auto k = static_cast<std::size_t>(which);
+  if (!qkv_bias_ && which > LlamaLayerParameter::qkv_bias) --k;  // the slot is not there
+  return 1 + layer * per_layer() + k;
+}
+
 std::vector<std::size_t> ParameterTable::root_indices() const {
-  if (arch_ == Arch::llama) return {kWte, norm_weight(), head_weight()};
+  if (arch_ == Arch::llama) {
+    if (tied_head_) return {kWte, norm_weight()};
+    return {kWte, norm_weight(), head_weight()};
+  }
   return {kWte, kWpe, lnf_weight(), lnf_bias()};
 }
 
 std::vector<std::size_t> ParameterTable::layer_indices(std::size_t layer) const {
-  const bool llama = arch_ == Arch::llama;
-  const std::size_t first = llama ? 1 : 2, per_layer = llama ? kLlamaParametersPerLayer : kParametersPerLayer;
+  const std::size_t first = arch_ == Arch::llama ? 1 : 2;
   std::vector<std::size_t> indices;
-  for (std::size_t k = 0; k < per_layer; ++k) indices.push_back(first + layer * per_layer + k);
+  for (std::size_t k = 0; k < per_layer(); ++k) indices.push_back(first + layer * per_layer() + k);
   return indices;
 }
 

@@ -14,15 +14,16 @@
 //      mlp.fc.weight [4C, C], mlp.fc.bias [4C], mlp.proj.weight [C, 4C], mlp.proj.bias [C]
 //   2 + 12 L, 2 + 12 L + 1   lnf.weight [C], lnf.bias [C]
 //   A layer holds 12 C^2 + 13 C elements; the model Vp C + T C + L (12 C^2 + 13 C) + 2 C.
-// llama (no biases; rotary embeddings have no parameters; D = C / H):
+// llama (rotary embeddings have no parameters; D = C / H unless the config sets it):
 //   0  wte               [Vp, C]    token embedding (padding rows as GPT's)
-//   per layer l, at index 1 + 7 l + k, k in LlamaLayerParameter order:
+//   per layer l, at index 1 + P l + k (P = 7, or 8 with q, k, v biases), in LlamaLayerParameter order:
 //      attn_norm.weight [C], attn.qkv.weight [(H + 2 Hkv) D, C] (q, then k, then v rows),
-//      attn.proj.weight [C, C], mlp_norm.weight [C], mlp.gate.weight [F, C], mlp.up.weight [F, C],
-//      mlp.down.weight [C, F]
-//   1 + 7 L      norm.weight [C]     the final RMSNorm
-//   1 + 7 L + 1  head.weight [Vp, C] the LM head, untied (padding rows zero)
-//   A layer holds 2C + (H + 2 Hkv) D C + C^2 + 3 F C elements; the model 2 Vp C + L (...) + C.
+//      attn.qkv.bias [(H + 2 Hkv) D] (only with qkv_bias, Qwen2), attn.proj.weight [C, H D],
+//      mlp_norm.weight [C], mlp.gate.weight [F, C], mlp.up.weight [F, C], mlp.down.weight [C, F]
+//   1 + P L      norm.weight [C]     the final RMSNorm
+//   1 + P L + 1  head.weight [Vp, C] the LM head (padding rows zero); none when it is tied to wte
+//   A layer holds 2C + (H + 2 Hkv) D C (+ (H + 2 Hkv) D) + H D C + 3 F C elements; the model
+//   Vp C (+ Vp C, untied) + L (...) + C.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -39,11 +40,11 @@ enum class LayerParameter : std::size_t {
   ln2_weight, ln2_bias, fc_weight, fc_bias, mlp_proj_weight, mlp_proj_bias,
 };
 constexpr std::size_t kParametersPerLayer = 12;
-// A Llama layer's parameters, in their order within the layer.
+// A Llama layer's parameters, in their order within the layer; qkv_bias only where the config
+// has it (ModelConfig::qkv_bias).
 enum class LlamaLayerParameter : std::size_t {
-  attn_norm_weight, qkv_weight, attn_proj_weight, mlp_norm_weight, gate_weight, up_weight, down_weight,
+  attn_norm_weight, qkv_weight, qkv_bias, attn_proj_weight, mlp_norm_weight, gate_weight, up_weight, down_weight,
 };
-constexpr std::size_t kLlamaParametersPerLayer = 7;
 
 // GPT-2's initialization: N(0, 0.02); residual projections N(0, 0.02 / sqrt(2L)); ones; zeros.
 enum class ParameterInit { normal, residual, ones, zeros };
@@ -66,22 +67,21 @@ class ParameterTable {
   const ParameterInfo& operator[](std::size_t i) const { return entries_[i]; }
 
   // Indices into all(). GPT's layer parameters: index(layer, LayerParameter); Llama's:
-  // index(layer, LlamaLayerParameter).
+  // index(layer, LlamaLayerParameter) (a logic_error for qkv_bias where the model has none).
   static constexpr std::size_t kWte = 0, kWpe = 1;
   static std::size_t index(std::size_t layer, LayerParameter which) {
     return 2 + layer * kParametersPerLayer + static_cast<std::size_t>(which);
   }
-  static std::size_t index(std::size_t layer, LlamaLayerParameter which) {
-    return 1 + layer * kLlamaParametersPerLayer + static_cast<std::size_t>(which);
-  }
+  std::size_t index(std::size_t layer, LlamaLayerParameter which) const;
+  bool has(LlamaLayerParameter which) const { return which != LlamaLayerParameter::qkv_bias || qkv_bias_; }
   // GPT's final layernorm.
   std::size_t lnf_weight() const { return 2 + layers_ * kParametersPerLayer; }
   std::size_t lnf_bias() const { return lnf_weight() + 1; }
-  // Llama's final RMSNorm and untied LM head.
-  std::size_t norm_weight() const { return 1 + layers_ * kLlamaParametersPerLayer; }
-  std::size_t head_weight() const { return norm_weight() + 1; }
+  // Llama's final RMSNorm, and the LM head: its own weight, or wte where tied (GPT's: wte).
+  std::size_t norm_weight() const { return 1 + layers_ * per_layer(); }
+  std::size_t head_weight() const { return tied_head_ ? kWte : norm_weight() + 1; }
   // The parameters outside the layers, in order (the root unit of the sharding strategies):
-  // gpt wte, wpe, lnf.weight, lnf.bias; llama wte, norm.weight, head.weight.
+  // gpt wte, wpe, lnf.weight, lnf.bias; llama wte, norm.weight, head.weight (untied).
   std::vector<std::size_t> root_indices() const;
   std::vector<std::size_t> layer_indices(std::size_t layer) const;
 
@@ -94,8 +94,11 @@ class ParameterTable {
   std::size_t padding_numel() const;
 
  private:
+  std::size_t per_layer() const;  // a layer's parameter tensors
+
   Arch arch_;
   std::size_t layers_;
+  bool tied_head_, qkv_bias_;
   std::vector<ParameterInfo> entries_;
 };
 

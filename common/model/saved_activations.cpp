@@ -22,14 +22,14 @@ SavedActivations saved_activations(const ModelConfig& c, std::size_t B, std::siz
                                    AttentionKind attention) {
   const std::size_t e = dtype_size(dtype), f32 = 4, BT = B * T, C = c.dim, H = c.heads, F = c.mlp_dim(),
                     Vp = padded_vocab(c.vocab), QKV = (H + 2 * c.num_kv_heads()) * c.head_dim();
-  const std::size_t btc = BT * C * e, stat = BT * f32;
+  const std::size_t btc = BT * C * e, stat = BT * f32, bthd = BT * c.attention_dim() * e;  // H*D = C unless D is set
   // attention (model.cpp): naive saves the probabilities, made before its output; flash and
   // cudnn the output, then the log-sum-exp per query row.
   std::vector<SavedTensor> attn;
   if (attention == AttentionKind::naive)
-    attn = {{"attn.probs", B * H * T * T * e, true}, {"attn.out", btc, false}};
+    attn = {{"attn.probs", B * H * T * T * e, true}, {"attn.out", bthd, false}};
   else
-    attn = {{"attn.out", btc, false}, {"attn.lse", B * H * T * f32, false}};
+    attn = {{"attn.out", bthd, false}, {"attn.lse", B * H * T * f32, false}};
 
   SavedActivations s;
   s.residual = btc;

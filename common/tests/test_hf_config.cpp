@@ -6,6 +6,9 @@
 
 #include <fstream>
 #include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "common/model/hf_config.h"
 #include "common/model/parameter_table.h"
@@ -63,6 +66,69 @@ TEST(HfConfig, TinyLlamaCountsAsTransformers) {
   EXPECT_EQ(c.origin.find("not read"), std::string::npos) << c.origin;  // every field known
 }
 
+// The Llama family's variants, counted as transformers counts them (ANCHORS.md): a tied head
+// (Llama 3.2 1B, Qwen2.5 0.5B), q, k, v biases (Qwen2), a head dimension that is not C / H (NeMo).
+TEST(HfConfig, Qwen2CountsAsTransformers) {
+  const ModelConfig small = read_hf_config(config_dir("Qwen2.5-0.5B"));
+  EXPECT_EQ(small.arch, Arch::llama);
+  EXPECT_TRUE(small.qkv_bias);
+  EXPECT_TRUE(small.tied_head);
+  EXPECT_EQ(small.num_kv_heads(), 2u);
+  EXPECT_EQ(small.head_dim(), 64u);
+  EXPECT_EQ(hugging_face_count(small), 494032768u);
+  EXPECT_EQ(small.origin.find("not read"), std::string::npos) << small.origin;
+  const ModelConfig seven = read_hf_config(config_dir("Qwen2.5-7B"));
+  EXPECT_FALSE(seven.tied_head);
+  EXPECT_EQ(seven.head_dim(), 128u);
+  EXPECT_EQ(seven.vocab, 152064u);
+  EXPECT_EQ(hugging_face_count(seven), 7615616512u);
+}
+
+TEST(HfConfig, MistralNemoCountsAsTransformers) {
+  const ModelConfig c = read_hf_config(config_dir("Mistral-Nemo-Base-2407"));
+  EXPECT_EQ(c.head_dim(), 128u);          // head_dim, not 5120 / 32 = 160
+  EXPECT_EQ(c.attention_dim(), 4096u);    // H*D: attention's output, projected back to C = 5120
+  EXPECT_EQ(c.dim, 5120u);
+  EXPECT_EQ(hugging_face_count(c), 12247782400u);
+}
+
+// Llama 3.2 1B: a tied head, and Llama 3.1's rope scaling (kernels/rope_frequencies.h).
+TEST(HfConfig, Llama32CountsAsTransformers) {
+  const ModelConfig c = read_hf_config(config_dir("Llama-3.2-1B"));
+  EXPECT_TRUE(c.tied_head);
+  EXPECT_EQ(c.head_dim(), 64u);
+  EXPECT_EQ(c.rope.theta, 500000.0);
+  EXPECT_TRUE(c.rope.scaled());
+  EXPECT_EQ(c.rope.factor, 32.0);
+  EXPECT_EQ(c.rope.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope.original_context, 8192.0);
+  EXPECT_EQ(c.seq, 131072u);
+  EXPECT_EQ(hugging_face_count(c), 1235814400u);
+  EXPECT_EQ(c.num_parameters() - hugging_face_count(c), 0u);  // 128256 = 2004 * 64: no padding row
+  EXPECT_EQ(c.origin.find("not read"), std::string::npos) << c.origin;
+}
+
+// The presets of those shapes are their configs: every field the same (the JSON without name and
+// origin), so the ANCHORS counts above hold for the presets too.
+TEST(HfConfig, ThePresetsAreTheirConfigs) {
+  for (const auto& [preset, config] : {std::pair{"llama3.2-1b", "Llama-3.2-1B"}, {"qwen2.5-0.5b", "Qwen2.5-0.5B"},
+                                       {"qwen2.5-7b", "Qwen2.5-7B"}, {"mistral-nemo-12b", "Mistral-Nemo-Base-2407"}}) {
+    SCOPED_TRACE(preset);
+    nlohmann::json from_preset = model_preset(preset).to_json(), from_file = read_hf_config(config_dir(config)).to_json();
+    for (nlohmann::json* j : {&from_preset, &from_file}) {
+      j->erase("name");
+      j->erase("origin");
+    }
+    EXPECT_EQ(from_preset, from_file) << from_preset.dump() << "\n" << from_file.dump();
+  }
+  // Llama 3.1 8B: llama3-8b's weights (8,030,261,248) at its 128k context, with its rope scaling.
+  const ModelConfig llama31 = model_preset("llama3.1-8b");
+  EXPECT_EQ(llama31.num_parameters(), 8030261248u);
+  EXPECT_EQ(llama31.rope.factor, 8.0);
+  EXPECT_EQ(llama31.seq, 131072u);
+}
+
 // transformers' defaults for a field the file leaves out: LlamaConfig's K/V heads = heads,
 // 2048 positions, RMSNorm eps 1e-6; MistralConfig's 8 K/V heads and 14336-wide MLP; GPT2Config's
 // GPT-2 small.
@@ -74,7 +140,7 @@ TEST(HfConfig, AFieldLeftOutTakesItsFamilysDefault) {
   EXPECT_EQ(llama.seq, 2048u);
   EXPECT_EQ(llama.vocab, 32000u);
   EXPECT_EQ(llama.norm_eps, 1e-6);
-  EXPECT_EQ(llama.rope_theta, 10000);
+  EXPECT_EQ(llama.rope.theta, 10000);
   const ModelConfig mistral = read_hf_config(write_config(
       "mistral-defaults", R"({"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 8,
                              "num_hidden_layers": 2, "max_position_embeddings": 4096})"));
@@ -88,22 +154,34 @@ TEST(HfConfig, AFieldLeftOutTakesItsFamilysDefault) {
   const ModelConfig rope5 = read_hf_config(write_config(
       "llama-rope5", R"({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
                         "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})"));
-  EXPECT_EQ(rope5.rope_theta, 500000.0);
+  EXPECT_EQ(rope5.rope.theta, 500000.0);
 }
 
 // What would compute something else is refused, naming the field (the shapes to come: issue 44).
 TEST(HfConfig, WhatIsNotModelledIsRefusedNamingTheField) {
-  EXPECT_NE(refusal(config_dir("Llama-3.2-1B")).find("tie_word_embeddings = true: tied input and output embeddings"),
-            std::string::npos);
-  EXPECT_NE(refusal(config_dir("Mistral-Nemo-Base-2407")).find("head_dim = 128: a head dimension other than"),
-            std::string::npos);
-  EXPECT_NE(refusal(config_dir("Qwen2.5-0.5B")).find("model_type = \"qwen2\": Qwen2's q, k, v projections have biases"),
-            std::string::npos);
   EXPECT_NE(refusal(config_dir("Mixtral-8x7B")).find("mixture of experts"), std::string::npos);
-  const std::string scaled = refusal(write_config(
+  // A bias on o (Llama's attention_bias biases q, k, v and o) is not modelled; Qwen2's q, k, v are.
+  EXPECT_NE(refusal(write_config("llama-bias", R"({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
+                                 "num_hidden_layers": 2, "attention_bias": true})"))
+                .find("attention_bias = true: a bias on the output projection o"),
+            std::string::npos);
+  // Qwen2's sliding window, where use_sliding_window turns it on for layers from max_window_layers.
+  const std::string qwen_sliding = R"({"model_type": "qwen2", "hidden_size": 256, "num_attention_heads": 4,
+      "num_key_value_heads": 4, "num_hidden_layers": 4, "max_position_embeddings": 8192, "sliding_window": 4096,
+      "max_window_layers": 2,
+      "use_sliding_window": )";
+  EXPECT_NE(refusal(write_config("qwen-sliding", qwen_sliding + "true}")).find("use_sliding_window = true"),
+            std::string::npos);
+  EXPECT_NO_THROW(read_hf_config(write_config("qwen-full", qwen_sliding + "false}")));
+  const std::string partial = refusal(write_config(
       "llama-scaled", R"({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
                          "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})"));
-  EXPECT_NE(scaled.find("rope_scaling = {"), std::string::npos) << scaled;
+  EXPECT_NE(partial.find("rope_scaling = {"), std::string::npos) << partial;
+  EXPECT_NE(partial.find("llama3 scaling without its low_freq_factor"), std::string::npos) << partial;
+  const std::string linear = refusal(write_config(
+      "llama-linear", R"({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+                         "rope_scaling": {"type": "linear", "factor": 2.0}})"));
+  EXPECT_NE(linear.find("rope scaling of type 'linear' is not modelled (llama3 is)"), std::string::npos) << linear;
   // Mistral's default window (4096) is shorter than a context of 32768: refused; null: none.
   EXPECT_NE(refusal(write_config("mistral-window", R"({"model_type": "mistral", "hidden_size": 256,
                                    "num_attention_heads": 8, "num_hidden_layers": 2, "max_position_embeddings": 32768})"))

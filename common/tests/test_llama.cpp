@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
+#include <ostream>
 #include <vector>
 
 #include "common/device/device.h"
@@ -43,11 +45,26 @@ Vec rmsnorm(const Vec& x, const double* w, std::size_t N, std::size_t C, double 
   return out;
 }
 
+// theta^(-2i/D), and with Llama 3.1's scaling as transformers' _compute_llama3_parameters writes it:
+// wavelengths above L0 / low_freq_factor divided by the factor, below L0 / high_freq_factor kept,
+// and between them blended, (1 - s) f / factor + s f with s = (L0 / wavelength - low) / (high - low).
+double reference_frequency(const kernels::RopeFrequencies& rope, std::size_t i, std::size_t D) {
+  const double f = std::pow(rope.theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  if (rope.factor == 1) return f;
+  const double wavelength = 2 * std::numbers::pi / f, L0 = rope.original_context;
+  const double s = (L0 / wavelength - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+  if (wavelength > L0 / rope.low_freq_factor) return f / rope.factor;
+  if (wavelength < L0 / rope.high_freq_factor) return f;
+  return (1 - s) * f / rope.factor + s * f;
+}
+
 // The forward in double precision on the host, parameters laid out as parameter_table.h says.
 double llama_reference_loss(const ModelConfig& cfg, const Vec& params, const std::vector<std::int32_t>& tokens,
                             const std::vector<std::int32_t>& targets, std::size_t B, std::size_t T) {
+  // D: C / H, or the config's head dimension (then attention's output is H*D wide, not C).
   const std::size_t C = cfg.dim, V = cfg.vocab, Vp = padded_vocab(V), H = cfg.heads, Hkv = cfg.kv_heads,
-                    D = C / H, F = cfg.ffn_dim, N = B * T, QKV = (H + 2 * Hkv) * D;
+                    D = cfg.head_dim_set ? cfg.head_dim_set : C / H, HD = H * D, F = cfg.ffn_dim, N = B * T,
+                    QKV = (H + 2 * Hkv) * D;
   std::size_t offset = 0;
   auto take = [&](std::size_t n) {
     const double* ptr = params.data() + offset;
@@ -59,22 +76,25 @@ double llama_reference_loss(const ModelConfig& cfg, const Vec& params, const std
   for (std::size_t n = 0; n < N; ++n)
     for (std::size_t c = 0; c < C; ++c) x[n * C + c] = wte[static_cast<std::size_t>(tokens[n]) * C + c];
   for (std::size_t l = 0; l < cfg.layers; ++l) {
-    const double *attn_norm = take(C), *wqkv = take(QKV * C), *wo = take(C * C), *mlp_norm = take(C),
-                 *wgate = take(F * C), *wup = take(F * C), *wdown = take(C * F);
+    const double *attn_norm = take(C), *wqkv = take(QKV * C), *bqkv = cfg.qkv_bias ? take(QKV) : nullptr,
+                 *wo = take(C * HD), *mlp_norm = take(C), *wgate = take(F * C), *wup = take(F * C), *wdown = take(C * F);
     Vec qkv = linear(rmsnorm(x, attn_norm, N, C, cfg.norm_eps), wqkv, N, C, QKV);
+    if (bqkv)  // Qwen2's biases, added before RoPE
+      for (std::size_t n = 0; n < N; ++n)
+        for (std::size_t o = 0; o < QKV; ++o) qkv[n * QKV + o] += bqkv[o];
     // RoPE, rotate-half: element i pairs with i + D/2, turned by t * theta^(-2i/D); q's H heads
     // and k's Hkv heads (which start at column H*D), not v's.
     for (std::size_t n = 0; n < N; ++n)
       for (std::size_t head = 0; head < H + Hkv; ++head)
         for (std::size_t i = 0; i < D / 2; ++i) {
           double* v = &qkv[n * QKV + head * D];
-          const double angle = static_cast<double>(n % T) * std::pow(cfg.rope_theta, -2.0 * i / D);
+          const double angle = static_cast<double>(n % T) * reference_frequency(cfg.rope, i, D);
           const double a = v[i], b = v[i + D / 2];
           v[i] = a * std::cos(angle) - b * std::sin(angle);
           v[i + D / 2] = a * std::sin(angle) + b * std::cos(angle);
         }
     // Causal attention; query head h reads K/V head h / (H / Hkv).
-    Vec atty(N * C, 0.0);
+    Vec atty(N * HD, 0.0);
     for (std::size_t b = 0; b < B; ++b)
       for (std::size_t h = 0; h < H; ++h)
         for (std::size_t t = 0; t < T; ++t) {
@@ -91,10 +111,10 @@ double llama_reference_loss(const ModelConfig& cfg, const Vec& params, const std
           for (double& s : score) sum += (s = std::exp(s - top));
           for (std::size_t u = 0; u <= t; ++u) {
             const double* v = &qkv[(b * T + u) * QKV + (H + Hkv + g) * D];
-            for (std::size_t d = 0; d < D; ++d) atty[(b * T + t) * C + h * D + d] += score[u] / sum * v[d];
+            for (std::size_t d = 0; d < D; ++d) atty[(b * T + t) * HD + h * D + d] += score[u] / sum * v[d];
           }
         }
-    const Vec proj = linear(atty, wo, N, C, C);
+    const Vec proj = linear(atty, wo, N, HD, C);
     for (std::size_t i = 0; i < N * C; ++i) x[i] += proj[i];  // x is now residual2
     const Vec n2 = rmsnorm(x, mlp_norm, N, C, cfg.norm_eps);
     const Vec gate = linear(n2, wgate, N, C, F), up = linear(n2, wup, N, C, F);
@@ -104,7 +124,7 @@ double llama_reference_loss(const ModelConfig& cfg, const Vec& params, const std
     for (std::size_t i = 0; i < N * C; ++i) x[i] += down[i];
   }
   const double* norm = take(C);
-  const double* head = take(Vp * C);  // untied; its first V rows make the unpadded logits
+  const double* head = cfg.tied_head ? wte : take(Vp * C);  // its first V rows make the unpadded logits
   const Vec logits = linear(rmsnorm(x, norm, N, C, cfg.norm_eps), head, N, C, V);
   double total = 0;
   for (std::size_t n = 0; n < N; ++n) {
@@ -128,7 +148,7 @@ ModelConfig small_llama() {
   cfg.kv_heads = 2;
   cfg.ffn_dim = 24;
   cfg.vocab = 23;
-  cfg.rope_theta = 500.0;  // angles that turn well within 8 positions
+  cfg.rope.theta = 500.0;  // angles that turn well within 8 positions
   cfg.norm_eps = 1e-3;
   return cfg;
 }
@@ -142,6 +162,53 @@ TEST(Llama, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
   testing_support::expect_gradients_match_reference(model, B, T, [&](const Vec& p, const Batch& b) {
     return llama_reference_loss(cfg, p, b.host_tokens, b.host_targets, B, T);
   });
+}
+
+// The shapes Hugging Face configs give the family (model_config.h): a head tied to wte (Llama 3.2,
+// Qwen2.5 0.5B-3B), biases on q, k, v (Qwen2), a head dimension that is not C / H (Mistral NeMo), and
+// all three at once. The same check: the reference reads the parameters as the table lays them out.
+struct LlamaVariant {
+  const char* name;
+  bool tied_head, qkv_bias;
+  std::size_t head_dim;  // 0: C / H
+  bool llama3_rope = false;
+};
+void PrintTo(const LlamaVariant& v, std::ostream* os) { *os << v.name; }  // (gtest's name for the case)
+class LlamaVariants : public testing::TestWithParam<LlamaVariant> {};
+
+TEST_P(LlamaVariants, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
+  ModelConfig cfg = small_llama();
+  cfg.tied_head = GetParam().tied_head;
+  cfg.qkv_bias = GetParam().qkv_bias;
+  cfg.head_dim_set = GetParam().head_dim;
+  if (GetParam().llama3_rope)  // with D = 8 and theta 500: pair 0 kept, pair 1 blended, pairs 2 and 3 divided
+    cfg.rope = kernels::RopeFrequencies::llama3(cfg.rope.theta, 8, 1, 4, 64);
+  const std::size_t B = 2, T = 7;
+  auto device = cpu_device();
+  Llama model(*device, cfg, 7);
+  testing_support::expect_gradients_match_reference(model, B, T, [&](const Vec& p, const Batch& b) {
+    return llama_reference_loss(cfg, p, b.host_tokens, b.host_targets, B, T);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Llama, LlamaVariants,
+                         testing::Values(LlamaVariant{"TiedHead", true, false, 0}, LlamaVariant{"QkvBias", false, true, 0},
+                                         LlamaVariant{"HeadDim6", false, false, 6},  // H*D = 24 != C = 16
+                                         LlamaVariant{"AllThree", true, true, 2},    // H*D = 8 < C
+                                         LlamaVariant{"Llama3RopeScaling", true, false, 8, true}),
+                         [](const testing::TestParamInfo<LlamaVariant>& info) { return std::string(info.param.name); });
+
+// A tied head is one tensor: no head.weight, wte's gradient gathers the head's and the embedding's.
+TEST(Llama, ATiedHeadIsWteAndHasNoParameterOfItsOwn) {
+  ModelConfig cfg = model_preset("llama-tiny");
+  const std::size_t untied = cfg.num_parameters();
+  cfg.tied_head = true;
+  EXPECT_EQ(untied - cfg.num_parameters(), padded_vocab(cfg.vocab) * cfg.dim);
+  auto device = cpu_device();
+  Llama model(*device, cfg, 1);
+  EXPECT_EQ(model.parameters().back().name, "norm.weight");
+  for (const Parameter& p : model.parameters()) EXPECT_NE(p.name, "head.weight");
+  testing_support::expect_a_step_ends_where_it_began(model);
 }
 
 TEST(Llama, ActivationsAreFreedByBackwardAndTheStepEndsWhereItBegan) {

@@ -6,6 +6,8 @@
 // indices name their tensors.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
 #include "common/model/gpt.h"
 #include "common/model/parameter_table.h"
 
@@ -99,11 +101,11 @@ TEST(ParameterTable, LlamaLayoutAndFormula) {
   EXPECT_EQ(table[table.norm_weight()].name, "norm.weight");
   EXPECT_EQ(table[table.head_weight()].name, "head.weight");
   EXPECT_EQ(table[table.head_weight()].padding_rows, 5);
-  EXPECT_EQ(table[ParameterTable::index(2, LlamaLayerParameter::qkv_weight)].name, "h2.attn.qkv.weight");
-  EXPECT_EQ(table[ParameterTable::index(2, LlamaLayerParameter::qkv_weight)].shape,
+  EXPECT_EQ(table[table.index(2, LlamaLayerParameter::qkv_weight)].name, "h2.attn.qkv.weight");
+  EXPECT_EQ(table[table.index(2, LlamaLayerParameter::qkv_weight)].shape,
             (std::vector<std::int64_t>{static_cast<std::int64_t>((H + 2 * Hkv) * D), static_cast<std::int64_t>(C)}));
-  EXPECT_EQ(table[ParameterTable::index(1, LlamaLayerParameter::down_weight)].name, "h1.mlp.down.weight");
-  EXPECT_EQ(table[ParameterTable::index(1, LlamaLayerParameter::down_weight)].shape,
+  EXPECT_EQ(table[table.index(1, LlamaLayerParameter::down_weight)].name, "h1.mlp.down.weight");
+  EXPECT_EQ(table[table.index(1, LlamaLayerParameter::down_weight)].shape,
             (std::vector<std::int64_t>{static_cast<std::int64_t>(C), static_cast<std::int64_t>(F)}));
   for (std::size_t l = 0; l < L; ++l)
     for (std::size_t i : table.layer_indices(l)) EXPECT_EQ(table[i].layer, static_cast<long>(l)) << table[i].name;
@@ -112,6 +114,36 @@ TEST(ParameterTable, LlamaLayoutAndFormula) {
   std::size_t covered = table.root_indices().size();
   for (std::size_t l = 0; l < L; ++l) covered += table.layer_indices(l).size();
   EXPECT_EQ(covered, table.size());
+}
+
+// The family's variants (model_config.h), each in the table as parameter_table.h lists it: q, k, v
+// biases after the qkv weight, attn.proj [C, H*D] for a set head dimension, no head.weight when tied.
+TEST(ParameterTable, LlamaVariantsAreLaidOutAsListed) {
+  ModelConfig c = model_preset("llama-tiny");  // C 64, H 4, Hkv 2, F 176, V 256, L 2
+  c.qkv_bias = true;
+  c.head_dim_set = 32;  // H*D = 128 != C
+  c.tied_head = true;
+  c.validate();
+  const ParameterTable table(c);
+  const std::size_t C = 64, H = 4, Hkv = 2, D = 32, F = 176, Vp = 256, L = 2, QKV = (H + 2 * Hkv) * D;
+  EXPECT_EQ(table.layer_numel(), 2 * C + QKV * C + QKV + H * D * C + 3 * F * C);
+  EXPECT_EQ(table.total_numel(), Vp * C + L * table.layer_numel() + C);  // one Vp*C: the head is wte
+  EXPECT_EQ(table.size(), 2 + 8 * L);
+  EXPECT_EQ(table.head_weight(), ParameterTable::kWte);
+  EXPECT_EQ(table.root_indices(), (std::vector<std::size_t>{ParameterTable::kWte, table.norm_weight()}));
+  EXPECT_EQ(table[table.index(1, LlamaLayerParameter::qkv_bias)].name, "h1.attn.qkv.bias");
+  EXPECT_EQ(table[table.index(1, LlamaLayerParameter::qkv_bias)].shape, (std::vector<std::int64_t>{std::int64_t(QKV)}));
+  EXPECT_EQ(table[table.index(1, LlamaLayerParameter::attn_proj_weight)].shape,
+            (std::vector<std::int64_t>{std::int64_t(C), std::int64_t(H * D)}));
+  EXPECT_EQ(table[table.index(1, LlamaLayerParameter::down_weight)].name, "h1.mlp.down.weight");
+  EXPECT_EQ(table[table.norm_weight()].name, "norm.weight");
+  EXPECT_EQ(table.norm_weight(), table.size() - 1);
+  std::size_t covered = table.root_indices().size();
+  for (std::size_t l = 0; l < L; ++l) covered += table.layer_indices(l).size();
+  EXPECT_EQ(covered, table.size());
+  // Without biases, asking for one is a bug of the caller's.
+  EXPECT_THROW(static_cast<void>(ParameterTable(model_preset("llama-tiny")).index(0, LlamaLayerParameter::qkv_bias)),
+               std::logic_error);
 }
 
 // What a Llama shape must satisfy, each refused with the flag to change.
@@ -135,7 +167,7 @@ TEST(ModelConfig, LlamaShapesAreChecked) {
   odd_head.dim = 36;  // D = 9: RoPE rotates pairs
   refused(odd_head, "--dim");
   ModelConfig theta = c;
-  theta.rope_theta = 0.5;
+  theta.rope.theta = 0.5;
   refused(theta, "--rope-theta");
   ModelConfig eps = c;
   eps.norm_eps = 0;

@@ -21,16 +21,15 @@ namespace {
 // -1 (backward). Each pair is loaded before either of its outputs is stored, so out may be inp.
 template <typename T>
 void rope_rotate(const char* op, T* out, const T* inp, std::size_t B, std::size_t Tn, std::size_t heads,
-                 std::size_t D, std::size_t row_stride, std::size_t first_column, double theta, double direction) {
+                 std::size_t D, std::size_t row_stride, std::size_t first_column, const RopeFrequencies& frequencies, double direction) {
   using F = compute_t<T>;
-  rope_check_arguments(op, heads, D, row_stride, first_column, theta);
+  rope_check_arguments(op, heads, D, row_stride, first_column, frequencies);
   const std::size_t half = D / 2;
   if (B == 0 || Tn == 0 || heads == 0 || half == 0) return;
 
-  // freq_i = theta^(-2i/D), in double (the exponent -2i/D is rounded once, then pow).
+  // freq_i = theta^(-2i/D) (rescaled where the model's RoPE is), in double (rope_frequencies.h).
   std::vector<double> freq(half);
-  for (std::size_t i = 0; i < half; ++i)
-    freq[i] = std::pow(theta, -(2.0 * static_cast<double>(i)) / static_cast<double>(D));
+  for (std::size_t i = 0; i < half; ++i) freq[i] = frequencies(i, D);
 
   const std::size_t work_per_position = B * heads * D;
   const std::size_t min_positions_per_thread = 65536 / work_per_position + 1;  // 64K elements
@@ -65,21 +64,21 @@ void rope_rotate(const char* op, T* out, const T* inp, std::size_t B, std::size_
 
 template <typename T>
 void rope_forward(T* out, const T* inp, std::size_t B, std::size_t Tn, std::size_t heads, std::size_t D,
-                  std::size_t row_stride, std::size_t first_column, double theta) {
-  rope_rotate("rope_forward", out, inp, B, Tn, heads, D, row_stride, first_column, theta, 1.0);
+                  std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies) {
+  rope_rotate("rope_forward", out, inp, B, Tn, heads, D, row_stride, first_column, frequencies, 1.0);
 }
 
 template <typename T>
 void rope_backward(T* dinp, const T* dout, std::size_t B, std::size_t Tn, std::size_t heads, std::size_t D,
-                   std::size_t row_stride, std::size_t first_column, double theta) {
-  rope_rotate("rope_backward", dinp, dout, B, Tn, heads, D, row_stride, first_column, theta, -1.0);
+                   std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies) {
+  rope_rotate("rope_backward", dinp, dout, B, Tn, heads, D, row_stride, first_column, frequencies, -1.0);
 }
 
 #define TRAINMEM_INSTANTIATE(T)                                                                                   \
   template void rope_forward<T>(T*, const T*, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,   \
-                                std::size_t, double);                                                             \
+                                std::size_t, RopeFrequencies);                                                             \
   template void rope_backward<T>(T*, const T*, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,  \
-                                 std::size_t, double);
+                                 std::size_t, RopeFrequencies);
 TRAINMEM_INSTANTIATE(float)
 TRAINMEM_INSTANTIATE(double)
 TRAINMEM_INSTANTIATE(bf16)

@@ -31,14 +31,14 @@ constexpr unsigned kRopeBlock = 256;
 template <typename E>
 __global__ void rope_rotate_kernel(E* out, const E* inp, std::size_t rows, std::size_t Tn, std::size_t heads,
                                    std::size_t head_dim, std::size_t row_stride, std::size_t first_column,
-                                   double theta, double direction) {
+                                   RopeFrequencies frequencies, double direction) {
   const std::size_t half = head_dim / 2;
   const std::size_t n = rows * half;
   for (std::size_t k = detail::global_thread_index(); k < n; k += detail::grid_stride()) {
     const std::size_t row = k / half, i = k % half;
     const double t = static_cast<double>(row % Tn);
     // In double (rope.h: an fp32 angle loses ~1e-2 rad at a 128k context), then rounded to fp32.
-    const double freq = pow(theta, -(2.0 * static_cast<double>(i)) / static_cast<double>(head_dim));
+    const double freq = frequencies(i, head_dim);  // (rope_frequencies.h)
     double sin_d, cos_d;
     sincos(t * freq, &sin_d, &cos_d);
     const float c = static_cast<float>(cos_d), s = static_cast<float>(direction * sin_d);
@@ -54,12 +54,12 @@ __global__ void rope_rotate_kernel(E* out, const E* inp, std::size_t rows, std::
 
 template <typename T>
 void rope_launch(const char* op, void* stream, T* out, const T* inp, std::size_t B, std::size_t Tn, std::size_t heads,
-                 std::size_t D, std::size_t row_stride, std::size_t first_column, double theta, double direction) {
-  rope_check_arguments(op, heads, D, row_stride, first_column, theta);
+                 std::size_t D, std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies, double direction) {
+  rope_check_arguments(op, heads, D, row_stride, first_column, frequencies);
   const std::size_t rows = B * Tn, half = D / 2;
   if (rows == 0 || heads == 0 || half == 0) return;
   rope_rotate_kernel<<<detail::grid_for(rows * half, kRopeBlock), kRopeBlock, 0, detail::as_stream(stream)>>>(
-      detail::device_cast(out), detail::device_cast(inp), rows, Tn, heads, D, row_stride, first_column, theta,
+      detail::device_cast(out), detail::device_cast(inp), rows, Tn, heads, D, row_stride, first_column, frequencies,
       direction);
   CUDA_CHECK_LAUNCH("rope_rotate_kernel");
 }
@@ -68,21 +68,21 @@ void rope_launch(const char* op, void* stream, T* out, const T* inp, std::size_t
 
 template <typename T>
 void rope_forward(void* stream, Out<T> out, In<T> inp, std::size_t B, std::size_t Tn, std::size_t heads,
-                  std::size_t D, std::size_t row_stride, std::size_t first_column, double theta) {
-  rope_launch<T>("rope_forward", stream, out, inp, B, Tn, heads, D, row_stride, first_column, theta, 1.0);
+                  std::size_t D, std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies) {
+  rope_launch<T>("rope_forward", stream, out, inp, B, Tn, heads, D, row_stride, first_column, frequencies, 1.0);
 }
 
 template <typename T>
 void rope_backward(void* stream, Out<T> dinp, In<T> dout, std::size_t B, std::size_t Tn, std::size_t heads,
-                   std::size_t D, std::size_t row_stride, std::size_t first_column, double theta) {
-  rope_launch<T>("rope_backward", stream, dinp, dout, B, Tn, heads, D, row_stride, first_column, theta, -1.0);
+                   std::size_t D, std::size_t row_stride, std::size_t first_column, RopeFrequencies frequencies) {
+  rope_launch<T>("rope_backward", stream, dinp, dout, B, Tn, heads, D, row_stride, first_column, frequencies, -1.0);
 }
 
 #define TRAINMEM_INSTANTIATE(T)                                                                                  \
   template void rope_forward<T>(void*, Out<T>, In<T>, std::size_t, std::size_t, std::size_t, std::size_t,        \
-                                std::size_t, std::size_t, double);                                               \
+                                std::size_t, std::size_t, RopeFrequencies);                                               \
   template void rope_backward<T>(void*, Out<T>, In<T>, std::size_t, std::size_t, std::size_t, std::size_t,       \
-                                 std::size_t, std::size_t, double);
+                                 std::size_t, std::size_t, RopeFrequencies);
 TRAINMEM_INSTANTIATE(float)
 TRAINMEM_INSTANTIATE(bf16)
 TRAINMEM_INSTANTIATE(fp16)

@@ -54,12 +54,13 @@ inline std::array<RopeCall, 2> rope_calls(const RopeLayout& L) {
 // What the model does: rotate q, then k, of every row (forward or backward), through the
 // dispatcher: the CPU kernel by default, the CUDA one with a cuda Stream (device pointers).
 template <typename T>
-void rope_qk(bool forward, T* out, const T* inp, const RopeLayout& L, double theta, const Stream& s = kCpuStream) {
+void rope_qk(bool forward, T* out, const T* inp, const RopeLayout& L, const RopeFrequencies& frequencies,
+             const Stream& s = kCpuStream) {
   for (const RopeCall& call : rope_calls(L)) {
     if (forward)
-      kernels::rope_forward<T>(s, out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, theta);
+      kernels::rope_forward<T>(s, out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, frequencies);
     else
-      kernels::rope_backward<T>(s, out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, theta);
+      kernels::rope_backward<T>(s, out, inp, L.B, L.Tn, call.heads, L.D, L.row_stride(), call.first_column, frequencies);
   }
 }
 
@@ -88,11 +89,12 @@ struct RopeOutputs {
   std::vector<T> poisoned, y, dx;
 };
 template <typename T>
-RopeOutputs<T> cpu_rope(const std::vector<T>& x, const std::vector<T>& dy, const RopeLayout& L, double theta) {
+RopeOutputs<T> cpu_rope(const std::vector<T>& x, const std::vector<T>& dy, const RopeLayout& L,
+                        const RopeFrequencies& frequencies) {
   RopeOutputs<T> r{std::vector<T>(L.size(), rope_poison<T>()), {}, {}};
   r.y = r.dx = r.poisoned;
-  rope_qk(true, r.y.data(), x.data(), L, theta);
-  rope_qk(false, r.dx.data(), dy.data(), L, theta);
+  rope_qk(true, r.y.data(), x.data(), L, frequencies);
+  rope_qk(false, r.dx.data(), dy.data(), L, frequencies);
   return r;
 }
 

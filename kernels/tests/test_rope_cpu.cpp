@@ -105,10 +105,22 @@ TEST(RopeCpu, HandCheckedPositionOne) {
 
 // The formula of rope.h evaluated in long double (64 significant bits on x86-64), element by element,
 // independently of the kernel's loops.
-std::vector<long double> rope_definition(const std::vector<double>& x, const RopeLayout& L, double theta) {
+// The frequencies too: theta^(-2i/D), rescaled as transformers' _compute_llama3_parameters does
+// where the set is scaled (its three regimes by wavelength; rope_frequencies.h).
+std::vector<long double> rope_definition(const std::vector<double>& x, const RopeLayout& L, const RopeFrequencies& f) {
   const std::size_t half = L.D / 2;
-  std::vector<long double> freq(half);  // theta^(-2i/D)
-  for (std::size_t i = 0; i < half; ++i) freq[i] = std::pow(static_cast<long double>(theta), -2.0L * i / L.D);
+  std::vector<long double> freq(half);
+  for (std::size_t i = 0; i < half; ++i) {
+    freq[i] = std::pow(static_cast<long double>(f.theta), -2.0L * i / L.D);
+    if (!f.scaled()) continue;
+    const long double wavelength = 2 * 3.141592653589793238462643383279502884L / freq[i], L0 = f.original_context;
+    if (wavelength > L0 / f.low_freq_factor) {
+      freq[i] /= f.factor;
+    } else if (wavelength >= L0 / f.high_freq_factor) {
+      const long double smooth = (L0 / wavelength - f.low_freq_factor) / (f.high_freq_factor - f.low_freq_factor);
+      freq[i] = (1 - smooth) * freq[i] / f.factor + smooth * freq[i];
+    }
+  }
   std::vector<long double> out(x.size());
   for (std::size_t k = 0; k < x.size(); ++k) {
     if (!L.rotated(k)) continue;
@@ -131,23 +143,30 @@ TEST(RopeCpu, DoubleMatchesTheDefinitionAtLongContexts) {
   //   the rotation in double: 3u n (two products and a sum, sum of |terms| <= n);
   //   so |error| <= n ( sqrt(2) (t (ln(theta) + 3) u + 2u) + 3u ) <= n u (1.5 t (ln(theta) + 3) + 8)
   //   (the long double reference's own error, ~2^-11 of that, is inside the rounding up).
+  // Llama 3.1's scaling adds to freq's relative error: 2 pi / freq, L0 / wavelength, the blend's
+  // subtraction and division (s within 3u L0/w / (high - low) <= 3u high / (high - low) = 4u
+  // absolute for factors 1 and 4), then (1 - s) f / factor + s f (4 roundings): under 10u more, so
+  // ln(theta) + 13 replaces ln(theta) + 3 for a scaled set.
   // For an fp32 angle the same t would cost up to ~1e-2 (rope.h), far beyond this bound.
   // The model's layout (3 sequences: positions restart at row Tn), and long single sequences.
   const RopeLayout layouts[] = {{3, 37, 4, 2, 16, 3}, {1, 4096, 1, 1, 64, 0}, {1, 131072, 1, 0, 8, 0}};
   std::uint64_t seed = 10;
   for (const RopeLayout& L : layouts) {
-    for (const double theta : kThetas) {
-      SCOPED_TRACE(L.describe() + " theta=" + std::to_string(theta));
+    // Both bases, and Llama 3.1's scaling (Llama 3.2 1B's: all three regimes at D >= 8).
+    for (const RopeFrequencies& frequencies :
+         {RopeFrequencies(10000.0), RopeFrequencies(500000.0), RopeFrequencies::llama3(500000.0, 32, 1, 4, 8192)}) {
+      const double theta = frequencies.theta, extra = frequencies.scaled() ? 10 : 0;
+      SCOPED_TRACE(L.describe() + " theta=" + std::to_string(theta) + (frequencies.scaled() ? " llama3-scaled" : ""));
       const std::vector<double> x = rope_input<double>(L, ++seed);
       std::vector<double> out(L.size(), rope_poison<double>());
-      rope_qk(true, out.data(), x.data(), L, theta);
-      const std::vector<long double> want = rope_definition(x, L, theta);
+      rope_qk(true, out.data(), x.data(), L, frequencies);
+      const std::vector<long double> want = rope_definition(x, L, frequencies);
       std::size_t wrong = 0;
       double worst_ratio = 0;
       for (std::size_t k = 0; k < x.size(); ++k) {
         if (!L.rotated(k)) continue;
         const double t = static_cast<double>(L.position(k));
-        const double bound = pair_norm(x, L, k) * kU * (1.5 * t * (std::log(theta) + 3) + 8);
+        const double bound = pair_norm(x, L, k) * kU * (1.5 * t * (std::log(theta) + 3 + extra) + 8);
         const double err = static_cast<double>(std::fabs(out[k] - want[k]));
         worst_ratio = std::max(worst_ratio, err / bound);
         if (!(err <= bound) && wrong++ < 5)
@@ -155,7 +174,8 @@ TEST(RopeCpu, DoubleMatchesTheDefinitionAtLongContexts) {
       }
       EXPECT_EQ(wrong, 0u);
       EXPECT_TRUE(untouched("forward (double)", out, std::vector<double>(L.size(), rope_poison<double>()), L));
-      std::cout << "  " << L.describe() << " theta=" << theta << ": worst |error| / bound = " << worst_ratio << "\n";
+      std::cout << "  " << L.describe() << " theta=" << theta << (frequencies.scaled() ? " (llama3 scaling)" : "")
+                << ": worst |error| / bound = " << worst_ratio << "\n";
     }
   }
 }
@@ -255,6 +275,9 @@ TEST(RopeCpu, RejectsShapesItCannotRotate) {
   EXPECT_THROW(cpu::rope_backward(v.data(), v.data(), 1, 2, 2, 16, 32, 8, 10000.0), std::invalid_argument);
   // theta not positive
   EXPECT_THROW(cpu::rope_forward(v.data(), v.data(), 1, 2, 1, 8, 32, 0, 0.0), std::invalid_argument);
+  // llama3 scaling whose low-frequency factor is not below its high one (the blend would divide by <= 0)
+  EXPECT_THROW(cpu::rope_forward(v.data(), v.data(), 1, 2, 1, 8, 32, 0, RopeFrequencies::llama3(500000, 8, 4, 1, 8192)),
+               std::invalid_argument);
 }
 
 TEST(RopeCpu, DispatchesOnTheStreamsBackend) {

@@ -70,8 +70,11 @@ TYPED_TEST(RopeCuda, ForwardAndBackwardMatchTheCpu) {
   const Stream gpu{Backend::cuda, stream.get()};  // rope_qk on the CUDA kernel, on our stream
   std::uint64_t seed = 500;
   for (const RopeLayout& L : layouts) {
-    for (const double theta : {10000.0, 500000.0}) {
-      SCOPED_TRACE(L.describe() + " theta=" + std::to_string(theta));
+    // Both bases, and Llama 3.1's scaling of the frequencies (rope_frequencies.h: the same double
+    // arithmetic on both backends).
+    for (const RopeFrequencies& theta :
+         {RopeFrequencies(10000.0), RopeFrequencies(500000.0), RopeFrequencies::llama3(500000.0, 32, 1, 4, 8192)}) {
+      SCOPED_TRACE(L.describe() + " theta=" + std::to_string(theta.theta) + (theta.scaled() ? " llama3-scaled" : ""));
       const std::vector<T> x = rope_input<T>(L, ++seed), dy = rope_input<T>(L, ++seed);
       const auto [poisoned, y, dx] = cpu_rope(x, dy, L, theta);
 

@@ -43,7 +43,17 @@ class ModelConfig:
     def from_trainmem(cls, model: dict) -> "ModelConfig":
         """From the "model" object of trainmem's JSON (ModelConfig::to_json)."""
         arch = model.get("arch", "gpt")
-        return cls(name=model["name"], arch=arch, **{k: model[k] for k in shape_of(arch)})
+        config = cls(name=model["name"], arch=arch, **{k: model[k] for k in shape_of(arch)})
+        # The Llama family's variants (a tied head, q/k/v biases, a head dimension other than C/H, rope scaling) are
+        # not in the PyTorch models yet: refused rather than compared with a model of another shape.
+        if arch == "llama":
+            variants = [name for name, plain in (("tied_head", False), ("qkv_bias", False), ("rope_scaling", None))
+                        if model.get(name, plain) != plain]
+            if model.get("head_dim", config.head_dim) != config.head_dim:
+                variants.append(f"head_dim {model['head_dim']} (not dim / heads = {config.head_dim})")
+            if variants:
+                raise ValueError(f"model '{config.name}': the PyTorch reference has no {', '.join(variants)} yet")
+        return config
 
     @property
     def padded_vocab(self) -> int:

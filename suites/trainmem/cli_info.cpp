@@ -29,10 +29,11 @@ struct InfoFlags {
   DeviceFlags device;
   TrainFlags model;  // the model's flags only (add_model_flags)
   bool json = false;
+  bool list = false;  // --list: the presets
   bool model_given() const {
     const TrainFlags& m = model;
     return !m.model.empty() || !m.hf_config.empty() || m.arch || m.layers || m.heads || m.dim || m.seq || m.vocab || m.kv_heads || m.ffn_dim ||
-           m.rope_theta || m.norm_eps;
+           m.head_dim || m.tied_head || m.qkv_bias || m.rope_theta || m.norm_eps;
   }
 };
 
@@ -48,9 +49,13 @@ void print_model(const ModelConfig& c) {
   std::cout << "model " << c.label() << "\n"
             << "  " << std::left << std::setw(20) << "parameters" << c.num_parameters() << padding_note(c) << '\n'
             << "  " << std::setw(20) << "shape" << c.shape_summary() << '\n';
-  if (c.arch == Arch::llama)
-    std::cout << "  " << std::setw(20) << "constants" << "rope theta " << c.rope_theta << ", RMSNorm eps " << c.norm_eps
-              << '\n';
+  if (c.arch == Arch::llama) {
+    std::cout << "  " << std::setw(20) << "constants" << "rope theta " << c.rope.theta;
+    if (c.rope.scaled())
+      std::cout << " (llama3 scaling: factor " << c.rope.factor << ", low/high frequency factors " << c.rope.low_freq_factor
+                << "/" << c.rope.high_freq_factor << ", original context " << c.rope.original_context << ")";
+    std::cout << ", RMSNorm eps " << c.norm_eps << '\n';
+  }
 }
 
 void print_text(const Device& device, const AllocatorConfig& config) {
@@ -88,6 +93,25 @@ void print_text(const Device& device, const AllocatorConfig& config) {
                      : "raw (one device allocation per request)");
 }
 
+// info --list: every preset, one a line (or a JSON array of their to_json), from the one table of
+// presets (model_config.cpp); the counts are the parameter table's.
+int list_presets(bool json) {
+  if (json) {
+    nlohmann::json presets = nlohmann::json::array();
+    for (const std::string& name : model_preset_names()) presets.push_back(model_preset(name).to_json());
+    std::cout << presets.dump(2) << '\n';
+    return 0;
+  }
+  std::cout << std::left << std::setw(18) << "preset" << std::setw(8) << "family" << std::right << std::setw(16)
+            << "parameters" << "  shape\n";
+  for (const std::string& name : model_preset_names()) {
+    const ModelConfig c = model_preset(name);
+    std::cout << std::left << std::setw(18) << name << std::setw(8) << to_string(c.arch) << std::right << std::setw(16)
+              << c.num_parameters() << "  " << c.shape_summary() << '\n';
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app, Command& run) {
@@ -97,8 +121,10 @@ void add_info_command(CLI::App& app, Command& run) {
   add_device_flags(*info, flags->device);
   add_model_flags(*info, flags->model);
   info->add_flag("--json", flags->json, "Print JSON instead of text");
+  info->add_flag("--list", flags->list, "List every model preset with its family, parameter count and shape (nothing else)");
   info->callback([flags, &run] {
     run = [flags] {
+      if (flags->list) return list_presets(flags->json);
       // The model first: a bad model flag is an input error before anything is printed.
       std::optional<ModelConfig> model;
       if (flags->model_given()) model = model_config(flags->model);

@@ -28,7 +28,7 @@ GivenShape given_shape(const TrainFlags& f) {
   auto add = [&g](const char* flag, const auto& value, bool dimension) {
     if (!value) return;
     std::ostringstream text;
-    text << ' ' << flag << ' ' << *value;
+    text << std::boolalpha << ' ' << flag << ' ' << *value;
     g.flags += text.str();
     g.dimensions = g.dimensions || dimension;
   };
@@ -37,6 +37,9 @@ GivenShape given_shape(const TrainFlags& f) {
   add("--kv-heads", f.kv_heads, true);
   add("--dim", f.dim, true);
   add("--ffn-dim", f.ffn_dim, true);
+  add("--head-dim", f.head_dim, true);
+  add("--tied-head", f.tied_head, true);
+  add("--qkv-bias", f.qkv_bias, true);
   add("--seq", f.seq, false);
   add("--vocab", f.vocab, false);
   add("--rope-theta", f.rope_theta, false);
@@ -53,7 +56,10 @@ void apply_shape_flags(const TrainFlags& f, ModelConfig& c) {
   if (f.vocab) c.vocab = *f.vocab;
   if (f.kv_heads) c.kv_heads = *f.kv_heads;
   if (f.ffn_dim) c.ffn_dim = *f.ffn_dim;
-  if (f.rope_theta) c.rope_theta = *f.rope_theta;
+  if (f.head_dim) c.head_dim_set = *f.head_dim;
+  if (f.tied_head) c.tied_head = *f.tied_head;
+  if (f.qkv_bias) c.qkv_bias = *f.qkv_bias;
+  if (f.rope_theta) c.rope.theta = *f.rope_theta;
   if (f.norm_eps) c.norm_eps = *f.norm_eps;
 }
 
@@ -80,7 +86,10 @@ ModelConfig custom_shape(const TrainFlags& f, const GivenShape& given) {
   c.vocab = f.vocab.value_or(usual.vocab);
   c.kv_heads = f.kv_heads.value_or(c.heads);
   c.ffn_dim = f.ffn_dim.value_or(llama_ffn_dim(c.dim));
-  c.rope_theta = f.rope_theta.value_or(usual.rope_theta);
+  c.head_dim_set = f.head_dim.value_or(0);
+  c.tied_head = f.tied_head.value_or(false);
+  c.qkv_bias = f.qkv_bias.value_or(false);
+  c.rope.theta = f.rope_theta.value_or(usual.rope_theta);
   c.norm_eps = f.norm_eps.value_or(usual.norm_eps);
 
   std::vector<std::string> filled;  // "T=1024 (GPT-2's; no --seq)"
@@ -138,6 +147,8 @@ ModelConfig model_config(const TrainFlags& f) {
   }
   if (c.arch != Arch::llama) {
     for (const auto& [given_flag, flag] : {std::pair{f.kv_heads.has_value(), "--kv-heads"}, {f.ffn_dim.has_value(), "--ffn-dim"},
+                                           {f.head_dim.has_value(), "--head-dim"}, {f.tied_head.has_value(), "--tied-head"},
+                                           {f.qkv_bias.has_value(), "--qkv-bias"},
                                            {f.rope_theta.has_value(), "--rope-theta"}, {f.norm_eps.has_value(), "--norm-eps"}})
       if (given_flag)
         throw ModelConfigError(std::string(flag) + " is the Llama family's: add --arch llama (or a llama --model), or drop " +
@@ -201,8 +212,8 @@ void add_model_flags(CLI::App& command, TrainFlags& flags) {
       ->type_name("NAME");
   command
       .add_option("--hf-config", flags.hf_config,
-                  "A Hugging Face config.json (or the folder holding it) as the model, instead of --model: gpt2, llama "
-                  "and mistral; the shape flags beside it change its fields")
+                  "A Hugging Face config.json (or the folder holding it) as the model, instead of --model: gpt2, llama, "
+                  "mistral and qwen2; the shape flags beside it change its fields")
       ->type_name("PATH");
   // (no default: a preset has its family, and --arch must agree with it)
   takes_one_of(command.add_option_function<std::string>(
@@ -218,6 +229,13 @@ void add_model_flags(CLI::App& command, TrainFlags& flags) {
   command.add_option("--dim", flags.dim, "The width C (changes --model's)")->check(whole_number(1, L::max_dim));
   command.add_option("--ffn-dim", flags.ffn_dim, "Override the MLP's hidden size F (llama's SwiGLU; a GPT's is 4C)")
       ->check(whole_number(1, L::max_ffn_dim));
+  command.add_option("--head-dim", flags.head_dim, "Override the head dimension D (llama; default --dim / --heads: "
+                     "Mistral NeMo's is 128 at C 5120, H 32)")->check(whole_number(1, L::max_dim));
+  command.add_option("--tied-head", flags.tied_head, "true: the LM head is the token embedding wte (llama; "
+                     "tie_word_embeddings: Llama 3.2, Qwen2.5 up to 3B). A GPT's is always tied")
+      ->type_name("BOOL");
+  command.add_option("--qkv-bias", flags.qkv_bias, "true: biases on the q, k, v projections (llama; Qwen2's)")
+      ->type_name("BOOL");
   command.add_option("--seq", flags.seq, "Override the context length T (also the training sequence length)")
       ->check(whole_number(1, L::max_seq));
   command.add_option("--vocab", flags.vocab, "Override the vocabulary size V (Llama 3's is 128256; training on a .tok file holds ids below 65536, its uint16 limit)")->check(whole_number(L::min_vocab, L::max_vocab));

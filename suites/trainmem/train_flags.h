@@ -47,8 +47,9 @@ struct TrainFlags {
   std::string hf_config;      // --hf-config: a Hugging Face config.json (or its folder) instead of --model
   std::optional<Arch> arch;   // --arch: the family (a preset has its own; they must agree)
   std::optional<std::size_t> layers, heads, dim, seq, vocab;
-  std::optional<std::size_t> kv_heads, ffn_dim;   // the Llama family's shape
-  std::optional<double> rope_theta, norm_eps;     // and its constants
+  std::optional<std::size_t> kv_heads, ffn_dim, head_dim;  // the Llama family's shape
+  std::optional<bool> tied_head, qkv_bias;                 // its variants (model_config.h)
+  std::optional<double> rope_theta, norm_eps;              // and its constants
 
   // --- the run's training options, each flag stored where the run reads it (training_setup.h):
   // --batch (add_model_flags), every technique's flags (add_technique_flags: the registrations,

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +30,26 @@ std::string small_llama_config() {
     "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
     "max_position_embeddings": 32, "vocab_size": 256, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
     "tie_word_embeddings": false, "torch_dtype": "float32"})";
+  return path;
+}
+
+// A small Qwen2 (q, k, v biases, a head tied to wte) and a small Mistral NeMo (head_dim 32 at C 64,
+// H 4: H*D = 128), with Llama 3.1's rope scaling, in transformers' words.
+std::string small_qwen2_config() {
+  const std::string path = temp_path("small-qwen2-config.json");
+  std::ofstream(path) << R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64,
+    "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 32, "vocab_size": 251, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 32, "max_window_layers": 2, "use_sliding_window": false, "tie_word_embeddings": true})";
+  return path;
+}
+std::string small_nemo_config() {
+  const std::string path = temp_path("small-nemo-config.json");
+  std::ofstream(path) << R"({"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 64,
+    "head_dim": 32, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "max_position_embeddings": 32, "vocab_size": 256, "sliding_window": null,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 16}})";
   return path;
 }
 
@@ -67,9 +89,60 @@ TEST(CliHfConfig, ItIsRefusedBesideAPresetOrAnotherFamily) {
   EXPECT_NE(r.err.find("mixture of experts is not modelled yet"), std::string::npos) << r.err;
 }
 
+TEST(CliHfConfig, InfoSaysTheLlamaVariants) {
+  CliRun r = trainmem("info --hf-config " + small_qwen2_config());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("L=2 H=4 Hkv=2 C=64 F=176 T=32 V=251, padded to Vp=256, tied head, q/k/v biases"),
+            std::string::npos) << r.out;
+  r = trainmem("info --hf-config " + small_nemo_config());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("L=2 H=4 Hkv=2 C=64 F=176 D=32 T=32 V=256"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rope theta 10000 (llama3 scaling: factor 8, low/high frequency factors 1/4, original context 16)"),
+            std::string::npos) << r.out;
+  const CliRun j = trainmem("info --json --hf-config " + small_nemo_config());
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const nlohmann::json model = nlohmann::json::parse(j.out)["model"];
+  EXPECT_EQ(model["head_dim"], 32);
+  EXPECT_EQ(model["rope_scaling"]["factor"], 8.0);
+  // A flag beside the config overrides a variant, and says so.
+  r = trainmem("info --hf-config " + small_qwen2_config() + " --tied-head false");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("changed with --tied-head false"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("tied head"), std::string::npos) << r.out;
+}
+
+// info --list: every preset with its family and count (from the one table of presets).
+TEST(CliHfConfig, InfoListShowsEveryPresetWithItsCount) {
+  const CliRun r = trainmem("info --list");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The line of each preset: its name first, then family, count and shape.
+  const auto line_of = [&](const std::string& name) {
+    const auto at = r.out.find("\n" + name + " ");
+    return at == std::string::npos ? std::string() : r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+  };
+  for (const auto& [name, words] : {std::pair<std::string, std::vector<std::string>>{"qwen2.5-7b", {" llama ", " 7615616512 ", "L=28 H=28 Hkv=4 C=3584 F=18944", "q/k/v biases"}},
+                                    {"llama3.2-1b", {" llama ", " 1235814400 ", "tied head"}},
+                                    {"mistral-nemo-12b", {" llama ", " 12247782400 ", " D=128 "}},
+                                    {"gpt2-124m", {" gpt ", " 124475904 "}}}) {
+    const std::string line = line_of(name);
+    for (const std::string& word : words) EXPECT_NE(line.find(word), std::string::npos) << name << ": " << word << "\n" << r.out;
+  }
+  const CliRun j = trainmem("info --list --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const nlohmann::json presets = nlohmann::json::parse(j.out);
+  ASSERT_TRUE(presets.is_array());
+  EXPECT_GE(presets.size(), 20u);
+  EXPECT_EQ(presets.back()["name"], "mistral-nemo-12b");
+}
+
 // The estimate of a config's model equals the run of it, to the byte.
-TEST(CliHfConfig, TheEstimateOfAConfigEqualsItsRun) {
-  const std::string setup = "--hf-config " + small_llama_config() + " --batch 2";
+struct NamedConfig {
+  const char* name;
+  std::string (*write)();
+};
+class CliHfConfigRun : public testing::TestWithParam<NamedConfig> {};
+TEST_P(CliHfConfigRun, TheEstimateOfAConfigEqualsItsRun) {
+  const std::string setup = "--hf-config " + GetParam().write() + " --batch 2";
   const std::string json = temp_path("hf_config_run.json");
   const CliRun run = trainmem("train --device cpu --steps 2 --json " + json + " " + setup);
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -80,7 +153,15 @@ TEST(CliHfConfig, TheEstimateOfAConfigEqualsItsRun) {
   const nlohmann::json estimate = nlohmann::json::parse(e.out);
   EXPECT_EQ(estimate["peak_allocated_bytes"], trained["memory"]["peak_allocated_bytes"]);
   EXPECT_EQ(estimate["peak_reserved_bytes"], trained["memory"]["peak_reserved_bytes"]);
+  // The loss falls (the config's model learns the synthetic data as the presets do).
+  const nlohmann::json& steps = trained["steps"];
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_LT(steps[1]["loss"].get<double>(), steps[0]["loss"].get<double>());
 }
+INSTANTIATE_TEST_SUITE_P(Configs, CliHfConfigRun,
+                         testing::Values(NamedConfig{"Llama", &small_llama_config}, NamedConfig{"Qwen2", &small_qwen2_config},
+                                         NamedConfig{"MistralNemo", &small_nemo_config}),
+                         [](const testing::TestParamInfo<NamedConfig>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace trainmem

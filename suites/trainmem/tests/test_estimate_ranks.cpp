@@ -128,6 +128,16 @@ TEST_P(EstimateRanks, LlamaShardedTrainsAsOneProcessAndAsEstimated) {
   }
 }
 
+// The Llama family's variants (a head tied to wte: one tensor sharded once in the root unit; q, k,
+// v biases; a head dimension with H*D != C): sharded with ZeRO-3 and FSDP, estimated to the byte
+// (alone: test_cli_hf_config.cpp, CliHfConfigRun).
+TEST(EstimateRanksOfLlamaVariants, TiedHeadBiasesAndHeadDimAsEstimated) {
+  const std::string model =
+      "--device cpu --model llama-tiny --vocab 251 --tied-head true --qkv-bias true --head-dim 32";
+  for (const char* sharding : {"--zero 3", "--fsdp full --fsdp-prefetch on"})
+    expect_estimate_equals_training(2, sharding, 2, model);
+}
+
 // A sharded run never holds the whole model on the device: it is built with its values on the
 // host (ModelOptions::values_on_host) and each rank's units take their shards from there, as
 // deepspeed.zero.Init and FSDP's meta-device init build it. So a device smaller than the whole

@@ -3,6 +3,7 @@ Llama as trainmem has one: the presets are trainmem's (trainmem_program.py asks 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -38,21 +39,26 @@ class ModelConfig:
     ffn_dim: int | None = None    # F, llama's SwiGLU hidden size (a GPT's is 4C)
     rope_theta: float = 10000.0   # llama: the rotary embeddings' base
     norm_eps: float = 1e-5        # llama: RMSNorm's epsilon (GPT's layernorm: 1e-5 as well)
+    # The Llama family's variants (a GPT's head is always tied, its linears always have biases).
+    tied_head: bool = False       # llama: the LM head is wte (no head.weight)
+    qkv_bias: bool = False        # llama: biases on the q, k, v projections, h{l}.attn.qkv.bias
+    head_dim_set: int | None = None   # llama: D where it is not C / H (None: C / H)
+    rope_scaling: dict | None = None  # llama: Llama 3.1's rescaling of RoPE's frequencies, as trainmem's JSON
+                                      # writes it: {"rope_type": "llama3", "factor", "low_freq_factor",
+                                      # "high_freq_factor", "original_max_position_embeddings"}
 
     @classmethod
     def from_trainmem(cls, model: dict) -> "ModelConfig":
-        """From the "model" object of trainmem's JSON (ModelConfig::to_json)."""
+        """From the "model" object of trainmem's JSON (ModelConfig::to_json), or any dict that names
+        its fields the same way (a variant left out is the plain Llama's)."""
         arch = model.get("arch", "gpt")
         config = cls(name=model["name"], arch=arch, **{k: model[k] for k in shape_of(arch)})
-        # The Llama family's variants (a tied head, q/k/v biases, a head dimension other than C/H, rope scaling) are
-        # not in the PyTorch models yet: refused rather than compared with a model of another shape.
         if arch == "llama":
-            variants = [name for name, plain in (("tied_head", False), ("qkv_bias", False), ("rope_scaling", None))
-                        if model.get(name, plain) != plain]
-            if model.get("head_dim", config.head_dim) != config.head_dim:
-                variants.append(f"head_dim {model['head_dim']} (not dim / heads = {config.head_dim})")
-            if variants:
-                raise ValueError(f"model '{config.name}': the PyTorch reference has no {', '.join(variants)} yet")
+            D = model.get("head_dim")  # trainmem writes it always; it is set only where it is not C / H
+            config = dataclasses.replace(config, tied_head=model.get("tied_head", False),
+                                         qkv_bias=model.get("qkv_bias", False),
+                                         head_dim_set=D if D is not None and D * config.heads != config.dim else None,
+                                         rope_scaling=model.get("rope_scaling"))
         return config
 
     @property
@@ -61,8 +67,8 @@ class ModelConfig:
         return -(-self.vocab // VOCAB_ALIGNMENT) * VOCAB_ALIGNMENT
 
     @property
-    def head_dim(self) -> int:  # D
-        return self.dim // self.heads
+    def head_dim(self) -> int:  # D, as model_config.h's head_dim()
+        return self.head_dim_set if self.arch == "llama" and self.head_dim_set else self.dim // self.heads
 
     @property
     def num_kv_heads(self) -> int:  # Hkv, as model_config.h's num_kv_heads()
@@ -79,8 +85,12 @@ class ModelConfig:
             raise ValueError(model + f"--arch {self.arch}: gpt or llama")
         if self.vocab < 2 or min(self.seq, self.layers, self.heads, self.dim, self.num_kv_heads, self.mlp_dim) < 1:
             raise ValueError(model + "vocab >= 2 and seq, layers, heads, kv-heads, dim, ffn-dim >= 1 are needed")
-        if self.dim % self.heads:
-            raise ValueError(model + f"--dim {self.dim} is not divisible by --heads {self.heads}")
+        if self.arch == "gpt" and self.head_dim_set and self.head_dim_set * self.heads != self.dim:
+            raise ValueError(model + f"a GPT's head dimension is --dim / --heads; --head-dim {self.head_dim_set} is "
+                                     "the Llama family's (add --arch llama)")
+        if not self.head_dim_set and self.dim % self.heads:
+            raise ValueError(model + f"--dim {self.dim} is not divisible by --heads {self.heads}" +
+                             (" (or set the head dimension: --head-dim)" if self.arch == "llama" else ""))
         if self.vocab > 65536:
             raise ValueError(model + "--vocab above 65536 does not fit the uint16 token format")
         if self.arch == "gpt":
@@ -89,12 +99,25 @@ class ModelConfig:
             raise ValueError(model + f"--heads {self.heads} is not a multiple of --kv-heads {self.num_kv_heads} "
                                      "(each K/V head serves heads / kv-heads query heads)")
         if self.head_dim % 2:
-            raise ValueError(model + f"the head dimension --dim / --heads = {self.head_dim} is odd: rotary "
-                                     "embeddings rotate pairs of channels")
+            raise ValueError(model + f"the head dimension {'--head-dim' if self.head_dim_set else '--dim / --heads'} "
+                                     f"= {self.head_dim} is odd: rotary embeddings rotate pairs of channels")
         if not (math.isfinite(self.rope_theta) and self.rope_theta > 1):
             raise ValueError(model + "--rope-theta must be a finite number above 1")
+        if self.rope_scaling is not None:
+            self.validate_rope_scaling(model)
         if not (math.isfinite(self.norm_eps) and 0 < self.norm_eps < 1):
             raise ValueError(model + "--norm-eps must be a number between 0 and 1 (excluded)")
+
+    def validate_rope_scaling(self, model: str) -> None:
+        """kernels/rope_frequencies.h's check (RopeFrequencies::check), for the one scaling trainmem has."""
+        s = self.rope_scaling
+        if s.get("rope_type") != "llama3":
+            raise ValueError(model + f"rope_scaling {s.get('rope_type')!r}: only Llama 3.1's \"llama3\" is modelled")
+        factor, low, high, context = (s["factor"], s["low_freq_factor"], s["high_freq_factor"],
+                                      s["original_max_position_embeddings"])
+        if not (factor >= 1 and 0 < low < high and context > 0 and all(map(math.isfinite, (factor, high, context)))):
+            raise ValueError(model + "rope: llama3 rope scaling needs factor >= 1, 0 < low_freq_factor < "
+                                     "high_freq_factor and an original context above 0")
 
     def to_json(self) -> dict:
         """As trainmem writes a model (ModelConfig::to_json), less the parameter count."""
@@ -102,5 +125,8 @@ class ModelConfig:
                "seq": self.seq, "layers": self.layers, "heads": self.heads, "kv_heads": self.num_kv_heads,
                "dim": self.dim, "ffn_dim": self.mlp_dim}
         if self.arch == "llama":
-            out.update(rope_theta=self.rope_theta, norm_eps=self.norm_eps)
+            out.update(rope_theta=self.rope_theta, norm_eps=self.norm_eps, head_dim=self.head_dim,
+                       tied_head=self.tied_head, qkv_bias=self.qkv_bias)
+            if self.rope_scaling is not None:
+                out["rope_scaling"] = self.rope_scaling
         return out

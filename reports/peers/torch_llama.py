@@ -1,15 +1,20 @@
 """trainmem's Llama in PyTorch: the model of common/model/llama.cpp, layer for layer, written the way
-a PyTorch user writes it (Hugging Face's modeling_llama style: nn.Linear without bias, RMSNorm by
-hand, rotate-half RoPE, a SwiGLU MLP, grouped-query attention by hand, an untied LM head).
+a PyTorch user writes it (Hugging Face's modeling_llama style: nn.Linear, RMSNorm by hand,
+rotate-half RoPE, a SwiGLU MLP, grouped-query attention by hand), with the config's variants
+(model_config.h): a tied head, q/k/v biases, a head dimension D other than C / H, Llama 3.1's rope
+scaling. A plain Llama has none of them: no biases, an untied head, D = C / H.
 
   x0      = wte[tokens]                                           (no position table)
-  layer l: q, k, v = split(attn.qkv(rmsnorm(x_l)))                (H q heads, Hkv k and v heads of D)
-           a = x_l + attn.proj(attention(rope(q), rope(k), v))    (causal, softmax(q k^T / sqrt(D)))
+  layer l: q, k, v = split(attn.qkv(rmsnorm(x_l)))                (H q heads, Hkv k and v heads of D;
+                                                                   + attn.qkv.bias with qkv_bias)
+           a = x_l + attn.proj(attention(rope(q), rope(k), v))    (causal, softmax(q k^T / sqrt(D));
+                                                                   attn.proj maps H*D back to C)
            x_{l+1} = a + mlp.down(silu(mlp.gate(n)) * mlp.up(n)),  n = rmsnorm(a)
-  logits  = rmsnorm(x_L) @ head^T;   loss = mean cross-entropy over the B*T positions
+  logits  = rmsnorm(x_L) @ head^T (wte^T where tied);   loss = mean cross-entropy over the B*T positions
   rmsnorm(x) = weight * x / sqrt(mean(x^2) + eps)
   rope: element i of a head at position t is paired with element i + D/2 and turned by
-        t * theta^(-2i/D) (kernels/rope.h); query head h reads K/V head h // (H / Hkv).
+        t * freq_i, freq_i = theta^(-2i/D) or its llama3 rescaling (kernels/rope_frequencies.h);
+        query head h reads K/V head h // (H / Hkv).
 
 Grouped-query attention without copies: the H / Hkv query heads that share a K/V head are
 consecutive, so their queries are one [G T, D] matrix per K/V head (G = H / Hkv) and K and V are
@@ -18,7 +23,7 @@ The RoPE tables are computed in double and rounded once, as kernels/rope.h compu
 computes the angles in fp32). The vocabulary is padded as torch_gpt.py says (wte and head have Vp
 rows, the padded logits are -inf). Parameters as common/model/parameter_table.h lists them ("h.3.mlp.up.weight"
 is trainmem's "h3.mlp.up.weight"), with its initialization: N(0, 0.02), the residual projections
-(attn.proj, mlp.down) N(0, 0.02 / sqrt(2L)), norm weights 1, padding rows 0.
+(attn.proj, mlp.down) N(0, 0.02 / sqrt(2L)), norm weights 1, the q/k/v biases and padding rows 0.
 
 What PyTorch saves for backward that trainmem does not (each named through `regions.extra`, see
 saved_activations.py): the RoPE cos and sin tables [T, D] (trainmem's kernel computes them on the
@@ -68,8 +73,8 @@ class Attention(nn.Module):
     def __init__(self, c: ModelConfig):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = c.heads, c.num_kv_heads, c.head_dim
-        self.qkv = nn.Linear(c.dim, (c.heads + 2 * c.num_kv_heads) * c.head_dim, bias=False)  # [(H+2Hkv)D, C]
-        self.proj = nn.Linear(c.dim, c.dim, bias=False)                                       # [C, C]
+        self.qkv = nn.Linear(c.dim, (c.heads + 2 * c.num_kv_heads) * c.head_dim, bias=c.qkv_bias)  # [(H+2Hkv)D, C]
+        self.proj = nn.Linear(c.heads * c.head_dim, c.dim, bias=False)                             # [C, H D]
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -80,7 +85,7 @@ class Attention(nn.Module):
         q, k = (t * cos + rotate_half(t) * sin for t in (q, k))              # RoPE
         scores = (q.reshape(B, Hkv, G * T, D) @ k.transpose(-2, -1)).view(B, H, T, T) * (1.0 / math.sqrt(D))
         probs = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-        y = (probs.view(B, Hkv, G * T, T) @ v).view(B, H, T, D).transpose(1, 2).reshape(B, T, C)
+        y = (probs.view(B, Hkv, G * T, T) @ v).view(B, H, T, D).transpose(1, 2).reshape(B, T, H * D)
         return self.proj(y)
 
 
@@ -99,8 +104,8 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One layer, in parameter_table.h's order: attn_norm, attn.qkv, attn.proj, mlp_norm, mlp.gate,
-    mlp.up, mlp.down."""
+    """One layer, in parameter_table.h's order: attn_norm, attn.qkv (weight, then bias if any),
+    attn.proj, mlp_norm, mlp.gate, mlp.up, mlp.down."""
 
     def __init__(self, c: ModelConfig):
         super().__init__()
@@ -119,22 +124,41 @@ class Llama(Decoder):
         super().__init__(c, "llama", "Llama")                     # wte [Vp, C]
         self.h = nn.ModuleList(Block(c) for _ in range(c.layers))
         self.norm = RMSNorm(c.dim, c.norm_eps)
-        self.head = nn.Linear(c.dim, c.padded_vocab, bias=False)  # [Vp, C], untied
-        self.init_parameters([self.wte.weight, self.head.weight])
+        if c.tied_head:
+            self.init_parameters([self.wte.weight])                   # the head is wte
+        else:
+            self.head = nn.Linear(c.dim, c.padded_vocab, bias=False)  # [Vp, C]
+            self.init_parameters([self.wte.weight, self.head.weight])
 
     def init_kind(self, name: str) -> str:
-        """parameter_table.h's ParameterInit of a parameter (by its module name): normal, residual or
-        ones; wte's and the head's padding rows are zero whatever it says."""
+        """parameter_table.h's ParameterInit of a parameter (by its module name): normal, residual,
+        ones or zeros (the q/k/v biases); wte's and the head's padding rows are zero whatever it says."""
         if name.endswith("norm.weight"):
             return "ones"
+        if name.endswith("qkv.bias"):
+            return "zeros"
         return "residual" if name.endswith(("attn.proj.weight", "mlp.down.weight")) else "normal"
 
-    def rope_tables(self, T: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of t * theta^(-2i/D) for t < T, i < D/2, each half repeated: [T, D], computed
-        in double and rounded once to the model's dtype."""
+    def rope_frequencies(self, device: torch.device) -> torch.Tensor:
+        """freq_i = theta^(-2i/D), i < D/2, in double; with rope_scaling, Llama 3.1's rescaling of them,
+        by wavelength (kernels/rope_frequencies.h has the rule, in the same operations)."""
         D = self.config.head_dim
         freq = self.config.rope_theta ** (-torch.arange(0, D, 2, dtype=torch.float64, device=device) / D)
-        angles = torch.arange(T, dtype=torch.float64, device=device)[:, None] * freq
+        scaling = self.config.rope_scaling
+        if scaling is None:
+            return freq
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        context = scaling["original_max_position_embeddings"]
+        wavelength = 2 * math.pi / freq
+        s = (context / wavelength - low) / (high - low)
+        blended = (1 - s) * freq / factor + s * freq
+        return torch.where(wavelength < context / high, freq,
+                           torch.where(wavelength > context / low, freq / factor, blended))
+
+    def rope_tables(self, T: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of t * freq_i for t < T, i < D/2, each half repeated: [T, D], computed in double
+        and rounded once to the model's dtype."""
+        angles = torch.arange(T, dtype=torch.float64, device=device)[:, None] * self.rope_frequencies(device)
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
@@ -154,5 +178,6 @@ class Llama(Decoder):
             x = block(x, cos, sin, future, regions)
             regions.made(x)
         regions.enter("head")
-        logits = self.head(self.norm(x, regions))   # [B, T, Vp]
+        normed = self.norm(x, regions)
+        logits = F.linear(normed, self.wte.weight) if self.config.tied_head else self.head(normed)  # [B, T, Vp]
         return self.padded_loss(logits, targets)

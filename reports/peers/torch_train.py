@@ -165,8 +165,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def resolve_config(a: argparse.Namespace) -> ModelConfig:
     given = {f: getattr(a, f) for f in SHAPE_FLAGS}
     arch = a.arch or "gpt"
-    if a.model is None and all(given[f] is not None for f in shape_of(arch)):
-        return ModelConfig(name="custom", arch=arch, **{f: given[f] for f in shape_of(arch)})
+    if a.model is None and all(given[f] is not None for f in shape_of(arch)):  # the flags name trainmem's fields
+        return ModelConfig.from_trainmem({"name": "custom", **{f: v for f, v in given.items() if v is not None}})
     return ModelConfig.from_trainmem(model_shape(find_trainmem(a.trainmem), a.model, given))
 
 

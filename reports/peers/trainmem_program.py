@@ -11,9 +11,20 @@ import statistics
 import subprocess
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-# trainmem's shape flags (suites/trainmem/cli_flags.cpp), by argparse name: --kv-heads is kv_heads.
+
+
+def boolean(text: str) -> bool:
+    """A true/false flag's value, as trainmem reads it (--tied-head true)."""
+    if text.lower() not in ("true", "false"):
+        raise ValueError(f"{text!r} is not true or false")
+    return text.lower() == "true"
+
+
+# trainmem's shape flags (suites/trainmem/train_flags.cpp), by argparse name: --kv-heads is kv_heads. Their
+# names are also those of trainmem's JSON model (ModelConfig.from_trainmem reads them).
 SHAPE_FLAGS = {"arch": str, "layers": int, "heads": int, "kv_heads": int, "dim": int, "ffn_dim": int, "seq": int,
-               "vocab": int, "rope_theta": float, "norm_eps": float}
+               "vocab": int, "rope_theta": float, "norm_eps": float, "head_dim": int, "tied_head": boolean,
+               "qkv_bias": boolean}
 
 
 def flag(name: str) -> str:
@@ -21,8 +32,10 @@ def flag(name: str) -> str:
 
 
 def shape_args(values: dict) -> list[str]:
-    """The shape flags given (not None) in `values`, as trainmem's arguments."""
-    return [arg for name in SHAPE_FLAGS if values.get(name) is not None for arg in (flag(name), str(values[name]))]
+    """The shape flags given (not None) in `values`, as trainmem's arguments (a bool as true or false)."""
+    def text(value) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    return [arg for name in SHAPE_FLAGS if values.get(name) is not None for arg in (flag(name), text(values[name]))]
 
 
 class TrainmemError(RuntimeError):
@@ -93,7 +106,8 @@ def run_trainmem(trainmem: pathlib.Path, args: list[str]) -> subprocess.Complete
 def model_shape(trainmem: pathlib.Path, model: str | None, overrides: dict) -> dict:
     """The model trainmem builds for `--model MODEL` (None: its default) and the given shape flags:
     {"name", "arch", "vocab", "padded_vocab", "seq", "layers", "heads", "kv_heads", "dim", "ffn_dim",
-    "parameters"} and a Llama's "rope_theta", "norm_eps" (`trainmem info --json`)."""
+    "parameters"} and a Llama's "rope_theta", "norm_eps", "head_dim", "tied_head", "qkv_bias" and, where
+    scaled, "rope_scaling" (`trainmem info --json`)."""
     args = ["info", "--device", "cpu", *(["--model", model] if model else []), *shape_args(overrides), "--json"]
     return json.loads(run_trainmem(trainmem, args).stdout)["model"]
 

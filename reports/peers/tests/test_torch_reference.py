@@ -23,8 +23,11 @@ from reports.peers.saved_activations import SavedTensorLog  # noqa: E402
 from reports.peers.token_file import read_token_file  # noqa: E402
 from reports.peers.torch_train import FAMILIES, Batches  # noqa: E402
 from reports.peers.trainmem_init import libstdcxx_linked  # noqa: E402
-from reports.peers.trainmem_program import model_shape  # noqa: E402
+from reports.peers.trainmem_program import model_shape, shape_args  # noqa: E402
 from peer_fixtures import LOSS_TOLERANCE, tokens, trainmem  # noqa: E402,F401  (the fixtures)
+
+# The Llama's variants together: a tied head, q/k/v biases, D = 32 where C / H is 16.
+VARIANTS = {"tied_head": True, "qkv_bias": True, "head_dim": 32}
 
 
 def config_of(trainmem, model: str, **overrides) -> ModelConfig:
@@ -34,7 +37,12 @@ def config_of(trainmem, model: str, **overrides) -> ModelConfig:
 @pytest.mark.parametrize("model, overrides", [("tiny", {}), ("small", {}), ("gpt2-124m", {}),
                                               ("gpt2-124m", {"layers": 2, "seq": 256}),
                                               ("llama-tiny", {}), ("llama-small", {}), ("llama-tiny", {"kv_heads": 1}),
-                                              ("llama2-7b", {"layers": 2}), ("mistral-7b", {"layers": 1})])
+                                              ("llama2-7b", {"layers": 2}), ("mistral-7b", {"layers": 1}),
+                                              ("llama-tiny", VARIANTS),
+                                              # the published variants, with a vocabulary that token files can hold
+                                              ("qwen2.5-0.5b", {"layers": 2, "vocab": 32000}),
+                                              ("mistral-nemo-12b", {"layers": 1, "vocab": 32000}),
+                                              ("llama3.2-1b", {"layers": 1, "vocab": 32000})])
 def test_parameter_count_is_trainmems(trainmem, model, overrides):
     shape = model_shape(trainmem, model, overrides)
     config = ModelConfig.from_trainmem(shape)
@@ -44,16 +52,17 @@ def test_parameter_count_is_trainmems(trainmem, model, overrides):
         assert sum(p.numel() for p in FAMILIES[config.arch](config).parameters()) == shape["parameters"]
 
 
-@pytest.mark.parametrize("model", ["tiny", "llama-tiny"])
-def test_parameters_are_trainmems_by_name_and_bytes(trainmem, tokens, tmp_path, model):
+@pytest.mark.parametrize("model, overrides", [("tiny", {}), ("llama-tiny", {}), ("llama-tiny", VARIANTS)])
+def test_parameters_are_trainmems_by_name_and_bytes(trainmem, tokens, tmp_path, model, overrides):
     """The model's parameters, in order, are the ones trainmem allocates (its trace names each):
     the same names (parameter_table.h's), the same bytes."""
     trace = tmp_path / "trace.json"
-    subprocess.run([str(trainmem), "train", "--model", model, "--batch", "1", "--steps", "1", "--data", str(tokens),
-                    "--device", "cpu", "--record-memory", str(trace)], check=True, capture_output=True)
+    subprocess.run([str(trainmem), "train", "--model", model, *shape_args(overrides), "--batch", "1", "--steps", "1",
+                    "--data", str(tokens), "--device", "cpu", "--record-memory", str(trace)],
+                   check=True, capture_output=True)
     tm = [(e["name"], e["size"]) for e in json.loads(trace.read_text())["events"]
           if e.get("action") == "alloc" and e.get("category") == "parameters"]
-    config = config_of(trainmem, model)
+    config = config_of(trainmem, model, **overrides)
     with torch.device("meta"):
         pt = [(trainmem_parameter_name(n), 4 * p.numel()) for n, p in FAMILIES[config.arch](config).named_parameters()]
     assert pt == tm
@@ -82,12 +91,14 @@ def test_padded_vocabulary_is_trainmems_and_changes_nothing(arch):
         assert model(x, y).item() == loss.item()
 
 
-def saved_both(trainmem, tokens, tmp_path, model: str, batch: int, precision: str) -> tuple[ModelConfig, dict]:
+def saved_both(trainmem, tokens, tmp_path, model: str, batch: int, precision: str,
+               overrides: dict | None = None) -> tuple[ModelConfig, dict]:
     """One step of each on the same batch: trainmem's saved activations (its trace) against PyTorch's."""
-    config = config_of(trainmem, model)
+    overrides = overrides or {}
+    config = config_of(trainmem, model, **overrides)
     trace = tmp_path / "trace.json"
-    subprocess.run([str(trainmem), "train", "--model", model, "--batch", str(batch), "--steps", "1",
-                    "--precision", precision, "--data", str(tokens), "--device", "cpu",
+    subprocess.run([str(trainmem), "train", "--model", model, *shape_args(overrides), "--batch", str(batch),
+                    "--steps", "1", "--precision", precision, "--data", str(tokens), "--device", "cpu",
                     "--record-memory", str(trace)], check=True, capture_output=True)
     tm = trainmem_saved.saved_activations(json.loads(trace.read_text()))
     torch.manual_seed(0)
@@ -119,11 +130,12 @@ def extras_found(comparison: dict) -> list[tuple]:
     return sorted((t["region"], t["dtype"], tuple(t["shape"])) for t in comparison["pytorch_extras"])
 
 
-@pytest.mark.parametrize("model, batch", [("tiny", 2), ("small", 4), ("llama-tiny", 2), ("llama-small", 4)])
-def test_saved_activations_are_trainmems_to_the_byte(trainmem, tokens, tmp_path, model, batch):
+@pytest.mark.parametrize("model, batch, overrides", [("tiny", 2, {}), ("small", 4, {}), ("llama-tiny", 2, {}),
+                                                     ("llama-small", 4, {}), ("llama-tiny", 2, VARIANTS)])
+def test_saved_activations_are_trainmems_to_the_byte(trainmem, tokens, tmp_path, model, batch, overrides):
     """fp32: per part of the model, PyTorch saves trainmem's bytes plus its known extras, and only
     those (extras_expected)."""
-    config, comparison = saved_both(trainmem, tokens, tmp_path, model, batch, "fp32")
+    config, comparison = saved_both(trainmem, tokens, tmp_path, model, batch, "fp32", overrides)
     assert comparison["equal"], json.dumps(comparison["by_region"], indent=1)
     assert extras_found(comparison) == extras_expected(config, batch, "float32")
 
@@ -195,17 +207,19 @@ def test_torch_train_bad_input_is_one_line(tmp_path):
         "--heads 4 is not a multiple of --kv-heads 3 (each K/V head serves heads / kv-heads query heads)"), run.stderr
 
 
-@pytest.mark.parametrize("model", ["tiny", "llama-tiny"])
-def test_compare_torch_pairs_each_gradient_lifetime_with_pytorchs(trainmem, tmp_path, model):
+@pytest.mark.parametrize("model, overrides", [("tiny", {}), ("llama-tiny", {}), ("llama-tiny", VARIANTS)])
+def test_compare_torch_pairs_each_gradient_lifetime_with_pytorchs(trainmem, tmp_path, model, overrides):
     """One command, both pairings: trainmem --grads persistent beside PyTorch set_to_none=False keeps
     every gradient between steps on both sides; --grads on-demand beside set_to_none=True keeps none
     on either (PyTorch's gradients category is 0 when a step starts). A swapped pairing fails here.
-    PyTorch starts from trainmem's weights: the losses agree (test_same_weights.py's tolerance)."""
-    run = subprocess.run([sys.executable, "-m", "reports.peers.compare_torch", "--model", model, "--batch", "2",
-                          "--rounds", "1", "--warmup", "1", "--steps", "1", "--out", str(tmp_path),
-                          "--trainmem", str(trainmem)], cwd=REPO, capture_output=True, text=True)
+    PyTorch starts from trainmem's weights: the losses agree (test_same_weights.py's tolerance).
+    The shape flags reach both programs (the variants: --tied-head true ...)."""
+    run = subprocess.run([sys.executable, "-m", "reports.peers.compare_torch", "--model", model, *shape_args(overrides),
+                          "--batch", "2", "--rounds", "1", "--warmup", "1", "--steps", "1", "--out", str(tmp_path),
+                          "--label", "run", "--trainmem", str(trainmem)], cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    c = json.loads((tmp_path / f"peer-torch-{model}-B2-fp32.json").read_text())
+    c = json.loads((tmp_path / "peer-torch-run.json").read_text())
+    assert {k: c["config"]["model"][k] for k in overrides} == overrides
     parameters = c["config"]["model"]["parameters"]
     persistent, on_demand = c["pairings"]["persistent"], c["pairings"]["on-demand"]
     assert (persistent["trainmem"]["grads"], persistent["pytorch"]["set_to_none"]) == ("persistent", False)

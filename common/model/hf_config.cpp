@@ -190,7 +190,7 @@ ModelConfig llama(Fields& f, LlamaLike family) {
         f.not_modelled(key, std::string(field) + " is not a finite number");
       return rope[field].get<double>();
     };
-    if (rope.contains("rope_theta")) c.rope.theta = number("rope_theta", c.rope.theta);
+    c.rope.theta = number("rope_theta", c.rope.theta);
     const char* type_key = rope.contains("rope_type") ? "rope_type" : "type";
     const std::string type = rope.contains(type_key) && rope[type_key].is_string() ? rope[type_key].get<std::string>()
                                                                                      : "default";
@@ -273,10 +273,10 @@ ModelConfig read_hf_config(const std::string& path) {
   } else if (type == "qwen2") {
     c = llama(f, LlamaLike::qwen2);
   } else if (type == "mixtral" || type == "qwen2_moe") {
-    f.not_modelled("model_type", "mixture of experts is not modelled yet (gpt2, llama, mistral and qwen2 are)");
+    f.not_modelled("model_type", std::string("mixture of experts is not modelled yet (") + kHfConfigFamilies + " are)");
   } else {
-    f.not_modelled("model_type", type.empty() ? "absent: the family is not known (gpt2, llama, mistral and qwen2 are read)"
-                                              : "not a family trainmem reads (gpt2, llama, mistral, qwen2)");
+    f.not_modelled("model_type", std::string(type.empty() ? "absent: the family is not known (" : "not a family trainmem reads (") +
+                                     kHfConfigFamilies + (type.empty() ? " are read)" : " are)"));
   }
   if (!architecture.empty() && architecture.find("ForCausalLM") == std::string::npos && architecture != "GPT2LMHeadModel")
     f.not_modelled("architectures", "trainmem trains a causal language model (…ForCausalLM, GPT2LMHeadModel)");

@@ -18,6 +18,9 @@
 
 namespace trainmem {
 
+// The model_types read, as messages and help name them.
+inline constexpr const char* kHfConfigFamilies = "gpt2, llama, mistral and qwen2";
+
 // The file cannot be read as a config, or it describes what trainmem does not model (the message
 // names the field and its value).
 struct HfConfigError : ModelConfigError {

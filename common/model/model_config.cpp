@@ -78,7 +78,7 @@ nlohmann::json ModelConfig::to_json() const {
     j["norm_eps"] = norm_eps;
     j["head_dim"] = head_dim();
     j["tied_head"] = head_is_tied();
-    j["qkv_bias"] = has_qkv_bias();
+    j["qkv_bias"] = qkv_bias;
   }
   if (!origin.empty()) j["origin"] = origin;
   return j;

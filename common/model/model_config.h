@@ -67,7 +67,6 @@ struct ModelConfig {
   std::size_t mlp_dim() const { return llama() ? ffn_dim : 4 * dim; }      // F
   std::size_t attention_dim() const { return heads * head_dim(); }          // H*D: attention's output row (= C unless D is set)
   bool head_is_tied() const { return !llama() || tied_head; }               // the LM head is wte
-  bool has_qkv_bias() const { return !llama() || qkv_bias; }
 
   // Parameters (parameter_table.h lists them):
   //   gpt    wte Vp*C (Vp = padded_vocab(V)) + wpe T*C + L * (12 C^2 + 13 C) + 2 C (final

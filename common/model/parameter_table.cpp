@@ -16,7 +16,7 @@ ParameterTable::ParameterTable(const ModelConfig& config)
     : arch_(config.arch),
       layers_(config.layers),
       tied_head_(config.head_is_tied()),
-      qkv_bias_(config.arch == Arch::llama && config.has_qkv_bias()) {
+      qkv_bias_(config.arch == Arch::llama && config.qkv_bias) {
   const auto V = static_cast<std::int64_t>(config.vocab), Vp = static_cast<std::int64_t>(padded_vocab(config.vocab)),
              T = static_cast<std::int64_t>(config.seq), C = static_cast<std::int64_t>(config.dim);
   using I = ParameterInit;

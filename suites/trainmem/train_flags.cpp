@@ -78,19 +78,15 @@ ModelConfig custom_shape(const TrainFlags& f, const GivenShape& given) {
   ModelConfig c;
   c.name = "custom";
   c.arch = f.arch.value_or(Arch::gpt);
+  // The family's usual values first, then every flag given over them (as over a preset's).
   const FamilyDefaults usual = family_defaults(c.arch);
-  c.layers = *f.layers;
-  c.heads = *f.heads;
-  c.dim = *f.dim;
-  c.seq = f.seq.value_or(usual.seq);
-  c.vocab = f.vocab.value_or(usual.vocab);
-  c.kv_heads = f.kv_heads.value_or(c.heads);
-  c.ffn_dim = f.ffn_dim.value_or(llama_ffn_dim(c.dim));
-  c.head_dim_set = f.head_dim.value_or(0);
-  c.tied_head = f.tied_head.value_or(false);
-  c.qkv_bias = f.qkv_bias.value_or(false);
-  c.rope.theta = f.rope_theta.value_or(usual.rope_theta);
-  c.norm_eps = f.norm_eps.value_or(usual.norm_eps);
+  c.seq = usual.seq;
+  c.vocab = usual.vocab;
+  c.kv_heads = *f.heads;
+  c.ffn_dim = llama_ffn_dim(*f.dim);
+  c.rope.theta = usual.rope_theta;
+  c.norm_eps = usual.norm_eps;
+  apply_shape_flags(f, c);
 
   std::vector<std::string> filled;  // "T=1024 (GPT-2's; no --seq)"
   if (!f.seq) filled.push_back("T=" + std::to_string(c.seq) + " (" + usual.whose + "; no --seq)");
@@ -212,8 +208,8 @@ void add_model_flags(CLI::App& command, TrainFlags& flags) {
       ->type_name("NAME");
   command
       .add_option("--hf-config", flags.hf_config,
-                  "A Hugging Face config.json (or the folder holding it) as the model, instead of --model: gpt2, llama, "
-                  "mistral and qwen2; the shape flags beside it change its fields")
+                  std::string("A Hugging Face config.json (or the folder holding it) as the model, instead of --model: ") +
+                      kHfConfigFamilies + "; the shape flags beside it change its fields")
       ->type_name("PATH");
   // (no default: a preset has its family, and --arch must agree with it)
   takes_one_of(command.add_option_function<std::string>(

@@ -25,7 +25,7 @@ struct LayerActivations : AttentionActivations {
   Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C]; [B,T]; [B,T]
   Tensor fch;                      // fc output, GELU input [B,T,4C]
   Tensor fch_gelu;                 // GELU output [B,T,4C]
-  Tensor& mlp_nonlinearity() { return fch_gelu; }  // what selective recompute drops beside att
+  void release_mlp_nonlinearity() { fch_gelu.reset(); }  // what selective recompute drops beside att
 };
 
 // Selective recompute drops the probabilities (naive attention) and the GELU output 4BTC.

@@ -144,8 +144,41 @@ ModelConfig gpt2(Fields& f) {
   return c;
 }
 
+// A mixture of experts' fields (model_config.h), Mixtral's or Qwen2-MoE's names and defaults.
+void read_experts(Fields& f, ModelConfig& c, bool qwen2_moe) {
+  c.experts = f.count(qwen2_moe ? "num_experts" : "num_local_experts", qwen2_moe ? 60 : 8);
+  c.experts_per_token = f.count("num_experts_per_tok", qwen2_moe ? 4 : 2);
+  if (qwen2_moe) {
+    c.expert_ffn_dim = f.count("moe_intermediate_size", 1408);
+    c.shared_expert_ffn_dim = f.count("shared_expert_intermediate_size", 5632);
+    c.normalize_top_k = f.flag("norm_topk_prob", false);
+    // Dense MLPs between the mixtures (every decoder_sparse_step-th layer a mixture, or the layers
+    // of mlp_only_layers dense) change the layers' shapes one by one: not modelled.
+    if (f.count("decoder_sparse_step", 1) != 1)
+      f.not_modelled("decoder_sparse_step", "a mixture of experts in every layer is modelled (1), not dense layers between");
+    if (f.given("mlp_only_layers") && !(f.raw("mlp_only_layers").is_array() && f.raw("mlp_only_layers").empty()))
+      f.not_modelled("mlp_only_layers", "a mixture of experts in every layer is modelled, not dense layers among them");
+  } else {
+    c.expert_ffn_dim = c.ffn_dim;  // Mixtral's experts are intermediate_size wide
+    c.normalize_top_k = true;      // (MixtralSparseMoeBlock always renormalizes)
+    if (f.number("router_jitter_noise", 0) != 0)
+      f.not_modelled("router_jitter_noise", "the router's multiplicative noise is not modelled");
+  }
+  // transformers adds the load-balancing loss only where output_router_logits is set.
+  const double coef = f.number("router_aux_loss_coef", 0.001);
+  if (!(coef >= 0)) f.not_modelled("router_aux_loss_coef", "a coefficient >= 0");
+  if (f.flag("output_router_logits", false)) {
+    c.router_aux_loss_coef = coef;
+  } else if (coef != 0) {
+    std::ostringstream text;
+    text << "router_aux_loss_coef=" << coef << " (output_router_logits is false: no load-balancing loss, as transformers; "
+         << "--router-aux-loss adds it)";
+    f.note(text.str());
+  }
+}
+
 // The Llama-like families, as transformers' config classes of each default what a file leaves out.
-enum class LlamaLike { llama, mistral, qwen2 };
+enum class LlamaLike { llama, mistral, qwen2, mixtral, qwen2_moe };
 
 // LlamaConfig: hidden_size 4096, intermediate_size 11008, 32 layers and heads, num_key_value_heads
 // None (= heads), hidden_act silu, max_position_embeddings 2048, rms_norm_eps 1e-6, rope_theta
@@ -154,21 +187,30 @@ enum class LlamaLike { llama, mistral, qwen2 };
 // Qwen2Config: vocab_size 151936, intermediate_size 22016, 32 K/V heads, 32768 positions; q, k, v
 // always biased (o and the MLP not: Qwen2Attention's nn.Linear(..., bias=True) on q_proj, k_proj,
 // v_proj); a sliding window only with use_sliding_window, on the layers from max_window_layers.
+// MixtralConfig: MistralConfig's sizes, rms_norm_eps 1e-5, rope_theta 1e6, no sliding window; 8
+// experts (num_local_experts) of intermediate_size, top 2 (num_experts_per_tok), always renormalized.
+// Qwen2MoeConfig: hidden_size 2048, 24 layers, 16 heads and K/V heads, 32768 positions, Qwen2's
+// biases and window; 60 experts (num_experts) of moe_intermediate_size 1408, top 4, norm_topk_prob
+// false, a shared expert of shared_expert_intermediate_size 5632; every layer a mixture
+// (decoder_sparse_step 1, mlp_only_layers empty). Both: the load-balancing loss only with
+// output_router_logits (false), times router_aux_loss_coef (0.001).
 ModelConfig llama(Fields& f, LlamaLike family) {
-  const bool mistral = family == LlamaLike::mistral, qwen2 = family == LlamaLike::qwen2;
+  const bool mixtral = family == LlamaLike::mixtral, qwen2_moe = family == LlamaLike::qwen2_moe;
+  const bool mistral = family == LlamaLike::mistral || mixtral, qwen2 = family == LlamaLike::qwen2 || qwen2_moe;
   ModelConfig c;
   c.arch = Arch::llama;
-  c.dim = f.count("hidden_size", 4096);
-  c.ffn_dim = f.count("intermediate_size", mistral ? 14336 : qwen2 ? 22016 : 11008);
-  c.layers = f.count("num_hidden_layers", 32);
-  c.heads = f.count("num_attention_heads", 32);
-  c.kv_heads = f.count("num_key_value_heads", mistral ? 8 : qwen2 ? 32 : c.heads);
+  c.dim = f.count("hidden_size", qwen2_moe ? 2048 : 4096);
+  c.ffn_dim = f.count("intermediate_size", mistral ? 14336 : qwen2_moe ? 5632 : qwen2 ? 22016 : 11008);
+  c.layers = f.count("num_hidden_layers", qwen2_moe ? 24 : 32);
+  c.heads = f.count("num_attention_heads", qwen2_moe ? 16 : 32);
+  c.kv_heads = f.count("num_key_value_heads", mistral ? 8 : qwen2_moe ? 16 : qwen2 ? 32 : c.heads);
   c.seq = f.count("max_position_embeddings", mistral ? 4096 * 32 : qwen2 ? 32768 : 2048);
   c.vocab = f.count("vocab_size", qwen2 ? 151936 : 32000);
-  c.norm_eps = f.number("rms_norm_eps", 1e-6);
-  c.rope.theta = f.number("rope_theta", 10000);
+  c.norm_eps = f.number("rms_norm_eps", mixtral ? 1e-5 : 1e-6);
+  c.rope.theta = f.number("rope_theta", mixtral ? 1e6 : 10000);
   c.tied_head = f.flag("tie_word_embeddings", false);
   c.qkv_bias = qwen2;
+  if (mixtral || qwen2_moe) read_experts(f, c, qwen2_moe);
   if (f.text("hidden_act", "silu") != "silu") f.not_modelled("hidden_act", "trainmem's Llama MLP is SwiGLU (silu)");
   if (!qwen2) {  // (Qwen2Config has neither: its biases are fixed)
     if (f.flag("attention_bias", false))
@@ -215,8 +257,10 @@ ModelConfig llama(Fields& f, LlamaLike family) {
     if (sliding && window && *window < c.seq && first_sliding < c.layers) window_refused("use_sliding_window");
   } else if (mistral || f.given("sliding_window")) {
     // MistralConfig's default window is 4096; null (as written by Mistral Nemo, v0.3) is none.
-    const std::optional<std::size_t> window = mistral && !f.present("sliding_window") ? std::optional<std::size_t>{4096}
-                                                                                       : f.optional_count("sliding_window");
+    // MixtralConfig's default is none.
+    const bool default_window = family == LlamaLike::mistral && !f.present("sliding_window");
+    const std::optional<std::size_t> window = default_window ? std::optional<std::size_t>{4096}
+                                                             : f.optional_count("sliding_window");
     if (window && *window < c.seq) window_refused("sliding_window");
   }
   note_dropout(f, {"attention_dropout"}, 0.0);
@@ -272,16 +316,19 @@ ModelConfig read_hf_config(const std::string& path) {
     c = llama(f, LlamaLike::mistral);
   } else if (type == "qwen2") {
     c = llama(f, LlamaLike::qwen2);
-  } else if (type == "mixtral" || type == "qwen2_moe") {
-    f.not_modelled("model_type", std::string("mixture of experts is not modelled yet (") + kHfConfigFamilies + " are)");
+  } else if (type == "mixtral") {
+    c = llama(f, LlamaLike::mixtral);
+  } else if (type == "qwen2_moe") {
+    c = llama(f, LlamaLike::qwen2_moe);
   } else {
     f.not_modelled("model_type", std::string(type.empty() ? "absent: the family is not known (" : "not a family trainmem reads (") +
                                      kHfConfigFamilies + (type.empty() ? " are read)" : " are)"));
   }
   if (!architecture.empty() && architecture.find("ForCausalLM") == std::string::npos && architecture != "GPT2LMHeadModel")
     f.not_modelled("architectures", "trainmem trains a causal language model (…ForCausalLM, GPT2LMHeadModel)");
-  for (const char* moe : {"num_local_experts", "num_experts"})
-    if (f.given(moe)) f.not_modelled(moe, "mixture of experts is not modelled yet");
+  if (type != "mixtral" && type != "qwen2_moe")
+    for (const char* moe : {"num_local_experts", "num_experts"})
+      if (f.given(moe)) f.not_modelled(moe, "a mixture of experts is read from mixtral and qwen2_moe configs");
 
   // The name: the checkpoint's, else its folder's.
   const std::string name_or_path = j.contains("_name_or_path") && j["_name_or_path"].is_string()

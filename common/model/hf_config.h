@@ -6,10 +6,12 @@
 //
 // Families: model_type gpt2 (GPT2LMHeadModel) -> trainmem's GPT; llama (LlamaForCausalLM), mistral
 // (MistralForCausalLM) and qwen2 (Qwen2ForCausalLM) -> its Llama block, with a tied head
-// (tie_word_embeddings), q/k/v biases (qwen2) and head_dim where the file sets them. A field that
+// (tie_word_embeddings), q/k/v biases (qwen2) and head_dim where the file sets them; mixtral
+// (MixtralForCausalLM) and qwen2_moe (Qwen2MoeForCausalLM) -> the same block with a mixture of
+// experts as its MLP (and Qwen2-MoE's shared expert). A field that
 // would change the computation in a way trainmem does not model is refused, naming it (biases on o
-// or the MLP, rope scaling, a sliding window shorter than the context, mixture of experts: mixtral,
-// qwen2_moe; another activation). A field read and not honoured that changes no shape (dropout) is
+// or the MLP, rope scaling other than llama3's, a sliding window shorter than the context, dense
+// layers among the experts, router noise; another activation). A field read and not honoured that changes no shape (dropout) is
 // said in the model's origin, and so is a field the reader does not know: never a silent default.
 #pragma once
 #include <string>
@@ -19,7 +21,7 @@
 namespace trainmem {
 
 // The model_types read, as messages and help name them.
-inline constexpr const char* kHfConfigFamilies = "gpt2, llama, mistral and qwen2";
+inline constexpr const char* kHfConfigFamilies = "gpt2, llama, mistral, qwen2, mixtral and qwen2_moe";
 
 // The file cannot be read as a config, or it describes what trainmem does not model (the message
 // names the field and its value).

@@ -28,7 +28,7 @@
 namespace trainmem {
 
 // Activations: what one layer's forward saves for its backward, an AttentionActivations with the
-// family's own tensors beside, and mlp_nonlinearity(), the one of them that selective recompute
+// family's own tensors beside, and release_mlp_nonlinearity(), which frees what selective recompute
 // drops beside the probabilities. LayerParameterName: the family's enum of one layer's parameters
 // (LayerParameter, LlamaLayerParameter).
 template <typename Activations, typename LayerParameterName>
@@ -45,10 +45,10 @@ class LayerStack : public Model {
   }
   void release_layer_activations(std::size_t layer) final { acts_[layer] = Activations{}; }
   // Selective recompute (model.h): the attention probabilities and the MLP's nonlinearity output,
-  // which the family names (Activations::mlp_nonlinearity) and makes again (recompute_mlp_nonlinearity).
+  // which the family frees (Activations::release_mlp_nonlinearity) and makes again (recompute_mlp_nonlinearity).
   void release_selective(std::size_t layer) final {
     acts_[layer].att.reset();
-    acts_[layer].mlp_nonlinearity().reset();
+    acts_[layer].release_mlp_nonlinearity();
   }
   void recompute_selective(std::size_t layer) final {
     attention_recompute_probabilities(acts_[layer], indexed_name("h", layer, "."));
@@ -77,7 +77,8 @@ class LayerStack : public Model {
   // the next buffer is allocated (as PyTorch's autograd releases a node's saved tensors once the
   // node has run): the layer's backward never holds what it is done with.
   virtual void block_backward(std::size_t layer, Activations& a) = 0;
-  // a.mlp_nonlinearity() again from the tensors the forward saved before it, with the same kernel.
+  // What a.release_mlp_nonlinearity() freed, again from the tensors the forward saved before it,
+  // with the same kernel.
   virtual void recompute_mlp_nonlinearity(std::size_t layer, Activations& a) = 0;
 
   // The shape of a tensor with a row of `width` per token, [B, T, width]; without a width, of one

@@ -11,7 +11,9 @@ namespace trainmem {
 
 
 Llama::Llama(Device& device, ModelConfig config, std::uint64_t seed, ModelOptions options)
-    : LayerStack(device, std::move(config), seed, options, Arch::llama, "Llama") {}
+    : LayerStack(device, std::move(config), seed, options, Arch::llama, "Llama") {
+  router_statistics_.resize(config_.layers);
+}
 
 void Llama::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& x, const Tensor& weight, const std::string& name) {
   with_storage_type(dtype_, [&](auto tag) {
@@ -40,34 +42,41 @@ void Llama::rotate_qk(Tensor& qkv, bool inverse) {
 }
 
 void Llama::block_forward(std::size_t l, LlamaLayerActivations& a, bool produce_output) {
+  const std::size_t N = B_ * T_, C = config_.dim, F = config_.mlp_dim(), QKV = qkv_dim();
+  const std::string h = indexed_name("h", l, ".");
+  const Tensor& x = residual_[l];
+
+  // attention branch: residual2 = x_l + attn_proj(attention(rope(qkv(rmsnorm(x_l)))))
+  rmsnorm_forward(a.attn_norm, a.attn_norm_rstd, x, p(l, W::attn_norm_weight), h + "attn_norm");
+  a.qkv = make(per_token(QKV), MemoryCategory::activations, h + "qkv");
+  linear_forward(a.qkv, a.attn_norm, p(l, W::qkv_weight), table_.has(W::qkv_bias) ? &p(l, W::qkv_bias) : nullptr, N, C,
+                 QKV);
+  rotate_qk(a.qkv, /*inverse=*/false);  // saved rotated: attention and its backward read these
+  attention_forward(a, h);
+  a.residual2 = make(per_token(C), MemoryCategory::activations, h + "residual2");
+  project_and_add(a.residual2, x, a.atty, p(l, W::attn_proj_weight), nullptr, config_.attention_dim(), h + "attn.proj.out");
+
+  // MLP branch: x_{l+1} = residual2 + down(silu(gate(n)) * up(n)),  n = rmsnorm(residual2)
+  // (or a mixture of experts on n: llama_moe.cpp)
+  rmsnorm_forward(a.mlp_norm, a.mlp_norm_rstd, a.residual2, p(l, W::mlp_norm_weight), h + "mlp_norm");
+  if (config_.moe()) return moe_forward(l, a, produce_output);
+  swiglu_mlp_forward(l, a, F, W::gate_weight, W::up_weight, h + "mlp.");
+  if (!produce_output) return;  // recomputing for backward: x_{l+1} is not needed again
+  residual_[l + 1] = make(per_token(C), MemoryCategory::activations, indexed_name("x", l + 1));
+  project_and_add(residual_[l + 1], a.residual2, a.swiglu, p(l, W::down_weight), nullptr, F, h + "mlp.down.out");
+}
+
+void Llama::swiglu_mlp_forward(std::size_t l, LlamaLayerActivations& a, std::size_t F, W gate, W up,
+                               const std::string& name) {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    const auto s = kernel_stream(device_);
-    const std::size_t N = B_ * T_, C = config_.dim, F = config_.mlp_dim(), QKV = qkv_dim();
-    const std::string h = indexed_name("h", l, ".");
-    const Tensor& x = residual_[l];
-
-    // attention branch: residual2 = x_l + attn_proj(attention(rope(qkv(rmsnorm(x_l)))))
-    rmsnorm_forward(a.attn_norm, a.attn_norm_rstd, x, p(l, W::attn_norm_weight), h + "attn_norm");
-    a.qkv = make(per_token(QKV), MemoryCategory::activations, h + "qkv");
-    linear_forward(a.qkv, a.attn_norm, p(l, W::qkv_weight), table_.has(W::qkv_bias) ? &p(l, W::qkv_bias) : nullptr, N, C,
-                   QKV);
-    rotate_qk(a.qkv, /*inverse=*/false);  // saved rotated: attention and its backward read these
-    attention_forward(a, h);
-    a.residual2 = make(per_token(C), MemoryCategory::activations, h + "residual2");
-    project_and_add(a.residual2, x, a.atty, p(l, W::attn_proj_weight), nullptr, config_.attention_dim(), h + "attn.proj.out");
-
-    // MLP branch: x_{l+1} = residual2 + down(silu(gate(n)) * up(n)),  n = rmsnorm(residual2)
-    rmsnorm_forward(a.mlp_norm, a.mlp_norm_rstd, a.residual2, p(l, W::mlp_norm_weight), h + "mlp_norm");
-    a.gate = make(per_token(F), MemoryCategory::activations, h + "mlp.gate.out");
-    linear_forward(a.gate, a.mlp_norm, p(l, W::gate_weight), nullptr, N, C, F);
-    a.up = make(per_token(F), MemoryCategory::activations, h + "mlp.up.out");
-    linear_forward(a.up, a.mlp_norm, p(l, W::up_weight), nullptr, N, C, F);
-    a.swiglu = make(per_token(F), MemoryCategory::activations, h + "mlp.swiglu.out");
-    kernels::swiglu_forward<T>(s, a.swiglu.data_as<T>(), a.gate.data_as<T>(), a.up.data_as<T>(), N * F);
-    if (!produce_output) return;  // recomputing for backward: x_{l+1} is not needed again
-    residual_[l + 1] = make(per_token(C), MemoryCategory::activations, indexed_name("x", l + 1));
-    project_and_add(residual_[l + 1], a.residual2, a.swiglu, p(l, W::down_weight), nullptr, F, h + "mlp.down.out");
+    const std::size_t N = B_ * T_, C = config_.dim;
+    a.gate = make(per_token(F), MemoryCategory::activations, name + "gate.out");
+    linear_forward(a.gate, a.mlp_norm, p(l, gate), nullptr, N, C, F);
+    a.up = make(per_token(F), MemoryCategory::activations, name + "up.out");
+    linear_forward(a.up, a.mlp_norm, p(l, up), nullptr, N, C, F);
+    a.swiglu = make(per_token(F), MemoryCategory::activations, name + "swiglu.out");
+    kernels::swiglu_forward<T>(kernel_stream(device_), a.swiglu.data_as<T>(), a.gate.data_as<T>(), a.up.data_as<T>(), N * F);
   });
 }
 
@@ -100,26 +109,12 @@ void Llama::block_backward(std::size_t l, LlamaLayerActivations& a) {
 
     // Each tensor is freed once read for the last time (layer_stack.h).
     // MLP branch: x_{l+1} = residual2 + down(swiglu(gate(n), up(n))),  n = mlp_norm(residual2)
+    // (or a mixture of experts: llama_moe.cpp)
     {
-      Tensor dswiglu = make(per_token(F), MemoryCategory::workspace, h + "mlp.swiglu.out.grad");
-      linear_backward(&dswiglu, g(l, W::down_weight), nullptr, dres, a.swiglu, p(l, W::down_weight), N, F, C);
-      a.swiglu.reset();
-      // In place: dgate over gate, dup over up (each is read for the last time by this kernel).
-      Tensor& dgate = a.gate;
-      Tensor& dup = a.up;
-      kernels::swiglu_backward<T>(s, dgate.data_as<T>(), dup.data_as<T>(), dswiglu.data_as<T>(), a.gate.data_as<T>(),
-                                  a.up.data_as<T>(), N * F);
-      dswiglu.reset();
-      // d n = dgate W_gate + dup W_up: n feeds two projections, whose input gradients add.
-      Tensor dnorm = make(per_token(C), MemoryCategory::workspace, h + "mlp_norm.grad");
-      linear_backward(&dnorm, g(l, W::gate_weight), nullptr, dgate, a.mlp_norm, p(l, W::gate_weight), N, C, F);
-      a.gate.reset();
-      Tensor dnorm_up = make(per_token(C), MemoryCategory::workspace, h + "mlp_norm.grad.up");
-      linear_backward(&dnorm_up, g(l, W::up_weight), nullptr, dup, a.mlp_norm, p(l, W::up_weight), N, C, F);
-      a.up.reset();
+      Tensor dnorm = config_.moe() ? moe_backward(l, a)
+                                   : swiglu_mlp_backward(l, a, dres, /*consume_dout=*/false, F, W::gate_weight,
+                                                         W::up_weight, W::down_weight, h + "mlp.", h + "mlp_norm.grad");
       a.mlp_norm.reset();
-      kernels::residual_forward<T>(s, dnorm.data_as<T>(), dnorm.data_as<T>(), dnorm_up.data_as<T>(), N * C);
-      dnorm_up.reset();
       // d residual2 = d x_{l+1} (skip path) + the norm's backward (accumulated into the same buffer)
       Tensor workspace =
           make_cuda_workspace(kernels::rmsnorm_backward_workspace_bytes(N, C), h + "mlp_norm.backward.workspace");
@@ -159,13 +154,56 @@ void Llama::block_backward(std::size_t l, LlamaLayerActivations& a) {
   });
 }
 
+Tensor Llama::swiglu_mlp_backward(std::size_t l, LlamaLayerActivations& a, Tensor& dout, bool consume_dout,
+                                  std::size_t F, W gate, W up, W down, const std::string& name,
+                                  const std::string& dnorm_name) {
+  Tensor dnorm;
+  with_storage_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const auto s = kernel_stream(device_);
+    const std::size_t N = B_ * T_, C = config_.dim;
+    Tensor dswiglu = make(per_token(F), MemoryCategory::workspace, name + "swiglu.out.grad");
+    linear_backward(&dswiglu, g(l, down), nullptr, dout, a.swiglu, p(l, down), N, F, C);
+    a.swiglu.reset();
+    if (consume_dout) dout.reset();
+    // In place: dgate over gate, dup over up (each is read for the last time by this kernel).
+    Tensor& dgate = a.gate;
+    Tensor& dup = a.up;
+    kernels::swiglu_backward<T>(s, dgate.data_as<T>(), dup.data_as<T>(), dswiglu.data_as<T>(), a.gate.data_as<T>(),
+                                a.up.data_as<T>(), N * F);
+    dswiglu.reset();
+    // d n = dgate W_gate + dup W_up: n feeds two projections, whose input gradients add.
+    dnorm = make(per_token(C), MemoryCategory::workspace, dnorm_name);
+    linear_backward(&dnorm, g(l, gate), nullptr, dgate, a.mlp_norm, p(l, gate), N, C, F);
+    a.gate.reset();
+    Tensor dnorm_up = make(per_token(C), MemoryCategory::workspace, dnorm_name + ".up");
+    linear_backward(&dnorm_up, g(l, up), nullptr, dup, a.mlp_norm, p(l, up), N, C, F);
+    a.up.reset();
+    kernels::residual_forward<T>(s, dnorm.data_as<T>(), dnorm.data_as<T>(), dnorm_up.data_as<T>(), N * C);
+  });
+  return dnorm;
+}
+
 void Llama::recompute_mlp_nonlinearity(std::size_t l, LlamaLayerActivations& a) {
   with_storage_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    const std::size_t N = B_ * T_, F = config_.mlp_dim();
-    a.swiglu = make(per_token(F), MemoryCategory::activations, indexed_name("h", l, ".mlp.swiglu.out"));
-    kernels::swiglu_forward<T>(kernel_stream(device_), a.swiglu.data_as<T>(), a.gate.data_as<T>(), a.up.data_as<T>(),
-                               N * F);
+    const auto s = kernel_stream(device_);
+    const std::size_t N = B_ * T_;
+    const std::string h = indexed_name("h", l, ".");
+    // The dense MLP's or the shared expert's SwiGLU (in gate, up), then the experts'.
+    if (a.gate.data() != nullptr) {
+      const std::size_t F = config_.moe() ? config_.shared_expert_ffn_dim : config_.mlp_dim();
+      a.swiglu = make(per_token(F), MemoryCategory::activations,
+                      h + (config_.moe() ? "mlp.shared_expert.swiglu.out" : "mlp.swiglu.out"));
+      kernels::swiglu_forward<T>(s, a.swiglu.data_as<T>(), a.gate.data_as<T>(), a.up.data_as<T>(), N * F);
+    }
+    if (config_.moe()) {
+      const std::size_t rows = N * config_.experts_per_token, Fe = config_.expert_ffn_dim;
+      a.expert_swiglu = make({static_cast<std::int64_t>(rows), static_cast<std::int64_t>(Fe)}, MemoryCategory::activations,
+                             h + "moe.swiglu.out");
+      kernels::swiglu_forward<T>(s, a.expert_swiglu.data_as<T>(), a.expert_gate.data_as<T>(), a.expert_up.data_as<T>(),
+                                 rows * Fe);
+    }
   });
 }
 

@@ -34,6 +34,10 @@ Tensor Model::make_f32(std::vector<std::int64_t> shape, MemoryCategory category,
   return Tensor(device_.allocator(), std::move(shape), DType::f32, category, name);
 }
 
+Tensor Model::make_i32(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name) {
+  return Tensor(device_.allocator(), std::move(shape), DType::i32, category, name);
+}
+
 Tensor Model::make_bytes(std::size_t bytes, const std::string& name) {
   // Scratch of a byte size, as 4-byte elements (the allocator sees the bytes, rounded up to 512 anyway).
   return Tensor(device_.allocator(), {static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32,
@@ -196,7 +200,7 @@ double Model::head_forward(std::optional<float> dloss) {
     for (float v : host) sum += v;
     loss = sum / static_cast<double>(N);
   });
-  return loss;
+  return loss + auxiliary_loss(dloss);  // (a mixture of experts' load-balancing loss; 0 for the others)
 }
 
 void Model::head_backward() {

@@ -161,10 +161,14 @@ class Model {
   // The family's table of learned positions (GPT's wpe), added to the token's row; none for Llama,
   // whose positions enter through RoPE in every layer.
   virtual std::optional<std::size_t> position_table_index() const { return std::nullopt; }
+  // A loss the family adds to the cross-entropy (a mixture of experts' load-balancing loss), its
+  // value; with dloss (training), it also readies its gradient for the layers' backward. None: 0.
+  virtual double auxiliary_loss(std::optional<float> /*dloss*/) { return 0; }
 
   // A tensor in the model's storage type (f32 only where stated: norm statistics, losses).
   Tensor make(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);
   Tensor make_f32(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);
+  Tensor make_i32(std::vector<std::int64_t> shape, MemoryCategory category, const std::string& name);  // indices
   Tensor make_bytes(std::size_t bytes, const std::string& name);  // workspace for a library
   // Scratch a CUDA kernel asks of its caller (a host formula beside the kernel), made on the CUDA
   // pattern only (a named rule of Device::cuda_pattern; the CPU kernels need none): empty elsewhere.
@@ -186,6 +190,7 @@ class Model {
 
   Tensor& param(std::size_t index) { return params_[index].value; }
   static float* f32(Tensor& t) { return t.data_as<float>(); }  // fp32-only tensors (norm statistics, losses)
+  static std::int32_t* i32(Tensor& t) { return t.data_as<std::int32_t>(); }  // int32 tensors (indices)
 
   Device& device_;
   ModelConfig config_;

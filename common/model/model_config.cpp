@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cmath>
+#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -21,6 +23,14 @@ void check_run_sizes(const ModelConfig& c, std::size_t batch) {
   try {
     checked_mul(c.num_parameters(), 16, "the model states (16 bytes per parameter: weights, gradients, Adam's moments)");
     checked_product({B, T, c.mlp_dim(), 4}, "the MLP activations (B x T x F x 4 bytes; GPT's F = 4C)");
+    if (c.moe()) {
+      checked_product({B, T, c.experts_per_token, std::max(c.expert_ffn_dim, c.dim), 4},
+                      "the experts' activations (B x T x k x max(Fe, C) x 4 bytes)");
+      // The grouped layout's rows are int32 (kernels/moe.h): B T k of them.
+      if (B * T * c.experts_per_token > static_cast<std::uint64_t>(INT32_MAX))
+        throw SizeLimitError("B x T x k = " + std::to_string(B * T * c.experts_per_token) +
+                             " expert rows, above 2^31 - 1 (int32 row indices)");
+    }
     checked_product({B, T, Vp, 4}, "the logits (B x T x Vp x 4 bytes)");
     checked_product({B, H, T, T, 4}, "the attention scores (B x H x T x T x 4 bytes)");
   } catch (const SizeLimitError& e) {
@@ -42,7 +52,11 @@ void ModelConfig::validate() const {
   // Llama-3's 128256, trains on the ids below it, and is estimated whole.)
   if (vocab > kMaxVocab)
     throw ModelConfigError(model + "a vocabulary above " + std::to_string(kMaxVocab) + " tokens is not supported");
-  if (arch == Arch::gpt) return;
+  if (arch == Arch::gpt) {
+    if (experts != 0 || experts_per_token != 0 || expert_ffn_dim != 0 || shared_expert_ffn_dim != 0)
+      throw ModelConfigError(model + "a mixture of experts is the Llama family's (add --arch llama)");
+    return;
+  }
   if (heads % kv_heads != 0)
     throw ModelConfigError(model + "--heads " + std::to_string(heads) + " is not a multiple of --kv-heads " +
                            std::to_string(kv_heads) + " (each K/V head serves heads / kv-heads query heads)");
@@ -58,6 +72,26 @@ void ModelConfig::validate() const {
   }
   if (!(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1))
     throw ModelConfigError(model + "--norm-eps must be a number between 0 and 1 (excluded)");
+  validate_experts();
+}
+
+void ModelConfig::validate_experts() const {
+  const std::string model = "model '" + name + "': ";
+  if (experts == 0) {
+    if (experts_per_token != 0 || expert_ffn_dim != 0 || shared_expert_ffn_dim != 0 || router_aux_loss_coef != 0)
+      throw ModelConfigError(model + "--experts-per-token, --expert-ffn-dim, --shared-expert-ffn-dim and --router-aux-loss "
+                             "describe a mixture of experts: give --experts E too");
+    return;
+  }
+  if (experts < 2 || experts > kMaxExperts)
+    throw ModelConfigError(model + "--experts " + std::to_string(experts) + ": a mixture has 2 to " +
+                           std::to_string(kMaxExperts) + " experts");
+  if (experts_per_token < 1 || experts_per_token > experts)
+    throw ModelConfigError(model + "--experts-per-token " + std::to_string(experts_per_token) +
+                           ": each token reaches 1 to --experts (" + std::to_string(experts) + ") experts");
+  if (expert_ffn_dim < 1) throw ModelConfigError(model + "--expert-ffn-dim must be at least 1");
+  if (!(std::isfinite(router_aux_loss_coef) && router_aux_loss_coef >= 0))
+    throw ModelConfigError(model + "--router-aux-loss must be a finite number >= 0");
 }
 
 nlohmann::json ModelConfig::to_json() const {
@@ -79,6 +113,13 @@ nlohmann::json ModelConfig::to_json() const {
     j["head_dim"] = head_dim();
     j["tied_head"] = head_is_tied();
     j["qkv_bias"] = qkv_bias;
+    if (moe())
+      j["experts"] = {{"experts", experts},
+                      {"experts_per_token", experts_per_token},
+                      {"expert_ffn_dim", expert_ffn_dim},
+                      {"shared_expert_ffn_dim", shared_expert_ffn_dim},
+                      {"normalize_top_k", normalize_top_k},
+                      {"router_aux_loss_coef", router_aux_loss_coef}};
   }
   if (!origin.empty()) j["origin"] = origin;
   return j;
@@ -96,6 +137,9 @@ struct Preset {
   bool tied_head = false, qkv_bias = false;
   std::size_t head_dim = 0;
   double llama3_rope_factor = 1;
+  // A mixture of experts (model_config.h): E, k, Fe, Fs, whether the k weights are renormalized.
+  std::size_t experts = 0, experts_per_token = 0, expert_ffn_dim = 0, shared_expert_ffn_dim = 0;
+  bool normalize_top_k = true;
 
   ModelConfig config() const {
     ModelConfig c;
@@ -115,6 +159,11 @@ struct Preset {
       c.qkv_bias = qkv_bias;
       c.head_dim_set = head_dim;
       if (llama3_rope_factor != 1) c.rope = kernels::RopeFrequencies::llama3(rope_theta, llama3_rope_factor, 1, 4, 8192);
+      c.experts = experts;
+      c.experts_per_token = experts_per_token;
+      c.expert_ffn_dim = expert_ffn_dim;
+      c.shared_expert_ffn_dim = shared_expert_ffn_dim;
+      c.normalize_top_k = normalize_top_k;
     }
     return c;
   }
@@ -133,6 +182,17 @@ constexpr Preset with(Preset p, bool tied_head, bool qkv_bias, std::size_t head_
   p.qkv_bias = qkv_bias;
   p.head_dim = head_dim;
   p.llama3_rope_factor = llama3_rope_factor;
+  return p;
+}
+// A Llama-family preset whose MLPs are mixtures of E experts of width Fe, k per token (and a shared
+// expert of width Fs; 0: none), the k weights renormalized or not.
+constexpr Preset mixture(Preset p, std::size_t experts, std::size_t experts_per_token, std::size_t expert_ffn_dim,
+                         std::size_t shared_expert_ffn_dim, bool normalize_top_k) {
+  p.experts = experts;
+  p.experts_per_token = experts_per_token;
+  p.expert_ffn_dim = expert_ffn_dim;
+  p.shared_expert_ffn_dim = shared_expert_ffn_dim;
+  p.normalize_top_k = normalize_top_k;
   return p;
 }
 // GPT-2 sizes from the GPT-2 paper / llm.c; tiny and small are ours, byte-level (V = 256).
@@ -158,6 +218,10 @@ constexpr Preset kPresets[] = {
     llama("llama-tiny", 256, 64, 2, 4, 2, 64, 176, 10000, 1e-5),
     llama("llama-small", 256, 128, 4, 4, 2, 128, 352, 10000, 1e-5),
     llama("llama-tiny-hd64", 256, 128, 2, 2, 1, 128, 352, 10000, 1e-5),
+    // Ours with a mixture of experts (tests and CPU runs): llama-tiny's and llama-small's attention,
+    // 8 experts, top 2; in the small one a shared expert too.
+    mixture(llama("llama-tiny-moe", 256, 64, 2, 4, 2, 64, 176, 10000, 1e-5), 8, 2, 64, 0, true),
+    mixture(llama("llama-small-moe", 256, 128, 4, 4, 2, 128, 352, 10000, 1e-5), 8, 2, 96, 128, true),
     llama("llama2-7b", 32000, 4096, 32, 32, 32, 4096, 11008, 10000, 1e-5),
     llama("llama3-8b", 128256, 8192, 32, 32, 8, 4096, 14336, 500000, 1e-5),
     llama("llama3-70b", 128256, 8192, 80, 64, 8, 8192, 28672, 500000, 1e-5),
@@ -169,6 +233,11 @@ constexpr Preset kPresets[] = {
     with(llama("qwen2.5-0.5b", 151936, 32768, 24, 14, 2, 896, 4864, 1000000, 1e-6), true, true, 0, 1),
     with(llama("qwen2.5-7b", 152064, 131072, 28, 28, 4, 3584, 18944, 1000000, 1e-6), false, true, 0, 1),
     with(llama("mistral-nemo-12b", 131072, 1024000, 40, 32, 8, 5120, 14336, 1000000, 1e-5), false, false, 128, 1),
+    // Mixtures of experts: Mixtral 8x7B (8 experts of 14336, top 2) and Qwen1.5-MoE-A2.7B (60 of
+    // 1408, top 4, not renormalized, a shared expert of 5632, q/k/v biases).
+    mixture(llama("mixtral-8x7b", 32000, 32768, 32, 32, 8, 4096, 14336, 1000000, 1e-5), 8, 2, 14336, 0, true),
+    mixture(with(llama("qwen1.5-moe-a2.7b", 151936, 8192, 24, 16, 16, 2048, 5632, 1000000, 1e-6), false, true, 0, 1), 60, 4,
+            1408, 5632, false),
 };
 }  // namespace
 
@@ -226,11 +295,22 @@ std::string ModelConfig::shape_summary() const {
   std::string s = "L=" + std::to_string(layers) + " H=" + std::to_string(heads);
   if (arch == Arch::llama) s += " Hkv=" + std::to_string(num_kv_heads());
   s += " C=" + std::to_string(dim);
-  if (arch == Arch::llama) s += " F=" + std::to_string(mlp_dim());
+  if (moe()) {
+    s += " E=" + std::to_string(experts) + " k=" + std::to_string(experts_per_token) + " Fe=" + std::to_string(expert_ffn_dim);
+    if (shared_expert_ffn_dim != 0) s += " Fs=" + std::to_string(shared_expert_ffn_dim);
+  } else if (arch == Arch::llama) {
+    s += " F=" + std::to_string(mlp_dim());
+  }
   if (arch == Arch::llama && head_dim_set != 0) s += " D=" + std::to_string(head_dim());  // only where it is not C/H
   s += " T=" + std::to_string(seq) + " V=" + std::to_string(vocab) + ", padded to Vp=" + std::to_string(padded_vocab(vocab));
   if (arch == Arch::llama && tied_head) s += ", tied head";
   if (arch == Arch::llama && qkv_bias) s += ", q/k/v biases";
+  if (moe() && !normalize_top_k) s += ", top-k weights not renormalized";
+  if (moe() && router_aux_loss_coef != 0) {
+    std::ostringstream coef;
+    coef << router_aux_loss_coef;
+    s += ", load-balancing loss x" + coef.str();
+  }
   return s;
 }
 

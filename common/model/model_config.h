@@ -57,6 +57,15 @@ struct ModelConfig {
   bool tied_head = false;        // tie_word_embeddings: the LM head is wte (Llama 3.2 1B/3B, Qwen2.5 0.5B-3B)
   bool qkv_bias = false;         // biases on the q, k, v projections (Qwen2; o and the MLP have none)
   std::size_t head_dim_set = 0;  // head_dim: D when it is not C / H (Mistral NeMo: C 5120, H 32, D 128); 0: C / H
+  // Mixture of experts (the Llama family: Mixtral, Qwen2-MoE; kernels/moe.h): every layer's MLP is
+  // a router to E experts, each a SwiGLU MLP of width Fe, of which every token reaches its k most
+  // probable; 0 experts is the dense MLP of width F (ffn_dim, which a mixture does not read).
+  std::size_t experts = 0;                // E: num_local_experts (Mixtral), num_experts (Qwen2-MoE)
+  std::size_t experts_per_token = 0;      // k: num_experts_per_tok
+  std::size_t expert_ffn_dim = 0;         // Fe: intermediate_size (Mixtral), moe_intermediate_size (Qwen2-MoE)
+  std::size_t shared_expert_ffn_dim = 0;  // Fs: an expert every token reaches, scaled by sigmoid(x . w) (Qwen2-MoE); 0: none
+  bool normalize_top_k = true;            // the k weights divided by their sum (Mixtral always; Qwen2-MoE's norm_topk_prob)
+  double router_aux_loss_coef = 0;        // the load-balancing loss's weight in the loss; 0: not added
   // Where the shape came from when it is not a preset as it stands: what the user gave and what
   // was filled in, from where ("as given: --layers 24 --heads 16 --dim 1024; filled in: T=1024 (GPT-2's; no --seq), ...").
   // Empty for a preset. Printed in every command's first line (label()).
@@ -67,13 +76,15 @@ struct ModelConfig {
   std::size_t mlp_dim() const { return llama() ? ffn_dim : 4 * dim; }      // F
   std::size_t attention_dim() const { return heads * head_dim(); }          // H*D: attention's output row (= C unless D is set)
   bool head_is_tied() const { return !llama() || tied_head; }               // the LM head is wte
+  bool moe() const { return llama() && experts > 0; }                       // a mixture of experts in every layer
 
   // Parameters (parameter_table.h lists them):
   //   gpt    wte Vp*C (Vp = padded_vocab(V)) + wpe T*C + L * (12 C^2 + 13 C) + 2 C (final
   //          layernorm); the LM head is tied to wte. Per layer: ln1 2C, qkv 3C^2+3C, attn proj
   //          C^2+C, ln2 2C, fc 4C^2+4C, fc proj 4C^2+C.
   //   llama  wte Vp*C (+ head Vp*C, untied) + L * (2C + (H + 2 Hkv) D C (+ (H + 2 Hkv) D, q, k, v
-  //          biases) + H D C + 3 F C) + C (final norm).
+  //          biases) + H D C + 3 F C) + C (final norm). A mixture of experts has, instead of 3 F C:
+  //          the router E C + E * 3 Fe C (+ 3 Fs C + C, the shared expert and its gate).
   // Checked (common/util/checked_math.h): SizeLimitError if the count passes 2^62.
   std::size_t num_parameters() const;
 
@@ -87,10 +98,12 @@ struct ModelConfig {
 
   // Throws ModelConfigError saying what to change (e.g. dim not divisible by heads).
   void validate() const;
+  static constexpr std::size_t kMaxExperts = 4096;
   nlohmann::json to_json() const;
 
  private:
   bool llama() const { return arch == Arch::llama; }
+  void validate_experts() const;
 };
 
 struct ModelConfigError : std::invalid_argument {

@@ -15,8 +15,8 @@ std::size_t ParameterInfo::numel() const {
 ParameterTable::ParameterTable(const ModelConfig& config)
     : arch_(config.arch),
       layers_(config.layers),
-      tied_head_(config.head_is_tied()),
-      qkv_bias_(config.arch == Arch::llama && config.qkv_bias) {
+      tied_head_(config.head_is_tied()) {
+  for (std::size_t& slot : slot_) slot = kAbsent;
   const auto V = static_cast<std::int64_t>(config.vocab), Vp = static_cast<std::int64_t>(padded_vocab(config.vocab)),
              T = static_cast<std::int64_t>(config.seq), C = static_cast<std::int64_t>(config.dim);
   using I = ParameterInit;
@@ -29,21 +29,53 @@ ParameterTable::ParameterTable(const ModelConfig& config)
   if (arch_ == Arch::llama) {
     const auto F = static_cast<std::int64_t>(config.mlp_dim()),
                QKV = static_cast<std::int64_t>((config.heads + 2 * config.num_kv_heads()) * config.head_dim()),
-               HD = static_cast<std::int64_t>(config.attention_dim());
+               HD = static_cast<std::int64_t>(config.attention_dim()), E = static_cast<std::int64_t>(config.experts),
+               Fe = static_cast<std::int64_t>(config.expert_ffn_dim), Fs = static_cast<std::int64_t>(config.shared_expert_ffn_dim);
+    experts_ = config.moe() ? config.experts : 0;
+    using P = LlamaLayerParameter;
+    // One layer's tensors, in order (the same in every layer): a name, a shape, an init, and the
+    // parameter it is, or none for an expert's (those are addressed through first_expert_slot_).
+    struct LayerEntry {
+      std::string name;
+      std::vector<std::int64_t> shape;
+      ParameterInit init;
+    };
+    std::vector<LayerEntry> layer;
+    auto add = [&](P which, std::string name, std::vector<std::int64_t> shape, ParameterInit init) {
+      slot_[static_cast<std::size_t>(which)] = layer.size();
+      layer.push_back({std::move(name), std::move(shape), init});
+    };
+    add(P::attn_norm_weight, "attn_norm.weight", {C}, I::ones);
+    add(P::qkv_weight, "attn.qkv.weight", {QKV, C}, I::normal);
+    if (config.qkv_bias) add(P::qkv_bias, "attn.qkv.bias", {QKV}, I::zeros);
+    add(P::attn_proj_weight, "attn.proj.weight", {C, HD}, I::residual);
+    add(P::mlp_norm_weight, "mlp_norm.weight", {C}, I::ones);
+    if (!config.moe()) {
+      add(P::gate_weight, "mlp.gate.weight", {F, C}, I::normal);
+      add(P::up_weight, "mlp.up.weight", {F, C}, I::normal);
+      add(P::down_weight, "mlp.down.weight", {C, F}, I::residual);
+    } else {
+      add(P::router_weight, "mlp.router.weight", {E, C}, I::normal);
+      first_expert_slot_ = layer.size();
+      for (std::size_t e = 0; e < experts_; ++e) {  // in ExpertParameter order
+        const std::string expert = "mlp.experts." + std::to_string(e) + ".";
+        layer.push_back({expert + "gate.weight", {Fe, C}, I::normal});
+        layer.push_back({expert + "up.weight", {Fe, C}, I::normal});
+        layer.push_back({expert + "down.weight", {C, Fe}, I::residual});
+      }
+      if (Fs != 0) {
+        add(P::shared_gate_weight, "mlp.shared_expert.gate.weight", {Fs, C}, I::normal);
+        add(P::shared_up_weight, "mlp.shared_expert.up.weight", {Fs, C}, I::normal);
+        add(P::shared_down_weight, "mlp.shared_expert.down.weight", {C, Fs}, I::residual);
+        add(P::shared_expert_gate_weight, "mlp.shared_expert_gate.weight", {1, C}, I::normal);
+      }
+    }
+    per_layer_ = layer.size();
     entries_.reserve(3 + layers_ * per_layer());
     entries_.push_back({"wte", {Vp, C}, -1, I::normal, Vp - V});
     for (std::size_t l = 0; l < layers_; ++l) {
       const std::string h = layer_prefix(l);
-      const auto layer = static_cast<long>(l);
-      // In LlamaLayerParameter order.
-      entries_.push_back({h + "attn_norm.weight", {C}, layer, I::ones});
-      entries_.push_back({h + "attn.qkv.weight", {QKV, C}, layer, I::normal});
-      if (qkv_bias_) entries_.push_back({h + "attn.qkv.bias", {QKV}, layer, I::zeros});
-      entries_.push_back({h + "attn.proj.weight", {C, HD}, layer, I::residual});
-      entries_.push_back({h + "mlp_norm.weight", {C}, layer, I::ones});
-      entries_.push_back({h + "mlp.gate.weight", {F, C}, layer, I::normal});
-      entries_.push_back({h + "mlp.up.weight", {F, C}, layer, I::normal});
-      entries_.push_back({h + "mlp.down.weight", {C, F}, layer, I::residual});
+      for (const LayerEntry& e : layer) entries_.push_back({h + e.name, e.shape, static_cast<long>(l), e.init});
     }
     entries_.push_back({"norm.weight", {C}, -1, I::ones});
     if (!tied_head_) entries_.push_back({"head.weight", {Vp, C}, -1, I::normal, Vp - V});
@@ -73,16 +105,17 @@ ParameterTable::ParameterTable(const ModelConfig& config)
   entries_.push_back({"lnf.bias", {C}, -1, I::zeros});
 }
 
-std::size_t ParameterTable::per_layer() const {
-  if (arch_ == Arch::gpt) return kParametersPerLayer;
-  return static_cast<std::size_t>(LlamaLayerParameter::down_weight) + 1 - (qkv_bias_ ? 0 : 1);
+std::size_t ParameterTable::index(std::size_t layer, LlamaLayerParameter which) const {
+  if (!has(which))
+    throw std::logic_error("ParameterTable::index: this model has no parameter #" +
+                           std::to_string(static_cast<std::size_t>(which)) + " in its layers (parameter_table.h)");
+  return 1 + layer * per_layer() + slot_[static_cast<std::size_t>(which)];
 }
 
-std::size_t ParameterTable::index(std::size_t layer, LlamaLayerParameter which) const {
-  if (!has(which)) throw std::logic_error("ParameterTable::index: this Llama has no q, k, v biases");
-  auto k = static_cast<std::size_t>(which);
-  if (!qkv_bias_ && which > LlamaLayerParameter::qkv_bias) --k;  // the slot is not there
-  return 1 + layer * per_layer() + k;
+std::size_t ParameterTable::index(std::size_t layer, std::size_t expert, ExpertParameter which) const {
+  if (expert >= experts_)
+    throw std::logic_error("ParameterTable::index: expert " + std::to_string(expert) + " of " + std::to_string(experts_));
+  return 1 + layer * per_layer() + first_expert_slot_ + 3 * expert + static_cast<std::size_t>(which);
 }
 
 std::vector<std::size_t> ParameterTable::root_indices() const {

@@ -20,10 +20,15 @@
 //      attn_norm.weight [C], attn.qkv.weight [(H + 2 Hkv) D, C] (q, then k, then v rows),
 //      attn.qkv.bias [(H + 2 Hkv) D] (only with qkv_bias, Qwen2), attn.proj.weight [C, H D],
 //      mlp_norm.weight [C], mlp.gate.weight [F, C], mlp.up.weight [F, C], mlp.down.weight [C, F]
+//   where the MLP is a mixture of experts (model_config.h), mlp_norm.weight is followed instead by
+//      mlp.router.weight [E, C], then per expert e: mlp.experts.<e>.gate.weight [Fe, C],
+//      mlp.experts.<e>.up.weight [Fe, C], mlp.experts.<e>.down.weight [C, Fe]; and with a shared
+//      expert (Qwen2-MoE) mlp.shared_expert.gate.weight [Fs, C], .up.weight [Fs, C],
+//      .down.weight [C, Fs], mlp.shared_expert_gate.weight [1, C]   (P = 6 + 3E (+ 1) (+ 4))
 //   1 + P L      norm.weight [C]     the final RMSNorm
 //   1 + P L + 1  head.weight [Vp, C] the LM head (padding rows zero); none when it is tied to wte
-//   A layer holds 2C + (H + 2 Hkv) D C (+ (H + 2 Hkv) D) + H D C + 3 F C elements; the model
-//   Vp C (+ Vp C, untied) + L (...) + C.
+//   A layer holds 2C + (H + 2 Hkv) D C (+ (H + 2 Hkv) D) + H D C + 3 F C elements (a mixture:
+//   E C + 3 E Fe C (+ 3 Fs C + C) instead of 3 F C); the model Vp C (+ Vp C, untied) + L (...) + C.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -40,11 +45,16 @@ enum class LayerParameter : std::size_t {
   ln2_weight, ln2_bias, fc_weight, fc_bias, mlp_proj_weight, mlp_proj_bias,
 };
 constexpr std::size_t kParametersPerLayer = 12;
-// A Llama layer's parameters, in their order within the layer; qkv_bias only where the config
-// has it (ModelConfig::qkv_bias).
+// A Llama layer's parameters, in their order within the layer, each where the config has it:
+// qkv_bias with ModelConfig::qkv_bias; gate, up, down in a dense MLP; the router (then the experts,
+// ExpertParameter) in a mixture of experts, the shared_* with its shared expert.
 enum class LlamaLayerParameter : std::size_t {
   attn_norm_weight, qkv_weight, qkv_bias, attn_proj_weight, mlp_norm_weight, gate_weight, up_weight, down_weight,
+  router_weight, shared_gate_weight, shared_up_weight, shared_down_weight, shared_expert_gate_weight,
 };
+constexpr std::size_t kLlamaLayerParameterKinds = 13;
+// One expert's parameters, in their order within the expert.
+enum class ExpertParameter : std::size_t { gate_weight, up_weight, down_weight };
 
 // GPT-2's initialization: N(0, 0.02); residual projections N(0, 0.02 / sqrt(2L)); ones; zeros.
 enum class ParameterInit { normal, residual, ones, zeros };
@@ -73,7 +83,9 @@ class ParameterTable {
     return 2 + layer * kParametersPerLayer + static_cast<std::size_t>(which);
   }
   std::size_t index(std::size_t layer, LlamaLayerParameter which) const;
-  bool has(LlamaLayerParameter which) const { return which != LlamaLayerParameter::qkv_bias || qkv_bias_; }
+  bool has(LlamaLayerParameter which) const { return slot_[static_cast<std::size_t>(which)] != kAbsent; }
+  // Expert e's parameter of a mixture-of-experts layer.
+  std::size_t index(std::size_t layer, std::size_t expert, ExpertParameter which) const;
   // GPT's final layernorm.
   std::size_t lnf_weight() const { return 2 + layers_ * kParametersPerLayer; }
   std::size_t lnf_bias() const { return lnf_weight() + 1; }
@@ -94,11 +106,16 @@ class ParameterTable {
   std::size_t padding_numel() const;
 
  private:
-  std::size_t per_layer() const;  // a layer's parameter tensors
+  std::size_t per_layer() const { return per_layer_; }  // a layer's parameter tensors
+  static constexpr std::size_t kAbsent = ~std::size_t{0};
 
   Arch arch_;
   std::size_t layers_;
-  bool tied_head_, qkv_bias_;
+  bool tied_head_;
+  // A Llama layer's layout: each parameter's place in the layer (kAbsent where it has none), the
+  // first expert's, the number of experts.
+  std::size_t slot_[kLlamaLayerParameterKinds];
+  std::size_t first_expert_slot_ = kAbsent, experts_ = 0, per_layer_ = kParametersPerLayer;
   std::vector<ParameterInfo> entries_;
 };
 

@@ -46,12 +46,31 @@ SavedActivations saved_activations(const ModelConfig& c, std::size_t B, std::siz
   } else {
     s.layer = {{"attn_norm", btc}, {"attn_norm.rstd", stat}, {"qkv", BT * QKV * e}};
     s.layer.insert(s.layer.end(), attn.begin(), attn.end());
-    s.layer.insert(s.layer.end(), {{"residual2", btc},
-                                   {"mlp_norm", btc},
-                                   {"mlp_norm.rstd", stat},
-                                   {"mlp.gate.out", BT * F * e},
-                                   {"mlp.up.out", BT * F * e},
-                                   {"mlp.swiglu.out", BT * F * e, true}});
+    s.layer.insert(s.layer.end(), {{"residual2", btc}, {"mlp_norm", btc}, {"mlp_norm.rstd", stat}});
+    if (!c.moe()) {
+      s.layer.insert(s.layer.end(), {{"mlp.gate.out", BT * F * e},
+                                     {"mlp.up.out", BT * F * e},
+                                     {"mlp.swiglu.out", BT * F * e, true}});
+    } else {
+      // A mixture of experts (llama_moe.cpp): the router's choices, the N k grouped rows of the
+      // experts (the same bytes for every routing), the shared expert's MLP, output and gate logit.
+      const std::size_t E = c.experts, k = c.experts_per_token, Fe = c.expert_ffn_dim, Fs = c.shared_expert_ffn_dim,
+                        i32 = 4;
+      s.layer.insert(s.layer.end(), {{"mlp.router.probs", BT * E * f32},
+                                     {"mlp.router.experts", BT * k * i32},
+                                     {"mlp.router.weights", BT * k * f32},
+                                     {"moe.rows", BT * k * i32},
+                                     {"moe.gate.out", BT * k * Fe * e},
+                                     {"moe.up.out", BT * k * Fe * e},
+                                     {"moe.swiglu.out", BT * k * Fe * e, true},
+                                     {"moe.out", BT * k * C * e}});
+      if (Fs != 0)
+        s.layer.insert(s.layer.end(), {{"mlp.shared_expert.gate.out", BT * Fs * e},
+                                       {"mlp.shared_expert.up.out", BT * Fs * e},
+                                       {"mlp.shared_expert.swiglu.out", BT * Fs * e, true},
+                                       {"mlp.shared_expert.out", btc},
+                                       {"mlp.shared_expert_gate.out", BT * e}});
+    }
     s.head = {{"norm", btc}, {"norm.rstd", stat}, {"logits", BT * Vp * e}};
   }
   return s;

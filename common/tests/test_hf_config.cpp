@@ -111,9 +111,46 @@ TEST(HfConfig, Llama32CountsAsTransformers) {
 
 // The presets of those shapes are their configs: every field the same (the JSON without name and
 // origin), so the ANCHORS counts above hold for the presets too.
+// The mixtures of experts (ANCHORS.md): Mixtral 8x7B, 8 experts of 14336, top 2; Qwen1.5-MoE-A2.7B,
+// 60 experts of 1408, top 4 not renormalized, a shared expert of 5632 with its sigmoid gate, q/k/v
+// biases. Neither file asks for the load-balancing loss (output_router_logits false), and that is said.
+TEST(HfConfig, MixturesOfExpertsCountAsTransformers) {
+  const ModelConfig mixtral = read_hf_config(config_dir("Mixtral-8x7B"));
+  EXPECT_TRUE(mixtral.moe());
+  EXPECT_EQ(mixtral.experts, 8u);
+  EXPECT_EQ(mixtral.experts_per_token, 2u);
+  EXPECT_EQ(mixtral.expert_ffn_dim, 14336u);
+  EXPECT_EQ(mixtral.shared_expert_ffn_dim, 0u);
+  EXPECT_TRUE(mixtral.normalize_top_k);
+  EXPECT_EQ(mixtral.router_aux_loss_coef, 0.0);
+  EXPECT_EQ(hugging_face_count(mixtral), 46702792704u);
+  EXPECT_NE(mixtral.origin.find("router_aux_loss_coef=0.02 (output_router_logits is false"), std::string::npos)
+      << mixtral.origin;
+  const ModelConfig qwen = read_hf_config(config_dir("Qwen1.5-MoE-A2.7B"));
+  EXPECT_EQ(qwen.experts, 60u);
+  EXPECT_EQ(qwen.experts_per_token, 4u);
+  EXPECT_EQ(qwen.expert_ffn_dim, 1408u);
+  EXPECT_EQ(qwen.shared_expert_ffn_dim, 5632u);
+  EXPECT_FALSE(qwen.normalize_top_k);
+  EXPECT_TRUE(qwen.qkv_bias);
+  EXPECT_EQ(hugging_face_count(qwen), 14315784192u);
+  // output_router_logits true: the loss is added with the file's coefficient.
+  const ModelConfig aux = read_hf_config(write_config(
+      "mixtral-aux", R"({"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+                        "num_hidden_layers": 2,
+                        "output_router_logits": true, "router_aux_loss_coef": 0.02})"));
+  EXPECT_EQ(aux.router_aux_loss_coef, 0.02);
+  EXPECT_EQ(aux.expert_ffn_dim, 14336u);  // MixtralConfig's intermediate_size
+  EXPECT_EQ(aux.norm_eps, 1e-5);          // and its other defaults
+  EXPECT_EQ(aux.rope.theta, 1e6);
+  const ModelConfig qwen_defaults = read_hf_config(write_config("qwen-moe-defaults", R"({"model_type": "qwen2_moe"})"));
+  EXPECT_EQ(hugging_face_count(qwen_defaults), 14315784192u);  // Qwen2MoeConfig's defaults are A2.7B's shape
+}
+
 TEST(HfConfig, ThePresetsAreTheirConfigs) {
   for (const auto& [preset, config] : {std::pair{"llama3.2-1b", "Llama-3.2-1B"}, {"qwen2.5-0.5b", "Qwen2.5-0.5B"},
-                                       {"qwen2.5-7b", "Qwen2.5-7B"}, {"mistral-nemo-12b", "Mistral-Nemo-Base-2407"}}) {
+                                       {"qwen2.5-7b", "Qwen2.5-7B"}, {"mistral-nemo-12b", "Mistral-Nemo-Base-2407"},
+                                       {"mixtral-8x7b", "Mixtral-8x7B"}, {"qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B"}}) {
     SCOPED_TRACE(preset);
     nlohmann::json from_preset = model_preset(preset).to_json(), from_file = read_hf_config(config_dir(config)).to_json();
     for (nlohmann::json* j : {&from_preset, &from_file}) {
@@ -159,7 +196,24 @@ TEST(HfConfig, AFieldLeftOutTakesItsFamilysDefault) {
 
 // What would compute something else is refused, naming the field (the shapes to come: issue 44).
 TEST(HfConfig, WhatIsNotModelledIsRefusedNamingTheField) {
-  EXPECT_NE(refusal(config_dir("Mixtral-8x7B")).find("mixture of experts"), std::string::npos);
+  // Dense layers among the experts, and the router's noise.
+  EXPECT_NE(refusal(write_config("qwen-moe-step", R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4,
+                                 "num_hidden_layers": 2, "decoder_sparse_step": 2})"))
+                .find("decoder_sparse_step = 2"),
+            std::string::npos);
+  EXPECT_NE(refusal(write_config("qwen-moe-dense", R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4,
+                                 "num_hidden_layers": 2, "mlp_only_layers": [0]})"))
+                .find("mlp_only_layers = [0]"),
+            std::string::npos);
+  EXPECT_NE(refusal(write_config("mixtral-jitter", R"({"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4,
+                                 "num_hidden_layers": 2, "router_jitter_noise": 0.1})"))
+                .find("router_jitter_noise = 0.1"),
+            std::string::npos);
+  // Experts in a family without them.
+  EXPECT_NE(refusal(write_config("llama-experts", R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                 "num_hidden_layers": 2, "num_local_experts": 8})"))
+                .find("num_local_experts = 8"),
+            std::string::npos);
   // A bias on o (Llama's attention_bias biases q, k, v and o) is not modelled; Qwen2's q, k, v are.
   EXPECT_NE(refusal(write_config("llama-bias", R"({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
                                  "num_hidden_layers": 2, "attention_bias": true})"))

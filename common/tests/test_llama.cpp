@@ -10,6 +10,8 @@
 #include <ostream>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/device/device.h"
 #include "common/model/llama.h"
 #include "common/tests/cpu_device.h"
@@ -72,12 +74,15 @@ double llama_reference_loss(const ModelConfig& cfg, const Vec& params, const std
     return ptr;
   };
   const double* wte = take(Vp * C);
+  // A mixture of experts' routing over all layers, for the load-balancing loss: c_e, sum p_e.
+  const std::size_t E = cfg.experts, K = cfg.experts_per_token, Fe = cfg.expert_ffn_dim, Fs = cfg.shared_expert_ffn_dim;
+  Vec expert_count(E, 0.0), expert_probability(E, 0.0);
   Vec x(N * C);
   for (std::size_t n = 0; n < N; ++n)
     for (std::size_t c = 0; c < C; ++c) x[n * C + c] = wte[static_cast<std::size_t>(tokens[n]) * C + c];
   for (std::size_t l = 0; l < cfg.layers; ++l) {
     const double *attn_norm = take(C), *wqkv = take(QKV * C), *bqkv = cfg.qkv_bias ? take(QKV) : nullptr,
-                 *wo = take(C * HD), *mlp_norm = take(C), *wgate = take(F * C), *wup = take(F * C), *wdown = take(C * F);
+                 *wo = take(C * HD), *mlp_norm = take(C);
     Vec qkv = linear(rmsnorm(x, attn_norm, N, C, cfg.norm_eps), wqkv, N, C, QKV);
     if (bqkv)  // Qwen2's biases, added before RoPE
       for (std::size_t n = 0; n < N; ++n)
@@ -117,11 +122,60 @@ double llama_reference_loss(const ModelConfig& cfg, const Vec& params, const std
     const Vec proj = linear(atty, wo, N, HD, C);
     for (std::size_t i = 0; i < N * C; ++i) x[i] += proj[i];  // x is now residual2
     const Vec n2 = rmsnorm(x, mlp_norm, N, C, cfg.norm_eps);
-    const Vec gate = linear(n2, wgate, N, C, F), up = linear(n2, wup, N, C, F);
-    Vec swiglu(N * F);
-    for (std::size_t i = 0; i < N * F; ++i) swiglu[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-    const Vec down = linear(swiglu, wdown, N, F, C);
-    for (std::size_t i = 0; i < N * C; ++i) x[i] += down[i];
+    // down(silu(gate(in)) * up(in)) of `rows` rows of width C, hidden width `width`
+    auto swiglu_mlp = [&](const Vec& in, std::size_t rows, std::size_t width, const double* wgate, const double* wup,
+                          const double* wdown) {
+      const Vec gate = linear(in, wgate, rows, C, width), up = linear(in, wup, rows, C, width);
+      Vec swiglu(rows * width);
+      for (std::size_t i = 0; i < rows * width; ++i) swiglu[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+      return linear(swiglu, wdown, rows, width, C);
+    };
+    if (E == 0) {
+      const double *wgate = take(F * C), *wup = take(F * C), *wdown = take(C * F);
+      const Vec down = swiglu_mlp(n2, N, F, wgate, wup, wdown);
+      for (std::size_t i = 0; i < N * C; ++i) x[i] += down[i];
+      continue;
+    }
+    // A mixture of experts, token by token: p = softmax(n Wr^T), its k largest (ties: the lower
+    // expert), weights p (divided by their sum where the config renormalizes), the experts' outputs
+    // summed with them; and the shared expert, times sigmoid(n . w_sg).
+    const double* router = take(E * C);
+    std::vector<const double*> expert(3 * E);
+    for (std::size_t e = 0; e < E; ++e) {
+      expert[3 * e] = take(Fe * C);
+      expert[3 * e + 1] = take(Fe * C);
+      expert[3 * e + 2] = take(C * Fe);
+    }
+    const double *sgate = Fs ? take(Fs * C) : nullptr, *sup = Fs ? take(Fs * C) : nullptr,
+                 *sdown = Fs ? take(C * Fs) : nullptr, *wsg = Fs ? take(C) : nullptr;
+    const Vec logits = linear(n2, router, N, C, E);
+    const Vec shared = Fs ? swiglu_mlp(n2, N, Fs, sgate, sup, sdown) : Vec{};
+    for (std::size_t n = 0; n < N; ++n) {
+      Vec prob(E);
+      const double top = *std::max_element(&logits[n * E], &logits[n * E] + E);
+      double sum = 0;
+      for (std::size_t e = 0; e < E; ++e) sum += (prob[e] = std::exp(logits[n * E + e] - top));
+      for (double& v : prob) v /= sum;
+      std::vector<std::size_t> order(E);
+      for (std::size_t e = 0; e < E; ++e) order[e] = e;
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return prob[a] > prob[b]; });
+      double chosen = 0;
+      for (std::size_t j = 0; j < K; ++j) chosen += prob[order[j]];
+      const Vec row(n2.begin() + static_cast<std::ptrdiff_t>(n * C), n2.begin() + static_cast<std::ptrdiff_t>((n + 1) * C));
+      for (std::size_t j = 0; j < K; ++j) {
+        const std::size_t e = order[j];
+        const double weight = cfg.normalize_top_k ? prob[e] / chosen : prob[e];
+        const Vec y = swiglu_mlp(row, 1, Fe, expert[3 * e], expert[3 * e + 1], expert[3 * e + 2]);
+        for (std::size_t c = 0; c < C; ++c) x[n * C + c] += weight * y[c];
+        expert_count[e] += 1;
+      }
+      for (std::size_t e = 0; e < E; ++e) expert_probability[e] += prob[e];
+      if (Fs) {
+        double g = 0;
+        for (std::size_t c = 0; c < C; ++c) g += row[c] * wsg[c];
+        for (std::size_t c = 0; c < C; ++c) x[n * C + c] += shared[n * C + c] / (1 + std::exp(-g));
+      }
+    }
   }
   const double* norm = take(C);
   const double* head = cfg.tied_head ? wte : take(Vp * C);  // its first V rows make the unpadded logits
@@ -135,7 +189,11 @@ double llama_reference_loss(const ModelConfig& cfg, const Vec& params, const std
     total += top + std::log(sum) - row[targets[n]];
   }
   EXPECT_EQ(offset, params.size()) << "the reference read every parameter once";
-  return total / static_cast<double>(N);
+  // The load-balancing loss: coef * E * sum_e (c_e / (L N)) (sum p_e / (L N)).
+  double aux = 0;
+  const double rows = static_cast<double>(cfg.layers * N);
+  for (std::size_t e = 0; e < E; ++e) aux += expert_count[e] / rows * expert_probability[e] / rows;
+  return total / static_cast<double>(N) + cfg.router_aux_loss_coef * static_cast<double>(E) * aux;
 }
 
 // Grouped-query attention (4 query heads share 2 K/V heads), an F that is not a multiple of C,
@@ -172,7 +230,22 @@ struct LlamaVariant {
   bool tied_head, qkv_bias;
   std::size_t head_dim;  // 0: C / H
   bool llama3_rope = false;
+  // A mixture of experts: E (0: the dense MLP), k, Fe, Fs, renormalized, the load-balancing loss's coefficient.
+  std::size_t experts = 0, experts_per_token = 0, expert_ffn_dim = 0, shared_expert_ffn_dim = 0;
+  bool normalize_top_k = true;
+  double router_aux_loss_coef = 0;
 };
+// A variant with a mixture of experts.
+LlamaVariant mixture(LlamaVariant v, std::size_t experts, std::size_t k, std::size_t expert_ffn_dim,
+                     std::size_t shared_expert_ffn_dim, bool normalize, double aux) {
+  v.experts = experts;
+  v.experts_per_token = k;
+  v.expert_ffn_dim = expert_ffn_dim;
+  v.shared_expert_ffn_dim = shared_expert_ffn_dim;
+  v.normalize_top_k = normalize;
+  v.router_aux_loss_coef = aux;
+  return v;
+}
 void PrintTo(const LlamaVariant& v, std::ostream* os) { *os << v.name; }  // (gtest's name for the case)
 class LlamaVariants : public testing::TestWithParam<LlamaVariant> {};
 
@@ -183,6 +256,12 @@ TEST_P(LlamaVariants, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
   cfg.head_dim_set = GetParam().head_dim;
   if (GetParam().llama3_rope)  // with D = 8 and theta 500: pair 0 kept, pair 1 blended, pairs 2 and 3 divided
     cfg.rope = kernels::RopeFrequencies::llama3(cfg.rope.theta, 8, 1, 4, 64);
+  cfg.experts = GetParam().experts;
+  cfg.experts_per_token = GetParam().experts_per_token;
+  cfg.expert_ffn_dim = GetParam().expert_ffn_dim;
+  cfg.shared_expert_ffn_dim = GetParam().shared_expert_ffn_dim;
+  cfg.normalize_top_k = GetParam().normalize_top_k;
+  cfg.router_aux_loss_coef = GetParam().router_aux_loss_coef;
   const std::size_t B = 2, T = 7;
   auto device = cpu_device();
   Llama model(*device, cfg, 7);
@@ -195,8 +274,69 @@ INSTANTIATE_TEST_SUITE_P(Llama, LlamaVariants,
                          testing::Values(LlamaVariant{"TiedHead", true, false, 0}, LlamaVariant{"QkvBias", false, true, 0},
                                          LlamaVariant{"HeadDim6", false, false, 6},  // H*D = 24 != C = 16
                                          LlamaVariant{"AllThree", true, true, 2},    // H*D = 8 < C
-                                         LlamaVariant{"Llama3RopeScaling", true, false, 8, true}),
+                                         LlamaVariant{"Llama3RopeScaling", true, false, 8, true},
+                                         // Mixtral's block (4 experts of 12, top 2, renormalized) with its
+                                         // load-balancing loss (a large coefficient, so that its gradient shows);
+                                         // Qwen2-MoE's (top 2 of 4 not renormalized, a shared expert of 20,
+                                         // q/k/v biases); and top 1 (Switch's).
+                                         mixture(LlamaVariant{"MixtureOfExperts", false, false, 0}, 4, 2, 12, 0, true, 0.5),
+                                         mixture(LlamaVariant{"SharedExpert", false, true, 0}, 4, 2, 12, 20, false, 0.1),
+                                         mixture(LlamaVariant{"TopOneExpert", true, false, 0}, 3, 1, 10, 0, true, 0)),
                          [](const testing::TestParamInfo<LlamaVariant>& info) { return std::string(info.param.name); });
+
+// A mixture of experts' memory does not follow its routing (llama_moe.cpp: always N k grouped rows,
+// every expert's gradient made): a step as the initial weights route, a step where every token goes
+// to experts 0 and 1 (a zero router: equal probabilities, ties to the lower experts: the worst
+// imbalance top-2 allows) and the meta device's step (which routes nothing) end with the same
+// allocator statistics, to the byte: peaks, segments, allocation counts, every category.
+struct MoeStep {
+  nlohmann::json stats;
+  std::vector<std::int32_t> layer0_counts;  // each expert's rows in layer 0
+};
+MoeStep moe_step(const ModelConfig& cfg, const std::string& device_choice, bool zero_router) {
+  DeviceOptions options;
+  options.choice = device_choice;
+  options.device_memory = std::size_t{1} << 30;
+  auto device = Device::open(options);
+  Llama model(*device, cfg, 3);
+  if (zero_router) {
+    std::vector<float> values = model.parameter_values();
+    std::size_t offset = 0;
+    for (const Parameter& p : model.parameters()) {
+      if (p.name.find("mlp.router.weight") != std::string::npos)
+        std::fill(values.begin() + static_cast<std::ptrdiff_t>(offset), values.begin() + static_cast<std::ptrdiff_t>(offset + p.numel()), 0.0f);
+      offset += p.numel();
+    }
+    model.set_parameter_values(values);
+  }
+  const Batch batch = random_batch(*device, 2, 32, cfg.vocab, 9);
+  MoeStep step;
+  model.begin(batch.tokens, batch.targets);
+  model.embed_forward();
+  for (std::size_t l = 0; l < cfg.layers; ++l) model.layer_forward(l);
+  step.layer0_counts = model.layer_activations(0).expert_counts;
+  model.head_forward(1.0f / 64);
+  model.head_backward();
+  for (std::size_t l = cfg.layers; l-- > 0;) model.layer_backward(l);
+  model.embed_backward();
+  model.end();
+  step.stats = device->allocator().stats().to_json();
+  return step;
+}
+
+TEST(LlamaMixtureOfExperts, MemoryIsTheSameForEveryRoutingAndOnTheMetaDevice) {
+  ModelConfig cfg = model_preset("llama-small-moe");  // 8 experts, top 2, a shared expert
+  cfg.router_aux_loss_coef = 0.01;
+  const MoeStep spread = moe_step(cfg, "cpu", false), skewed = moe_step(cfg, "cpu", true), meta = moe_step(cfg, "meta", false);
+  const std::size_t N = 2 * 32;
+  std::vector<std::int32_t> all_to_two(cfg.experts, 0);
+  all_to_two[0] = all_to_two[1] = static_cast<std::int32_t>(N);
+  EXPECT_EQ(skewed.layer0_counts, all_to_two) << "a zero router sends every token to experts 0 and 1";
+  EXPECT_GT(std::count_if(spread.layer0_counts.begin(), spread.layer0_counts.end(), [](std::int32_t c) { return c > 0; }), 2)
+      << "the initial router spreads the tokens over more than two experts";
+  EXPECT_EQ(spread.stats, skewed.stats) << "the same memory for both routings";
+  EXPECT_EQ(spread.stats, meta.stats) << "the meta device's step is the CPU's";
+}
 
 // A tied head is one tensor: no head.weight, wte's gradient gathers the head's and the embedding's.
 TEST(Llama, ATiedHeadIsWteAndHasNoParameterOfItsOwn) {

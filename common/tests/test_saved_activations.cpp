@@ -1,8 +1,8 @@
 // The activation formula (common/model/saved_activations.h) against the run: after a layer's
 // forward, the live blocks of the `activations` category are x_l, x_{l+1} and exactly the tensors
 // the formula lists, size for size; selective recompute's release frees exactly the ones it marks;
-// the head's forward adds exactly the head's. For both families, naive and flash attention, fp32
-// and bf16, and a micro-batch shorter than the context.
+// the head's forward adds exactly the head's. For both families (Llama's with a mixture of experts
+// too), naive and flash attention, fp32 and bf16, and a micro-batch shorter than the context.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,7 +102,9 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(Case{"tiny", AttentionKind::naive, Precision::fp32}, Case{"tiny", AttentionKind::flash, Precision::bf16},
                     Case{"llama-tiny", AttentionKind::naive, Precision::fp32},
                     Case{"llama-tiny", AttentionKind::flash, Precision::fp32},
-                    Case{"llama-tiny", AttentionKind::naive, Precision::bf16}),
+                    Case{"llama-tiny", AttentionKind::naive, Precision::bf16},
+                    Case{"llama-tiny-moe", AttentionKind::flash, Precision::bf16},   // a mixture of experts
+                    Case{"llama-small-moe", AttentionKind::naive, Precision::fp32}),  // and a shared expert
     [](const testing::TestParamInfo<Case>& info) {
       std::string name = info.param.model + "_" + to_string(info.param.attention) + "_" + to_string(info.param.precision);
       std::replace(name.begin(), name.end(), '-', '_');

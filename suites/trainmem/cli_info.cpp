@@ -33,7 +33,8 @@ struct InfoFlags {
   bool model_given() const {
     const TrainFlags& m = model;
     return !m.model.empty() || !m.hf_config.empty() || m.arch || m.layers || m.heads || m.dim || m.seq || m.vocab || m.kv_heads || m.ffn_dim ||
-           m.head_dim || m.tied_head || m.qkv_bias || m.rope_theta || m.norm_eps;
+           m.head_dim || m.tied_head || m.qkv_bias || m.rope_theta || m.norm_eps || m.experts || m.experts_per_token ||
+           m.expert_ffn_dim || m.shared_expert_ffn_dim || m.normalize_top_k || m.router_aux_loss;
   }
 };
 

@@ -40,6 +40,12 @@ GivenShape given_shape(const TrainFlags& f) {
   add("--head-dim", f.head_dim, true);
   add("--tied-head", f.tied_head, true);
   add("--qkv-bias", f.qkv_bias, true);
+  add("--experts", f.experts, true);
+  add("--experts-per-token", f.experts_per_token, true);
+  add("--expert-ffn-dim", f.expert_ffn_dim, true);
+  add("--shared-expert-ffn-dim", f.shared_expert_ffn_dim, true);
+  add("--normalize-top-k", f.normalize_top_k, true);
+  add("--router-aux-loss", f.router_aux_loss, false);
   add("--seq", f.seq, false);
   add("--vocab", f.vocab, false);
   add("--rope-theta", f.rope_theta, false);
@@ -59,6 +65,12 @@ void apply_shape_flags(const TrainFlags& f, ModelConfig& c) {
   if (f.head_dim) c.head_dim_set = *f.head_dim;
   if (f.tied_head) c.tied_head = *f.tied_head;
   if (f.qkv_bias) c.qkv_bias = *f.qkv_bias;
+  if (f.experts) c.experts = *f.experts;
+  if (f.experts_per_token) c.experts_per_token = *f.experts_per_token;
+  if (f.expert_ffn_dim) c.expert_ffn_dim = *f.expert_ffn_dim;
+  if (f.shared_expert_ffn_dim) c.shared_expert_ffn_dim = *f.shared_expert_ffn_dim;
+  if (f.normalize_top_k) c.normalize_top_k = *f.normalize_top_k;
+  if (f.router_aux_loss) c.router_aux_loss_coef = *f.router_aux_loss;
   if (f.rope_theta) c.rope.theta = *f.rope_theta;
   if (f.norm_eps) c.norm_eps = *f.norm_eps;
 }
@@ -93,7 +105,17 @@ ModelConfig custom_shape(const TrainFlags& f, const GivenShape& given) {
   if (!f.vocab) filled.push_back("V=" + std::to_string(c.vocab) + " (" + usual.whose + "; no --vocab)");
   if (c.arch == Arch::llama) {
     if (!f.kv_heads) filled.push_back("Hkv=H (multi-head attention; no --kv-heads)");
-    if (!f.ffn_dim) filled.push_back("F=" + std::to_string(c.ffn_dim) + " (Llama's 2/3 of 4C to a multiple of 256; no --ffn-dim)");
+    if (!f.ffn_dim && !f.experts)
+      filled.push_back("F=" + std::to_string(c.ffn_dim) + " (Llama's 2/3 of 4C to a multiple of 256; no --ffn-dim)");
+    // A mixture given by its expert count alone: Mixtral's top 2, experts as wide as F would be.
+    if (f.experts && !f.experts_per_token) {
+      c.experts_per_token = 2;
+      filled.push_back("k=2 (Mixtral's; no --experts-per-token)");
+    }
+    if (f.experts && !f.expert_ffn_dim) {
+      c.expert_ffn_dim = f.ffn_dim.value_or(c.ffn_dim);
+      filled.push_back("Fe=" + std::to_string(c.expert_ffn_dim) + " (F; no --expert-ffn-dim)");
+    }
   }
   c.origin = "as given:" + given.flags;
   if (!filled.empty()) {
@@ -144,7 +166,12 @@ ModelConfig model_config(const TrainFlags& f) {
   if (c.arch != Arch::llama) {
     for (const auto& [given_flag, flag] : {std::pair{f.kv_heads.has_value(), "--kv-heads"}, {f.ffn_dim.has_value(), "--ffn-dim"},
                                            {f.head_dim.has_value(), "--head-dim"}, {f.tied_head.has_value(), "--tied-head"},
-                                           {f.qkv_bias.has_value(), "--qkv-bias"},
+                                           {f.qkv_bias.has_value(), "--qkv-bias"}, {f.experts.has_value(), "--experts"},
+                                           {f.experts_per_token.has_value(), "--experts-per-token"},
+                                           {f.expert_ffn_dim.has_value(), "--expert-ffn-dim"},
+                                           {f.shared_expert_ffn_dim.has_value(), "--shared-expert-ffn-dim"},
+                                           {f.normalize_top_k.has_value(), "--normalize-top-k"},
+                                           {f.router_aux_loss.has_value(), "--router-aux-loss"},
                                            {f.rope_theta.has_value(), "--rope-theta"}, {f.norm_eps.has_value(), "--norm-eps"}})
       if (given_flag)
         throw ModelConfigError(std::string(flag) + " is the Llama family's: add --arch llama (or a llama --model), or drop " +
@@ -232,6 +259,21 @@ void add_model_flags(CLI::App& command, TrainFlags& flags) {
       ->type_name("BOOL");
   command.add_option("--qkv-bias", flags.qkv_bias, "true: biases on the q, k, v projections (llama; Qwen2's)")
       ->type_name("BOOL");
+  command.add_option("--experts", flags.experts, "A mixture of experts in every layer's MLP: E experts (llama; "
+                     "Mixtral's 8, Qwen1.5-MoE's 60)")->check(whole_number(2, ModelConfig::kMaxExperts));
+  command.add_option("--experts-per-token", flags.experts_per_token, "The experts k each token reaches (top-k of the "
+                     "router's probabilities; Mixtral's 2)")->check(whole_number(1, ModelConfig::kMaxExperts));
+  command.add_option("--expert-ffn-dim", flags.expert_ffn_dim, "An expert's SwiGLU hidden size Fe")
+      ->check(whole_number(1, L::max_ffn_dim));
+  command.add_option("--shared-expert-ffn-dim", flags.shared_expert_ffn_dim, "A shared expert of this hidden size Fs that "
+                     "every token reaches, gated by a sigmoid (Qwen2-MoE's); 0: none")
+      ->check(whole_number(0, L::max_ffn_dim));
+  command.add_option("--normalize-top-k", flags.normalize_top_k, "true: the k routing weights are divided by their sum "
+                     "(Mixtral's; Qwen2-MoE's norm_topk_prob)")->type_name("BOOL");
+  command.add_option("--router-aux-loss", flags.router_aux_loss, "Add the load-balancing loss times this coefficient to "
+                     "the loss (Switch Transformer's, as transformers' router_aux_loss_coef with output_router_logits); "
+                     "0: not added")
+      ->check(real_number<double>(0, Bound::inclusive, kNoMax, Bound::inclusive));
   command.add_option("--seq", flags.seq, "Override the context length T (also the training sequence length)")
       ->check(whole_number(1, L::max_seq));
   command.add_option("--vocab", flags.vocab, "Override the vocabulary size V (Llama 3's is 128256; training on a .tok file holds ids below 65536, its uint16 limit)")->check(whole_number(L::min_vocab, L::max_vocab));

@@ -50,6 +50,11 @@ struct TrainFlags {
   std::optional<std::size_t> kv_heads, ffn_dim, head_dim;  // the Llama family's shape
   std::optional<bool> tied_head, qkv_bias;                 // its variants (model_config.h)
   std::optional<double> rope_theta, norm_eps;              // and its constants
+  // A mixture of experts (model_config.h): E, k, Fe, Fs, the top-k renormalization, the
+  // load-balancing loss's coefficient.
+  std::optional<std::size_t> experts, experts_per_token, expert_ffn_dim, shared_expert_ffn_dim;
+  std::optional<bool> normalize_top_k;
+  std::optional<double> router_aux_loss;
 
   // --- the run's training options, each flag stored where the run reads it (training_setup.h):
   // --batch (add_model_flags), every technique's flags (add_technique_flags: the registrations,

@@ -40,6 +40,7 @@ nlohmann::json setup_json(const TrainingSetup& s) {
                        registered_techniques().dataset_home(s) == DatasetHome::device ? s.dataset_size() : 0},
                       {"backend", to_string(s.backend)},  // whose allocation pattern the meta run followed
                       {"allocator_config", s.allocator.to_string()}};
+  if (s.model.moe()) j["expert_routing"] = "any: dropless, B*T*k grouped rows, the same memory for every routing";
   for (const Technique* t : registered_techniques()) t->add_config_json(s, j);  // as `trainmem train --json` has them
   return j;
 }
@@ -87,6 +88,9 @@ std::string estimate_table(const MemoryEstimate& e, const EstimateTarget& target
   out += " backend's allocation pattern: a prediction, made before anything runs\n";
   if (s.attention == AttentionKind::cudnn)
     out += "  (cuDNN sizes its attention workspaces on the GPU at run time: not counted here)\n";
+  if (s.model.moe())  // common/model/llama_moe.cpp: dropless, grouped
+    out += "  (mixture of experts, dropless: every token reaches its k experts in B*T*k grouped rows, so the memory is "
+           "the same for every routing; the time assumes a balanced one)\n";
   const BytesPerParameter bpp = bytes_per_parameter(s.precision);
   std::snprintf(line, sizeof line, "model states: %zu bytes per parameter (parameters %zu + gradients %zu + optimizer %zu)%s\n\n",
                 bpp.total(), bpp.parameters, bpp.gradients, bpp.optimizer_state,

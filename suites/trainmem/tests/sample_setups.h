@@ -22,7 +22,8 @@ struct Sample {
 };
 
 // The core's setups (the default run, the small model, a vocabulary padded to a multiple of 64,
-// the Llama family's two small models: grouped-query attention, SwiGLU, an untied head), each
+// the Llama family's two small models: grouped-query attention, SwiGLU, an untied head; and its two
+// mixtures of experts, the small one with a shared expert and the load-balancing loss), each
 // registered technique's samples in the registrations' order, then the combined samples.
 //
 // A technique's own samples name only its flags and the core's (a model, a batch, --precision,
@@ -35,7 +36,9 @@ struct Sample {
 //   gradients on demand over accumulated micro-batches and in ZeRO-2's units (both families), the
 //     optimizer in backward over ZeRO-1's shards;
 //   each loader with recompute on larger batches, in 16 bits (the large pool);
-//   fp16 with selective recompute on the Llama family.
+//   fp16 with selective recompute on the Llama family;
+//   a mixture of experts in bf16 with selective recompute and accumulation, with gradients on
+//     demand in ZeRO-2's units, and with flash attention, full recompute and the lazy loader.
 inline const std::vector<std::string>& combined_samples() {
   static const std::vector<std::string> list = {
       "--accum 3 --precision fp16 --recompute selective",
@@ -49,13 +52,18 @@ inline const std::vector<std::string>& combined_samples() {
       "--batch 16 --precision bf16 --attention flash --recompute full --loader lazy",
       "--batch 20 --precision fp16 --recompute sqrt --loader eager",
       "--model llama-tiny --precision fp16 --recompute selective",
+      "--model llama-small-moe --precision bf16 --recompute selective --accum 2",
+      "--model llama-tiny-moe --grads on-demand --zero 2",
+      "--model llama-tiny-moe --attention flash --recompute full --loader lazy",
   };
   return list;
 }
 
 inline std::vector<Sample> every_sample() {
   std::vector<Sample> samples = {{"core", ""}, {"core", "--model small"}, {"core", "--model small --batch 2"}, {"core", "--vocab 251"},
-                                 {"core", "--model llama-tiny"}, {"core", "--model llama-small --batch 2"}};
+                                 {"core", "--model llama-tiny"}, {"core", "--model llama-small --batch 2"},
+                                 {"core", "--model llama-tiny-moe"},
+                                 {"core", "--model llama-small-moe --batch 2 --router-aux-loss 0.01"}};
   for (const Technique* technique : registered_techniques())
     for (const SampleSetup& sample : technique->sample_setups()) samples.push_back({technique->name(), sample.flags});
   for (const std::string& flags : combined_samples()) samples.push_back({"combined", flags});

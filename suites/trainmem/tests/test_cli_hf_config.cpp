@@ -53,6 +53,26 @@ std::string small_nemo_config() {
   return path;
 }
 
+// A small Mixtral (8 experts, top 2, the load-balancing loss asked for) and a small Qwen2-MoE (4 of
+// 8 experts, not renormalized, a shared expert, q/k/v biases), in transformers' words.
+std::string small_mixtral_config() {
+  const std::string path = temp_path("small-mixtral-config.json");
+  std::ofstream(path) << R"({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 32, "vocab_size": 256, "num_local_experts": 8, "num_experts_per_tok": 2,
+    "output_router_logits": true, "router_aux_loss_coef": 0.02, "sliding_window": null})";
+  return path;
+}
+std::string small_qwen2_moe_config() {
+  const std::string path = temp_path("small-qwen2-moe-config.json");
+  std::ofstream(path) << R"({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 64,
+    "intermediate_size": 176, "moe_intermediate_size": 48, "shared_expert_intermediate_size": 128,
+    "num_experts": 8, "num_experts_per_tok": 4, "norm_topk_prob": false, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 32, "vocab_size": 256,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "use_sliding_window": false})";
+  return path;
+}
+
 TEST(CliHfConfig, InfoPrintsTheFamilyTheShapeAndBothParameterCounts) {
   const std::string config = std::string(TRAINMEM_COMMON_TEST_DATA_DIR) + "/hf_configs/gpt2-medium";
   const CliRun r = trainmem("info --hf-config " + config);
@@ -84,9 +104,34 @@ TEST(CliHfConfig, ItIsRefusedBesideAPresetOrAnotherFamily) {
   r = trainmem("estimate --arch gpt --hf-config " + config);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("drop --arch (the config has its family)"), std::string::npos) << r.err;
-  r = trainmem("estimate --hf-config " + std::string(TRAINMEM_COMMON_TEST_DATA_DIR) + "/hf_configs/Mixtral-8x7B");
+  // What the model does not have: dense MLPs between the experts.
+  const std::string dense_between = temp_path("qwen2-moe-sparse-step.json");
+  std::ofstream(dense_between) << R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4,
+    "num_hidden_layers": 2, "decoder_sparse_step": 2})";
+  r = trainmem("estimate --hf-config " + dense_between);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("mixture of experts is not modelled yet"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("decoder_sparse_step = 2: a mixture of experts in every layer is modelled"), std::string::npos)
+      << r.err;
+}
+
+TEST(CliHfConfig, InfoSaysTheMixtureOfExperts) {
+  CliRun r = trainmem("info --hf-config " + small_qwen2_moe_config());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("L=2 H=4 Hkv=4 C=64 E=8 k=4 Fe=48 Fs=128 T=32 V=256, padded to Vp=256, q/k/v biases, top-k "
+                       "weights not renormalized"),
+            std::string::npos)
+      << r.out;
+  r = trainmem("info --hf-config " + small_mixtral_config());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("E=8 k=2 Fe=96 T=32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("load-balancing loss x0.02"), std::string::npos) << r.out;
+  const CliRun j = trainmem("info --json --hf-config " + small_mixtral_config() + " --experts-per-token 1");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const nlohmann::json model = nlohmann::json::parse(j.out)["model"];
+  EXPECT_EQ(model["experts"]["experts"], 8);
+  EXPECT_EQ(model["experts"]["experts_per_token"], 1);
+  EXPECT_EQ(model["experts"]["router_aux_loss_coef"], 0.02);
+  EXPECT_NE(model["origin"].get<std::string>().find("changed with --experts-per-token 1"), std::string::npos);
 }
 
 TEST(CliHfConfig, InfoSaysTheLlamaVariants) {
@@ -123,7 +168,9 @@ TEST(CliHfConfig, InfoListShowsEveryPresetWithItsCount) {
   for (const auto& [name, words] : {std::pair<std::string, std::vector<std::string>>{"qwen2.5-7b", {" llama ", " 7615616512 ", "L=28 H=28 Hkv=4 C=3584 F=18944", "q/k/v biases"}},
                                     {"llama3.2-1b", {" llama ", " 1235814400 ", "tied head"}},
                                     {"mistral-nemo-12b", {" llama ", " 12247782400 ", " D=128 "}},
-                                    {"gpt2-124m", {" gpt ", " 124475904 "}}}) {
+                                    {"gpt2-124m", {" gpt ", " 124475904 "}},
+                                    {"mixtral-8x7b", {" llama ", " 46702792704 ", "E=8 k=2 Fe=14336"}},
+                                    {"qwen1.5-moe-a2.7b", {" llama ", " E=60 k=4 Fe=1408 Fs=5632 "}}}) {
     const std::string line = line_of(name);
     for (const std::string& word : words) EXPECT_NE(line.find(word), std::string::npos) << name << ": " << word << "\n" << r.out;
   }
@@ -132,7 +179,7 @@ TEST(CliHfConfig, InfoListShowsEveryPresetWithItsCount) {
   const nlohmann::json presets = nlohmann::json::parse(j.out);
   ASSERT_TRUE(presets.is_array());
   EXPECT_GE(presets.size(), 20u);
-  EXPECT_EQ(presets.back()["name"], "mistral-nemo-12b");
+  EXPECT_EQ(presets.back()["name"], "qwen1.5-moe-a2.7b");
 }
 
 // The estimate of a config's model equals the run of it, to the byte.
@@ -160,7 +207,9 @@ TEST_P(CliHfConfigRun, TheEstimateOfAConfigEqualsItsRun) {
 }
 INSTANTIATE_TEST_SUITE_P(Configs, CliHfConfigRun,
                          testing::Values(NamedConfig{"Llama", &small_llama_config}, NamedConfig{"Qwen2", &small_qwen2_config},
-                                         NamedConfig{"MistralNemo", &small_nemo_config}),
+                                         NamedConfig{"MistralNemo", &small_nemo_config},
+                                         NamedConfig{"Mixtral", &small_mixtral_config},
+                                         NamedConfig{"Qwen2Moe", &small_qwen2_moe_config}),
                          [](const testing::TestParamInfo<NamedConfig>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -143,6 +143,30 @@ TEST(EstimateRanksOfLlamaVariants, TiedHeadBiasesAndHeadDimAsEstimated) {
     expect_estimate_equals_training(2, sharding, 2, model);
 }
 
+// A mixture of experts sharded (llama-tiny-moe: 8 experts, top 2; each layer's unit holds its router
+// and every expert): ZeRO-3 and FSDP estimated to the byte, and ZeRO-3 training as one process with
+// the whole batch does (without the load-balancing loss, which each rank takes over its own tokens,
+// as PyTorch's DDP does: not one process's loss). A shared expert and the loss: the same, estimated.
+TEST(EstimateRanksOfAMixtureOfExperts, ShardedAsEstimatedAndTrainsAsOneProcess) {
+  const std::string model = "--device cpu --model llama-tiny-moe --vocab 251";
+  const std::string json = testing_support::scratch_path("moe_single.json");
+  const testing_support::CommandResult trained = testing_support::run_command(
+      std::string("'") + TRAINMEM_BINARY + "' train --steps 2 " + model + " --batch 4 --json '" + json + "'");
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const nlohmann::json single = nlohmann::json::parse(testing_support::read_text_file(json));
+  std::remove(json.c_str());
+  const nlohmann::json sharded = expect_estimate_equals_training(2, "--zero 3", 2, model);
+  ASSERT_FALSE(sharded.is_null());
+  ASSERT_EQ(sharded["steps"].size(), single["steps"].size());
+  for (std::size_t i = 0; i < single["steps"].size(); ++i) {
+    EXPECT_NEAR(sharded["steps"][i]["loss"].get<double>(), single["steps"][i]["loss"].get<double>(), 1e-5);
+    const double a = single["steps"][i]["grad_norm"].get<double>(), b = sharded["steps"][i]["grad_norm"].get<double>();
+    EXPECT_NEAR(b, a, 1e-5 * a) << "step " << i + 1;
+  }
+  expect_estimate_equals_training(2, "--fsdp full --fsdp-prefetch on", 2, model);
+  expect_estimate_equals_training(2, "--zero 3", 2, "--device cpu --model llama-small-moe --router-aux-loss 0.01");
+}
+
 // A sharded run never holds the whole model on the device: it is built with its values on the
 // host (ModelOptions::values_on_host) and each rank's units take their shards from there, as
 // deepspeed.zero.Init and FSDP's meta-device init build it. So a device smaller than the whole

@@ -77,6 +77,12 @@ class Llama : public LayerStack<LlamaLayerActivations, LlamaLayerParameter> {
                              W gate, W up, W down, const std::string& name, const std::string& dnorm_name);
   // The mixture of experts in place of the MLP (llama_moe.cpp): forward from a.mlp_norm to x_{l+1}
   // (when produce_output), backward from dresidual_ to d a.mlp_norm (returned, workspace).
+  // One mixture layer's sizes: N = B*T tokens of width C, E experts, k a token, their widths Fe
+  // and the shared expert's Fs, rows = N*k in the grouped layout.
+  struct MoeSizes {
+    std::size_t N, C, E, k, Fe, Fs, rows;
+  };
+  MoeSizes moe_sizes() const;
   void moe_forward(std::size_t layer, LlamaLayerActivations& a, bool produce_output);
   Tensor moe_backward(std::size_t layer, LlamaLayerActivations& a);
   // Each expert's rows in the grouped layout, copied to the host from the plan's counts; on the meta

@@ -137,9 +137,7 @@ struct Preset {
   bool tied_head = false, qkv_bias = false;
   std::size_t head_dim = 0;
   double llama3_rope_factor = 1;
-  // A mixture of experts (model_config.h): E, k, Fe, Fs, whether the k weights are renormalized.
-  std::size_t experts = 0, experts_per_token = 0, expert_ffn_dim = 0, shared_expert_ffn_dim = 0;
-  bool normalize_top_k = true;
+  MixtureShape experts;  // none unless set (mixture() below)
 
   ModelConfig config() const {
     ModelConfig c;
@@ -159,22 +157,32 @@ struct Preset {
       c.qkv_bias = qkv_bias;
       c.head_dim_set = head_dim;
       if (llama3_rope_factor != 1) c.rope = kernels::RopeFrequencies::llama3(rope_theta, llama3_rope_factor, 1, 4, 8192);
-      c.experts = experts;
-      c.experts_per_token = experts_per_token;
-      c.expert_ffn_dim = expert_ffn_dim;
-      c.shared_expert_ffn_dim = shared_expert_ffn_dim;
-      c.normalize_top_k = normalize_top_k;
+      c.set_mixture(experts);
     }
     return c;
   }
 };
 constexpr Preset gpt(const char* name, std::size_t vocab, std::size_t seq, std::size_t layers, std::size_t heads,
                      std::size_t dim) {
-  return {name, Arch::gpt, vocab, seq, layers, heads, dim};
+  Preset p{};  // (member by member: GCC 12 warns of a shorter braced list that leaves out `experts`)
+  p.name = name;
+  p.arch = Arch::gpt;
+  p.vocab = vocab;
+  p.seq = seq;
+  p.layers = layers;
+  p.heads = heads;
+  p.dim = dim;
+  return p;
 }
 constexpr Preset llama(const char* name, std::size_t vocab, std::size_t seq, std::size_t layers, std::size_t heads,
                        std::size_t kv_heads, std::size_t dim, std::size_t ffn_dim, double rope_theta, double norm_eps) {
-  return {name, Arch::llama, vocab, seq, layers, heads, dim, kv_heads, ffn_dim, rope_theta, norm_eps};
+  Preset p = gpt(name, vocab, seq, layers, heads, dim);
+  p.arch = Arch::llama;
+  p.kv_heads = kv_heads;
+  p.ffn_dim = ffn_dim;
+  p.rope_theta = rope_theta;
+  p.norm_eps = norm_eps;
+  return p;
 }
 // A Llama-family preset with its variants: tied head, q/k/v biases, head dimension, llama3 rope factor.
 constexpr Preset with(Preset p, bool tied_head, bool qkv_bias, std::size_t head_dim, double llama3_rope_factor) {
@@ -188,11 +196,7 @@ constexpr Preset with(Preset p, bool tied_head, bool qkv_bias, std::size_t head_
 // expert of width Fs; 0: none), the k weights renormalized or not.
 constexpr Preset mixture(Preset p, std::size_t experts, std::size_t experts_per_token, std::size_t expert_ffn_dim,
                          std::size_t shared_expert_ffn_dim, bool normalize_top_k) {
-  p.experts = experts;
-  p.experts_per_token = experts_per_token;
-  p.expert_ffn_dim = expert_ffn_dim;
-  p.shared_expert_ffn_dim = shared_expert_ffn_dim;
-  p.normalize_top_k = normalize_top_k;
+  p.experts = {experts, experts_per_token, expert_ffn_dim, shared_expert_ffn_dim, normalize_top_k};
   return p;
 }
 // GPT-2 sizes from the GPT-2 paper / llm.c; tiny and small are ours, byte-level (V = 256).

@@ -38,6 +38,13 @@ enum class Arch { gpt, llama };
 inline constexpr auto kArchs = cli::enum_table<Arch>("--arch", {{Arch::gpt, "gpt"}, {Arch::llama, "llama"}});
 inline std::string to_string(Arch a) { return std::string(kArchs.name(a)); }
 
+// A mixture of experts' shape (the ModelConfig fields of the same names), as a preset or a test
+// gives it in one piece.
+struct MixtureShape {
+  std::size_t experts = 0, experts_per_token = 0, expert_ffn_dim = 0, shared_expert_ffn_dim = 0;
+  bool normalize_top_k = true;
+};
+
 struct ModelConfig {
   std::string name = "custom";
   Arch arch = Arch::gpt;
@@ -77,6 +84,13 @@ struct ModelConfig {
   std::size_t attention_dim() const { return heads * head_dim(); }          // H*D: attention's output row (= C unless D is set)
   bool head_is_tied() const { return !llama() || tied_head; }               // the LM head is wte
   bool moe() const { return llama() && experts > 0; }                       // a mixture of experts in every layer
+  void set_mixture(const MixtureShape& m) {
+    experts = m.experts;
+    experts_per_token = m.experts_per_token;
+    expert_ffn_dim = m.expert_ffn_dim;
+    shared_expert_ffn_dim = m.shared_expert_ffn_dim;
+    normalize_top_k = m.normalize_top_k;
+  }
 
   // Parameters (parameter_table.h lists them):
   //   gpt    wte Vp*C (Vp = padded_vocab(V)) + wpe T*C + L * (12 C^2 + 13 C) + 2 C (final

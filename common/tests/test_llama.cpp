@@ -230,19 +230,12 @@ struct LlamaVariant {
   bool tied_head, qkv_bias;
   std::size_t head_dim;  // 0: C / H
   bool llama3_rope = false;
-  // A mixture of experts: E (0: the dense MLP), k, Fe, Fs, renormalized, the load-balancing loss's coefficient.
-  std::size_t experts = 0, experts_per_token = 0, expert_ffn_dim = 0, shared_expert_ffn_dim = 0;
-  bool normalize_top_k = true;
-  double router_aux_loss_coef = 0;
+  MixtureShape experts = {};          // a mixture of experts (none: the dense MLP)
+  double router_aux_loss_coef = 0;    // and its load-balancing loss
 };
-// A variant with a mixture of experts.
-LlamaVariant mixture(LlamaVariant v, std::size_t experts, std::size_t k, std::size_t expert_ffn_dim,
-                     std::size_t shared_expert_ffn_dim, bool normalize, double aux) {
+// A variant with a mixture of experts: E, k, Fe, Fs, renormalized, the load-balancing loss's coefficient.
+LlamaVariant mixture(LlamaVariant v, MixtureShape experts, double aux) {
   v.experts = experts;
-  v.experts_per_token = k;
-  v.expert_ffn_dim = expert_ffn_dim;
-  v.shared_expert_ffn_dim = shared_expert_ffn_dim;
-  v.normalize_top_k = normalize;
   v.router_aux_loss_coef = aux;
   return v;
 }
@@ -256,11 +249,7 @@ TEST_P(LlamaVariants, AnalyticGradientsMatchDoublePrecisionFiniteDifferences) {
   cfg.head_dim_set = GetParam().head_dim;
   if (GetParam().llama3_rope)  // with D = 8 and theta 500: pair 0 kept, pair 1 blended, pairs 2 and 3 divided
     cfg.rope = kernels::RopeFrequencies::llama3(cfg.rope.theta, 8, 1, 4, 64);
-  cfg.experts = GetParam().experts;
-  cfg.experts_per_token = GetParam().experts_per_token;
-  cfg.expert_ffn_dim = GetParam().expert_ffn_dim;
-  cfg.shared_expert_ffn_dim = GetParam().shared_expert_ffn_dim;
-  cfg.normalize_top_k = GetParam().normalize_top_k;
+  cfg.set_mixture(GetParam().experts);
   cfg.router_aux_loss_coef = GetParam().router_aux_loss_coef;
   const std::size_t B = 2, T = 7;
   auto device = cpu_device();
@@ -279,9 +268,9 @@ INSTANTIATE_TEST_SUITE_P(Llama, LlamaVariants,
                                          // load-balancing loss (a large coefficient, so that its gradient shows);
                                          // Qwen2-MoE's (top 2 of 4 not renormalized, a shared expert of 20,
                                          // q/k/v biases); and top 1 (Switch's).
-                                         mixture(LlamaVariant{"MixtureOfExperts", false, false, 0}, 4, 2, 12, 0, true, 0.5),
-                                         mixture(LlamaVariant{"SharedExpert", false, true, 0}, 4, 2, 12, 20, false, 0.1),
-                                         mixture(LlamaVariant{"TopOneExpert", true, false, 0}, 3, 1, 10, 0, true, 0)),
+                                         mixture(LlamaVariant{"MixtureOfExperts", false, false, 0}, {4, 2, 12, 0, true}, 0.5),
+                                         mixture(LlamaVariant{"SharedExpert", false, true, 0}, {4, 2, 12, 20, false}, 0.1),
+                                         mixture(LlamaVariant{"TopOneExpert", true, false, 0}, {3, 1, 10, 0, true}, 0)),
                          [](const testing::TestParamInfo<LlamaVariant>& info) { return std::string(info.param.name); });
 
 // A mixture of experts' memory does not follow its routing (llama_moe.cpp: always N k grouped rows,

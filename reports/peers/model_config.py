@@ -1,5 +1,7 @@
 """The model description both PyTorch families read (common/model/model_config.h), one for GPT-2 and
 Llama as trainmem has one: the presets are trainmem's (trainmem_program.py asks trainmem for them).
+A Llama may have a mixture of experts in every layer's MLP (Mixtral, Qwen2-MoE): trainmem's JSON
+then has an "experts" object (ModelConfig::to_json), read and written back here.
 """
 from __future__ import annotations
 
@@ -8,7 +10,11 @@ import math
 from dataclasses import dataclass
 
 VOCAB_ALIGNMENT = 64  # model_config.h's kVocabAlignment
+MAX_EXPERTS = 4096    # model_config.h's kMaxExperts
 ARCHS = ("gpt", "llama")
+# The "experts" object of trainmem's JSON: its keys, in to_json's order (each a ModelConfig field here).
+EXPERTS_KEYS = ("experts", "experts_per_token", "expert_ffn_dim", "shared_expert_ffn_dim", "normalize_top_k",
+                "router_aux_loss_coef")
 
 
 def shape_of(arch: str) -> tuple[str, ...]:
@@ -46,6 +52,14 @@ class ModelConfig:
     rope_scaling: dict | None = None  # llama: Llama 3.1's rescaling of RoPE's frequencies, as trainmem's JSON
                                       # writes it: {"rope_type": "llama3", "factor", "low_freq_factor",
                                       # "high_freq_factor", "original_max_position_embeddings"}
+    # Llama: a mixture of experts (model_config.h; 0 experts is the dense MLP of width F, which a
+    # mixture does not read): E experts, each a SwiGLU MLP of width Fe, k of them per token.
+    experts: int = 0                   # E
+    experts_per_token: int = 0         # k
+    expert_ffn_dim: int = 0            # Fe
+    shared_expert_ffn_dim: int = 0     # Fs: one more expert that every token reaches, gated (Qwen2-MoE); 0: none
+    normalize_top_k: bool = True       # the k routing weights divided by their sum (Mixtral; Qwen2-MoE's norm_topk_prob)
+    router_aux_loss_coef: float = 0.0  # the load-balancing loss's weight in the loss; 0: not added
 
     @classmethod
     def from_trainmem(cls, model: dict) -> "ModelConfig":
@@ -59,7 +73,27 @@ class ModelConfig:
                                          qkv_bias=model.get("qkv_bias", False),
                                          head_dim_set=D if D is not None and D * config.heads != config.dim else None,
                                          rope_scaling=model.get("rope_scaling"))
+        if "experts" in model:  # a mixture of experts (absent for a dense model)
+            experts = model["experts"]
+            if not isinstance(experts, dict):
+                raise ValueError(f"model '{config.name}': \"experts\" is an object "
+                                 f"{{{', '.join(EXPERTS_KEYS)}}}, not {experts!r}")
+            unknown = sorted(set(experts) - set(EXPERTS_KEYS))
+            if unknown:
+                raise ValueError(f"model '{config.name}': experts.{unknown[0]} is not a field of a mixture "
+                                 f"(those are {', '.join(EXPERTS_KEYS)})")
+            for key, value in experts.items():
+                kind = {"normalize_top_k": (bool,), "router_aux_loss_coef": (int, float)}.get(key, (int,))
+                if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kind):
+                    raise ValueError(f"model '{config.name}': experts.{key} is "
+                                     f"{'true or false' if bool in kind else 'a number' if float in kind else 'a whole number'}, "
+                                     f"not {value!r}")
+            config = dataclasses.replace(config, **experts)
         return config
+
+    @property
+    def moe(self) -> bool:  # model_config.h's moe(): a mixture of experts in every layer
+        return self.arch == "llama" and self.experts > 0
 
     @property
     def padded_vocab(self) -> int:
@@ -94,6 +128,8 @@ class ModelConfig:
         if self.vocab > 65536:
             raise ValueError(model + "--vocab above 65536 does not fit the uint16 token format")
         if self.arch == "gpt":
+            if self.experts or self.experts_per_token or self.expert_ffn_dim or self.shared_expert_ffn_dim:
+                raise ValueError(model + "a mixture of experts is the Llama family's (add --arch llama)")
             return
         if self.heads % self.num_kv_heads:
             raise ValueError(model + f"--heads {self.heads} is not a multiple of --kv-heads {self.num_kv_heads} "
@@ -107,6 +143,26 @@ class ModelConfig:
             self.validate_rope_scaling(model)
         if not (math.isfinite(self.norm_eps) and 0 < self.norm_eps < 1):
             raise ValueError(model + "--norm-eps must be a number between 0 and 1 (excluded)")
+        self.validate_experts(model)
+
+    def validate_experts(self, model: str) -> None:
+        """ModelConfig::validate_experts: E, k, Fe and the coefficient of a mixture (none without one)."""
+        if self.experts == 0:
+            if self.experts_per_token or self.expert_ffn_dim or self.shared_expert_ffn_dim or self.router_aux_loss_coef:
+                raise ValueError(model + "--experts-per-token, --expert-ffn-dim, --shared-expert-ffn-dim and "
+                                         "--router-aux-loss describe a mixture of experts: give --experts E too")
+            return
+        if not 2 <= self.experts <= MAX_EXPERTS:
+            raise ValueError(model + f"--experts {self.experts}: a mixture has 2 to {MAX_EXPERTS} experts")
+        if not 1 <= self.experts_per_token <= self.experts:
+            raise ValueError(model + f"--experts-per-token {self.experts_per_token}: each token reaches 1 to "
+                                     f"--experts ({self.experts}) experts")
+        if self.expert_ffn_dim < 1:
+            raise ValueError(model + "--expert-ffn-dim must be at least 1")
+        if self.shared_expert_ffn_dim < 0:
+            raise ValueError(model + "--shared-expert-ffn-dim must be at least 0 (0: no shared expert)")
+        if not (math.isfinite(self.router_aux_loss_coef) and self.router_aux_loss_coef >= 0):
+            raise ValueError(model + "--router-aux-loss must be a finite number >= 0")
 
     def validate_rope_scaling(self, model: str) -> None:
         """kernels/rope_frequencies.h's check (RopeFrequencies::check), for the one scaling trainmem has."""
@@ -129,4 +185,6 @@ class ModelConfig:
                        tied_head=self.tied_head, qkv_bias=self.qkv_bias)
             if self.rope_scaling is not None:
                 out["rope_scaling"] = self.rope_scaling
+            if self.moe:
+                out["experts"] = {k: getattr(self, k) for k in EXPERTS_KEYS}
         return out

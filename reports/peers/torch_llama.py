@@ -2,7 +2,8 @@
 a PyTorch user writes it (Hugging Face's modeling_llama style: nn.Linear, RMSNorm by hand,
 rotate-half RoPE, a SwiGLU MLP, grouped-query attention by hand), with the config's variants
 (model_config.h): a tied head, q/k/v biases, a head dimension D other than C / H, Llama 3.1's rope
-scaling. A plain Llama has none of them: no biases, an untied head, D = C / H.
+scaling, a mixture of experts in every MLP (Mixtral, Qwen2-MoE: SparseMoE, below). A plain Llama
+has none of them: no biases, an untied head, D = C / H, a dense MLP.
 
   x0      = wte[tokens]                                           (no position table)
   layer l: q, k, v = split(attn.qkv(rmsnorm(x_l)))                (H q heads, Hkv k and v heads of D;
@@ -10,7 +11,10 @@ scaling. A plain Llama has none of them: no biases, an untied head, D = C / H.
            a = x_l + attn.proj(attention(rope(q), rope(k), v))    (causal, softmax(q k^T / sqrt(D));
                                                                    attn.proj maps H*D back to C)
            x_{l+1} = a + mlp.down(silu(mlp.gate(n)) * mlp.up(n)),  n = rmsnorm(a)
+           (a mixture: x_{l+1} = a + sum_j w_j expert_{e_j}(n) over the router's k experts e_j of each
+            token (+ sigmoid(n . w_sg) shared_expert(n)); each expert is such a SwiGLU, of width Fe)
   logits  = rmsnorm(x_L) @ head^T (wte^T where tied);   loss = mean cross-entropy over the B*T positions
+            (+ router_aux_loss_coef * the load-balancing loss, where the coefficient is above 0)
   rmsnorm(x) = weight * x / sqrt(mean(x^2) + eps)
   rope: element i of a head at position t is paired with element i + D/2 and turned by
         t * freq_i, freq_i = theta^(-2i/D) or its llama3 rescaling (kernels/rope_frequencies.h);
@@ -23,7 +27,8 @@ The RoPE tables are computed in double and rounded once, as kernels/rope.h compu
 computes the angles in fp32). The vocabulary is padded as torch_gpt.py says (wte and head have Vp
 rows, the padded logits are -inf). Parameters as common/model/parameter_table.h lists them ("h.3.mlp.up.weight"
 is trainmem's "h3.mlp.up.weight"), with its initialization: N(0, 0.02), the residual projections
-(attn.proj, mlp.down) N(0, 0.02 / sqrt(2L)), norm weights 1, the q/k/v biases and padding rows 0.
+(attn.proj, every SwiGLU's down: the MLP's, each expert's, the shared expert's) N(0, 0.02 / sqrt(2L)),
+norm weights 1, the q/k/v biases and padding rows 0.
 
 What PyTorch saves for backward that trainmem does not (each named through `regions.extra`, see
 saved_activations.py): the RoPE cos and sin tables [T, D] (trainmem's kernel computes them on the
@@ -90,11 +95,14 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, c: ModelConfig):
+    """SwiGLU of width F: down(silu(gate(x)) * up(x)). The dense MLP (F = ffn_dim), and in a mixture
+    each expert (F = Fe) and the shared expert (F = Fs)."""
+
+    def __init__(self, dim: int, hidden: int):
         super().__init__()
-        self.gate = nn.Linear(c.dim, c.mlp_dim, bias=False)  # [F, C]
-        self.up = nn.Linear(c.dim, c.mlp_dim, bias=False)    # [F, C]
-        self.down = nn.Linear(c.mlp_dim, c.dim, bias=False)  # [C, F]
+        self.gate = nn.Linear(dim, hidden, bias=False)  # [F, C]
+        self.up = nn.Linear(dim, hidden, bias=False)    # [F, C]
+        self.down = nn.Linear(hidden, dim, bias=False)  # [C, F]
 
     def forward(self, x: torch.Tensor, regions=NoRegions()) -> torch.Tensor:
         activated = F.silu(self.gate(x))
@@ -103,20 +111,94 @@ class MLP(nn.Module):
         return self.down(activated * self.up(x))
 
 
+class Router(nn.Module):
+    """Which k experts each token goes to, and with what weight (Mixtral's router, Qwen2-MoE's):
+      p       = softmax(n Wr^T), in fp32 (or wider)         [N, E]
+      e_1..k  = the k largest p (torch.topk)                 [N, k]
+      w_j     = p_{e_j} / sum_j p_{e_j}  (normalize_top_k), else p_{e_j}; cast to n's dtype."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.k, self.normalize = c.experts_per_token, c.normalize_top_k
+        self.weight = nn.Parameter(torch.empty(c.experts, c.dim))  # Wr [E, C]
+
+    def forward(self, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logits [N, E], the chosen experts [N, k], their weights [N, k]) of the tokens n [N, C]."""
+        logits = F.linear(n, self.weight)
+        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        chosen_probs, chosen = torch.topk(probs, self.k, dim=-1)
+        if self.normalize:
+            chosen_probs = chosen_probs / chosen_probs.sum(dim=-1, keepdim=True)
+        return logits, chosen, chosen_probs.to(n.dtype)
+
+
+class SparseMoE(nn.Module):
+    """The mixture-of-experts MLP, as Hugging Face's MixtralSparseMoeBlock runs it: a loop over the
+    experts, each on its own tokens (an index selection), its weighted outputs added back at those
+    tokens (index_add_):
+      y[t] = sum_j w_{t,j} expert_{e_{t,j}}(n[t])  (+ sigmoid(n[t] . w_sg) shared_expert(n[t]), Qwen2-MoE)
+    Every expert runs, on no rows if no token chose it: its gradient is then zeros, not None, as
+    trainmem's is (AdamW moves a weight whose gradient is 0 but whose moments are not)."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.router = Router(c)
+        self.experts = nn.ModuleList(MLP(c.dim, c.expert_ffn_dim) for _ in range(c.experts))
+        self.shared = c.shared_expert_ffn_dim > 0
+        if self.shared:
+            self.shared_expert = MLP(c.dim, c.shared_expert_ffn_dim)
+            self.shared_expert_gate = nn.Linear(c.dim, 1, bias=False)  # w_sg [1, C]
+
+    def forward(self, x: torch.Tensor, regions=NoRegions(), router_logits: list | None = None) -> torch.Tensor:
+        """y [B, T, C] of x = mlp_norm's output [B, T, C]; the router's logits are appended to
+        router_logits where it is given (the load-balancing loss reads them)."""
+        B, T, C = x.shape
+        n = x.reshape(B * T, C)                                          # [N, C]
+        logits, chosen, weights = self.router(n)
+        if router_logits is not None:
+            router_logits.append(logits)
+        y = torch.zeros_like(n)
+        # chosen_by[e, j, t]: token t's j-th choice is expert e
+        chosen_by = F.one_hot(chosen, num_classes=len(self.experts)).permute(2, 1, 0)
+        for e, expert in enumerate(self.experts):
+            choice, token = torch.where(chosen_by[e])                    # expert e's (j, t) pairs
+            out = expert(n[token], regions) * weights[token, choice, None]
+            y.index_add_(0, token, out)
+        if self.shared:
+            y = y + torch.sigmoid(self.shared_expert_gate(n)) * self.shared_expert(n, regions)
+        return y.view(B, T, C)
+
+
+def load_balancing_loss(router_logits: list[torch.Tensor], experts: int, k: int) -> torch.Tensor:
+    """The Switch Transformer's load-balancing loss over all layers' tokens at once (transformers'
+    load_balancing_loss_func), on the L N rows of the layers' router logits:
+      aux = E * sum_e f_e P_e,  f_e = (number of the k choices of all rows that are e) / (L N)
+                                P_e = mean over the rows of p[row, e]
+    f_e is a count (no gradient flows through it); P_e pulls the probabilities towards balance."""
+    logits = torch.cat(router_logits)                                          # [L N, E]
+    probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+    _, chosen = torch.topk(probs, k, dim=-1)
+    f = F.one_hot(chosen, num_classes=experts).sum(dim=1).to(probs.dtype).mean(dim=0)  # [E]
+    return experts * (f * probs.mean(dim=0)).sum()
+
+
 class Block(nn.Module):
     """One layer, in parameter_table.h's order: attn_norm, attn.qkv (weight, then bias if any),
-    attn.proj, mlp_norm, mlp.gate, mlp.up, mlp.down."""
+    attn.proj, mlp_norm, then the dense MLP's mlp.gate, mlp.up, mlp.down, or the mixture's
+    mlp.router, mlp.experts.<e>.gate/up/down for each e, and mlp.shared_expert.gate/up/down and
+    mlp.shared_expert_gate with a shared expert."""
 
     def __init__(self, c: ModelConfig):
         super().__init__()
         self.attn_norm = RMSNorm(c.dim, c.norm_eps)
         self.attn = Attention(c)
         self.mlp_norm = RMSNorm(c.dim, c.norm_eps)
-        self.mlp = MLP(c)
+        self.mlp = SparseMoE(c) if c.moe else MLP(c.dim, c.mlp_dim)
 
-    def forward(self, x, cos, sin, future, regions=NoRegions()) -> torch.Tensor:
+    def forward(self, x, cos, sin, future, regions=NoRegions(), router_logits: list | None = None) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x, regions), cos, sin, future)   # llama.cpp's residual2
-        return x + self.mlp(self.mlp_norm(x, regions), regions)
+        n = self.mlp_norm(x, regions)
+        return x + (self.mlp(n, regions, router_logits) if isinstance(self.mlp, SparseMoE) else self.mlp(n, regions))
 
 
 class Llama(Decoder):
@@ -137,7 +219,8 @@ class Llama(Decoder):
             return "ones"
         if name.endswith("qkv.bias"):
             return "zeros"
-        return "residual" if name.endswith(("attn.proj.weight", "mlp.down.weight")) else "normal"
+        # the residual projections: attn.proj, and every SwiGLU's down (the MLP's, each expert's, the shared one's)
+        return "residual" if name.endswith(("attn.proj.weight", "down.weight")) else "normal"
 
     def rope_frequencies(self, device: torch.device) -> torch.Tensor:
         """freq_i = theta^(-2i/D), i < D/2, in double; with rope_scaling, Llama 3.1's rescaling of them,
@@ -163,7 +246,8 @@ class Llama(Decoder):
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor, regions=NoRegions()) -> torch.Tensor:
-        """The mean cross-entropy loss; tokens and targets are int64 [B, T], T <= config.seq."""
+        """The mean cross-entropy loss (plus coef * the load-balancing loss, in a mixture whose
+        router_aux_loss_coef is above 0); tokens and targets are int64 [B, T], T <= config.seq."""
         T = self.sequence_length(tokens)
         regions.enter("embedding")
         x = self.wte(tokens)
@@ -173,11 +257,16 @@ class Llama(Decoder):
         regions.extra(sin, "RoPE's sin table (trainmem's kernel computes it on the fly)")
         future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # position j > i, for every layer
         regions.made(future)
+        c = self.config
+        router_logits = [] if c.moe and c.router_aux_loss_coef > 0 else None  # kept only for the aux loss
         for l, block in enumerate(self.h):
             regions.enter(f"h{l}")
-            x = block(x, cos, sin, future, regions)
+            x = block(x, cos, sin, future, regions, router_logits)
             regions.made(x)
         regions.enter("head")
         normed = self.norm(x, regions)
-        logits = F.linear(normed, self.wte.weight) if self.config.tied_head else self.head(normed)  # [B, T, Vp]
-        return self.padded_loss(logits, targets)
+        logits = F.linear(normed, self.wte.weight) if c.tied_head else self.head(normed)  # [B, T, Vp]
+        loss = self.padded_loss(logits, targets)
+        if router_logits is not None:  # loss = CE + coef * aux
+            loss = loss + c.router_aux_loss_coef * load_balancing_loss(router_logits, c.experts, c.experts_per_token)
+        return loss

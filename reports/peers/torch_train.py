@@ -55,7 +55,7 @@ from .torch_gpt import GPT
 from .torch_llama import Llama
 from .torch_memory import measure_step
 from .trainmem_init import set_trainmem_values
-from .trainmem_program import SHAPE_FLAGS, TrainmemError, find_trainmem, flag, model_shape
+from .trainmem_program import MOE_FLAGS, SHAPE_FLAGS, TrainmemError, find_trainmem, flag, model_shape
 
 FAMILIES = {"gpt": GPT, "llama": Llama}  # ModelConfig.arch -> the PyTorch model
 
@@ -127,7 +127,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--trainmem", help="the trainmem program, to learn a preset's shape (default: the build folder's); "
                                       "not needed without --model when every shape flag of the family is given "
                                       "(gpt: --layers --heads --dim --seq --vocab; llama, with --arch llama: also "
-                                      "--kv-heads --ffn-dim --rope-theta --norm-eps)")
+                                      "--kv-heads --ffn-dim --rope-theta --norm-eps; a mixture of experts always asks trainmem)")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--data", required=True, help="a .tok file (`trainmem tokens --out FILE.tok` writes one)")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
@@ -151,7 +151,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(a, name) < 1:
             p.error(f"--{name}: must be at least 1, not {getattr(a, name)}")
     for name in ["warmup"] + [n for n, kind in SHAPE_FLAGS.items() if kind is int]:
-        if getattr(a, name) is not None and getattr(a, name) < (2 if name == "vocab" else 0 if name == "warmup" else 1):
+        least = 2 if name in ("vocab", "experts") else 0 if name in ("warmup", "shared_expert_ffn_dim") else 1
+        if getattr(a, name) is not None and getattr(a, name) < least:
             p.error(f"{flag(name)}: too small ({getattr(a, name)})")
     if not (a.lr > 0 and a.weight_decay >= 0 and a.grad_clip >= 0):
         p.error("--lr must be > 0, --weight-decay and --grad-clip >= 0")
@@ -165,7 +166,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def resolve_config(a: argparse.Namespace) -> ModelConfig:
     given = {f: getattr(a, f) for f in SHAPE_FLAGS}
     arch = a.arch or "gpt"
-    if a.model is None and all(given[f] is not None for f in shape_of(arch)):  # the flags name trainmem's fields
+    # The flags name trainmem's fields (a mixture's are trainmem's to lay out: its JSON's "experts")
+    if a.model is None and all(given[f] is not None for f in shape_of(arch)) and \
+            all(given[f] is None for f in MOE_FLAGS):
         return ModelConfig.from_trainmem({"name": "custom", **{f: v for f, v in given.items() if v is not None}})
     return ModelConfig.from_trainmem(model_shape(find_trainmem(a.trainmem), a.model, given))
 

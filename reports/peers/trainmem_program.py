@@ -21,10 +21,13 @@ def boolean(text: str) -> bool:
 
 
 # trainmem's shape flags (suites/trainmem/train_flags.cpp), by argparse name: --kv-heads is kv_heads. Their
-# names are also those of trainmem's JSON model (ModelConfig.from_trainmem reads them).
+# names are also those of trainmem's JSON model (ModelConfig.from_trainmem reads them), but for the
+# mixture of experts' (MOE_FLAGS), which trainmem's JSON writes in its "experts" object.
+MOE_FLAGS = {"experts": int, "experts_per_token": int, "expert_ffn_dim": int, "shared_expert_ffn_dim": int,
+             "normalize_top_k": boolean, "router_aux_loss": float}
 SHAPE_FLAGS = {"arch": str, "layers": int, "heads": int, "kv_heads": int, "dim": int, "ffn_dim": int, "seq": int,
                "vocab": int, "rope_theta": float, "norm_eps": float, "head_dim": int, "tied_head": boolean,
-               "qkv_bias": boolean}
+               "qkv_bias": boolean, **MOE_FLAGS}
 
 
 def flag(name: str) -> str:
@@ -106,8 +109,8 @@ def run_trainmem(trainmem: pathlib.Path, args: list[str]) -> subprocess.Complete
 def model_shape(trainmem: pathlib.Path, model: str | None, overrides: dict) -> dict:
     """The model trainmem builds for `--model MODEL` (None: its default) and the given shape flags:
     {"name", "arch", "vocab", "padded_vocab", "seq", "layers", "heads", "kv_heads", "dim", "ffn_dim",
-    "parameters"} and a Llama's "rope_theta", "norm_eps", "head_dim", "tied_head", "qkv_bias" and, where
-    scaled, "rope_scaling" (`trainmem info --json`)."""
+    "parameters"} and a Llama's "rope_theta", "norm_eps", "head_dim", "tied_head", "qkv_bias", where
+    scaled "rope_scaling", and for a mixture of experts "experts" (`trainmem info --json`)."""
     args = ["info", "--device", "cpu", *(["--model", model] if model else []), *shape_args(overrides), "--json"]
     return json.loads(run_trainmem(trainmem, args).stdout)["model"]
 

@@ -46,3 +46,69 @@ def test_a_rope_scaling_trainmem_refuses_is_refused(change):
     config = ModelConfig.from_trainmem({**LLAMA, "rope_scaling": {**LLAMA3_SCALING, **change}})
     with pytest.raises(ValueError, match="rope"):
         config.validate()
+
+
+# A mixture of experts as trainmem's JSON writes it (llama-small-moe's "experts" object): 8 experts
+# of width 96, top 2, a shared expert of 128.
+MOE = {**LLAMA, "experts": {"experts": 8, "experts_per_token": 2, "expert_ffn_dim": 96, "shared_expert_ffn_dim": 128,
+                            "normalize_top_k": True, "router_aux_loss_coef": 0.02}}
+
+
+def test_a_mixture_of_experts_is_read_and_written_back():
+    config = ModelConfig.from_trainmem(MOE)
+    config.validate()
+    assert config.moe and not ModelConfig.from_trainmem(LLAMA).moe
+    assert (config.experts, config.experts_per_token, config.expert_ffn_dim, config.shared_expert_ffn_dim,
+            config.normalize_top_k, config.router_aux_loss_coef) == (8, 2, 96, 128, True, 0.02)
+    assert {k: config.to_json()[k] for k in MOE} == MOE
+    assert "experts" not in ModelConfig.from_trainmem(LLAMA).to_json()  # a dense model writes none, as trainmem
+    # what is left out is the default: no shared expert, renormalized, no load-balancing loss
+    config = ModelConfig.from_trainmem({**LLAMA, "experts": {"experts": 4, "experts_per_token": 1, "expert_ffn_dim": 8}})
+    config.validate()
+    assert (config.shared_expert_ffn_dim, config.normalize_top_k, config.router_aux_loss_coef) == (0, True, 0.0)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"experts": 1}, "--experts 1: a mixture has 2 to 4096 experts"),
+    ({"experts": 4097}, "--experts 4097: a mixture has 2 to 4096 experts"),
+    ({"experts_per_token": 0}, "--experts-per-token 0: each token reaches 1 to --experts \\(8\\) experts"),
+    ({"experts_per_token": 9}, "--experts-per-token 9: each token reaches 1 to --experts \\(8\\) experts"),
+    ({"expert_ffn_dim": 0}, "--expert-ffn-dim must be at least 1"),
+    ({"router_aux_loss_coef": -0.5}, "--router-aux-loss must be a finite number >= 0"),
+    ({"router_aux_loss_coef": float("inf")}, "--router-aux-loss must be a finite number >= 0"),
+    ({"router_aux_loss_coef": float("nan")}, "--router-aux-loss must be a finite number >= 0")])
+def test_a_mixture_trainmem_refuses_is_refused_by_its_field(change, message):
+    """ModelConfig::validate_experts's rules and words (the flag that sets the field)."""
+    config = ModelConfig.from_trainmem({**MOE, "experts": {**MOE["experts"], **change}})
+    with pytest.raises(ValueError, match=message):
+        config.validate()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"experts": "8"}, "experts.experts is a whole number, not '8'"),
+    ({"expert_ffn_dim": 9.5}, "experts.expert_ffn_dim is a whole number, not 9.5"),
+    ({"experts_per_token": True}, "experts.experts_per_token is a whole number, not True"),
+    ({"normalize_top_k": 1}, "experts.normalize_top_k is true or false, not 1"),
+    ({"router_aux_loss_coef": "0.01"}, "experts.router_aux_loss_coef is a number, not '0.01'"),
+    ({"capacity_factor": 1.25}, "experts.capacity_factor is not a field of a mixture")])
+def test_an_experts_object_of_other_fields_or_types_is_refused_by_name(change, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig.from_trainmem({**MOE, "experts": {**MOE["experts"], **change}})
+    with pytest.raises(ValueError, match='"experts" is an object'):
+        ModelConfig.from_trainmem({**MOE, "experts": 8})
+
+
+def test_a_mixture_is_a_llamas_and_needs_its_experts():
+    gpt = {"name": "custom", "arch": "gpt", "vocab": 256, "seq": 64, "layers": 2, "heads": 4, "dim": 64}
+    with pytest.raises(ValueError, match="a mixture of experts is the Llama family's \\(add --arch llama\\)"):
+        ModelConfig.from_trainmem({**gpt, "experts": MOE["experts"]}).validate()
+    with pytest.raises(ValueError, match="describe a mixture of experts: give --experts E too"):
+        ModelConfig.from_trainmem({**MOE, "experts": {**MOE["experts"], "experts": 0}}).validate()
+
+
+def test_the_mixtures_flags_reach_trainmem():
+    """trainmem_program.shape_args writes a mixture's flags as trainmem reads them (--router-aux-loss
+    is the JSON's router_aux_loss_coef)."""
+    from reports.peers.trainmem_program import shape_args
+    assert shape_args({"experts": 4, "shared_expert_ffn_dim": 0, "normalize_top_k": False, "router_aux_loss": 0.02}) \
+        == ["--experts", "4", "--shared-expert-ffn-dim", "0", "--normalize-top-k", "false", "--router-aux-loss", "0.02"]

@@ -1,5 +1,5 @@
 """On the same weights and tokens, trainmem's losses and gradient norms and PyTorch's agree, step by
-step, for both families and the Llama's variants: PyTorch starts from trainmem's own initial values
+step, for both families, the Llama's variants and its mixtures of experts: PyTorch starts from trainmem's own initial values
 (trainmem_init.py), reads the same batches and runs the same AdamW with the same clipping
 (torch_train.py's Trainer). The first step's loss and gradient norm are those of the initial
 weights; the later ones, of the updates.
@@ -9,8 +9,9 @@ orders (BLAS blocking, RMSNorm's statistics, the log-sum-exp), each order exact 
 fp32's 2^-24 per operation; 64 units of ln(V) ~ 5.5 is 2.1e-5, and the differences seen are 1e-6.
 The gradient norms (about 2, below ln(V)) are held to the same tolerance.
 A model that is not trainmem's -- a head tied where trainmem's is not, K/V heads taken in another
-order, RoPE's other pairing, a GELU for the SiLU, no q/k/v biases, RoPE without its llama3 scaling
--- starts from the same numbers and ends 1e-4 or more apart within these steps.
+order, RoPE's other pairing, a GELU for the SiLU, no q/k/v biases, RoPE without its llama3 scaling;
+in a mixture of experts the top-k weights renormalized where trainmem's are not, no shared expert,
+no load-balancing loss -- starts from the same numbers and ends 1e-4 or more apart within these steps.
 Needs torch, a trainmem build, and a trainmem linked with libstdc++ (its normal_distribution is the
 one reproduced); skipped, saying which is missing, otherwise.
 """
@@ -78,7 +79,11 @@ def assert_agree(tm: list[tuple], pt: list[tuple]) -> None:
 @pytest.mark.parametrize("model, overrides", [("tiny", {}), ("llama-tiny", {}), ("llama-tiny", {"kv_heads": 1}),
                                               ("llama-tiny", {"kv_heads": 4}), ("llama-small", {}),
                                               ("llama-tiny", {"rope_theta": 500000.0, "norm_eps": 1e-6}),
-                                              ("llama-tiny", {"tied_head": True, "qkv_bias": True, "head_dim": 32})])
+                                              ("llama-tiny", {"tied_head": True, "qkv_bias": True, "head_dim": 32}),
+                                              # mixtures of experts: top 2 of 8, renormalized or not; a
+                                              # shared expert and the load-balancing loss (about 0.04 of it)
+                                              ("llama-tiny-moe", {}), ("llama-tiny-moe", {"normalize_top_k": False}),
+                                              ("llama-small-moe", {"router_aux_loss": 0.02})])
 def test_the_losses_agree_on_trainmems_weights(gcc_trainmem, tokens, tmp_path, model, overrides):
     assert_agree(*steps_of_both(gcc_trainmem, tokens, tmp_path, ["--model", model, *shape_args(overrides)]))
 

@@ -42,7 +42,11 @@ def config_of(trainmem, model: str, **overrides) -> ModelConfig:
                                               # the published variants, with a vocabulary that token files can hold
                                               ("qwen2.5-0.5b", {"layers": 2, "vocab": 32000}),
                                               ("mistral-nemo-12b", {"layers": 1, "vocab": 32000}),
-                                              ("llama3.2-1b", {"layers": 1, "vocab": 32000})])
+                                              ("llama3.2-1b", {"layers": 1, "vocab": 32000}),
+                                              # mixtures of experts: ours, Mixtral's, Qwen1.5-MoE's (shared expert)
+                                              ("llama-tiny-moe", {}), ("llama-small-moe", {}),
+                                              ("mixtral-8x7b", {"layers": 1}),
+                                              ("qwen1.5-moe-a2.7b", {"layers": 1, "vocab": 32000})])
 def test_parameter_count_is_trainmems(trainmem, model, overrides):
     shape = model_shape(trainmem, model, overrides)
     config = ModelConfig.from_trainmem(shape)
@@ -52,7 +56,8 @@ def test_parameter_count_is_trainmems(trainmem, model, overrides):
         assert sum(p.numel() for p in FAMILIES[config.arch](config).parameters()) == shape["parameters"]
 
 
-@pytest.mark.parametrize("model, overrides", [("tiny", {}), ("llama-tiny", {}), ("llama-tiny", VARIANTS)])
+@pytest.mark.parametrize("model, overrides", [("tiny", {}), ("llama-tiny", {}), ("llama-tiny", VARIANTS),
+                                              ("llama-tiny-moe", {}), ("llama-small-moe", {})])
 def test_parameters_are_trainmems_by_name_and_bytes(trainmem, tokens, tmp_path, model, overrides):
     """The model's parameters, in order, are the ones trainmem allocates (its trace names each):
     the same names (parameter_table.h's), the same bytes."""

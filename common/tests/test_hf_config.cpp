@@ -150,7 +150,8 @@ TEST(HfConfig, MixturesOfExpertsCountAsTransformers) {
 TEST(HfConfig, ThePresetsAreTheirConfigs) {
   for (const auto& [preset, config] : {std::pair{"llama3.2-1b", "Llama-3.2-1B"}, {"qwen2.5-0.5b", "Qwen2.5-0.5B"},
                                        {"qwen2.5-7b", "Qwen2.5-7B"}, {"mistral-nemo-12b", "Mistral-Nemo-Base-2407"},
-                                       {"mixtral-8x7b", "Mixtral-8x7B"}, {"qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B"}}) {
+                                       {"mixtral-8x7b", "Mixtral-8x7B"}, {"qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B"},
+                                       {"llama3.1-8b", "Llama-3.1-8B"}}) {
     SCOPED_TRACE(preset);
     nlohmann::json from_preset = model_preset(preset).to_json(), from_file = read_hf_config(config_dir(config)).to_json();
     for (nlohmann::json* j : {&from_preset, &from_file}) {

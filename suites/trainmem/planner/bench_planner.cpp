@@ -134,6 +134,11 @@ void register_benchmarks(int ranks) {
   static const PlanCase plans[] = {
       {"gpt2-1.5b/h100-80gb/N8", {"--model", "gpt2-1.5b"}, "h100-80gb", 8, 64},
       {"llama3-70b/h100-80gb/N64", {"--model", "llama3-70b", "--seq", "4096"}, "h100-80gb", 64, 64},
+      // A user's own config.json (issue 44: an answer in under 10 s at 8B and at 8x7B).
+      {"hf-config-llama3.1-8b/h100-80gb/N8", {"--hf-config", TRAINMEM_HF_CONFIGS_DIR "/Llama-3.1-8B", "--seq", "4096"},
+       "h100-80gb", 8, 64},
+      {"hf-config-mixtral-8x7b/h100-80gb/N64", {"--hf-config", TRAINMEM_HF_CONFIGS_DIR "/Mixtral-8x7B", "--seq", "4096"},
+       "h100-80gb", 64, 64},
   };
   for (const PlanCase& c : plans)
     benchmark::RegisterBenchmark((std::string("BM_Plan/") + c.name).c_str(), BM_Plan, c)

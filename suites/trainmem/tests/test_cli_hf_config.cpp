@@ -212,5 +212,26 @@ INSTANTIATE_TEST_SUITE_P(Configs, CliHfConfigRun,
                                          NamedConfig{"Qwen2Moe", &small_qwen2_moe_config}),
                          [](const testing::TestParamInfo<NamedConfig>& info) { return std::string(info.param.name); });
 
+// plan for a user's own config.json, at 8B and at 8x7B (a mixture of experts): it answers (a
+// meta computation: BM_Plan in bench_planner times it), and its best candidate's figures are the
+// estimate of that candidate's command, to the byte.
+TEST(CliHfConfig, PlanAnswersForAConfigAndItsBestIsTheEstimate) {
+  for (const auto& [config, ranks] : {std::pair{"Llama-3.1-8B", "8"}, {"Mixtral-8x7B", "64"}}) {
+    SCOPED_TRACE(config);
+    const std::string model =
+        "--gpu h100-80gb --hf-config " + std::string(TRAINMEM_COMMON_TEST_DATA_DIR) + "/hf_configs/" + config + " --seq 4096";
+    const CliRun r = trainmem("plan " + model + " --global-batch 64 --world-size " + ranks + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json plan = nlohmann::json::parse(r.out);
+    ASSERT_FALSE(plan["candidates"].empty()) << r.out;
+    const nlohmann::json& best = plan["candidates"][0];
+    const CliRun e = trainmem("estimate " + model + " --world-size " + ranks + " " + best["flags"].get<std::string>() + " --json");
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    const nlohmann::json estimate = nlohmann::json::parse(e.out);
+    EXPECT_EQ(estimate["peak_reserved_bytes"], best["peak_reserved_bytes"]) << best["flags"];
+    EXPECT_EQ(estimate["peak_allocated_bytes"], best["peak_allocated_bytes"]) << best["flags"];
+  }
+}
+
 }  // namespace
 }  // namespace trainmem

@@ -29,6 +29,7 @@
 //   loss += coef * aux,   d aux / d p[row, e] = E c_e / (L N)^2   (f_e is a count: no gradient)
 #include <algorithm>
 #include <optional>
+#include <string>
 
 #include "common/device/device_ops.h"
 #include "common/model/llama.h"
@@ -201,20 +202,20 @@ Tensor Llama::moe_backward(std::size_t l, LlamaLayerActivations& a) {
       // gate and through up, which add.
       Tensor grouped = make(rows_of(z.rows, z.C), A::workspace, h + "moe.in");
       kernels::moe_dispatch<T>(s, grouped.data_as<T>(), a.mlp_norm.data_as<T>(), i32(a.expert_rows), z.N, z.k, z.C);
-      Tensor dgrouped = make(rows_of(z.rows, z.C), A::workspace, h + "moe.in.grad");
-      for_each_expert(X::gate_weight, [&](Tensor& grad, const Tensor& weight, std::size_t first, std::size_t count) {
-        kernels::matmul_backward<T>(s, dgrouped.data_as<T>() + first * z.C, grad.data_as<T>(), nullptr,
-                                    dgate.data_as<T>() + first * z.Fe, grouped.data_as<T>() + first * z.C,
-                                    weight.data_as<T>(), count, z.C, z.Fe);
-      });
-      dgate.reset();
-      Tensor dgrouped_up = make(rows_of(z.rows, z.C), A::workspace, h + "moe.in.grad.up");
-      for_each_expert(X::up_weight, [&](Tensor& grad, const Tensor& weight, std::size_t first, std::size_t count) {
-        kernels::matmul_backward<T>(s, dgrouped_up.data_as<T>() + first * z.C, grad.data_as<T>(), nullptr,
-                                    dup.data_as<T>() + first * z.Fe, grouped.data_as<T>() + first * z.C,
-                                    weight.data_as<T>(), count, z.C, z.Fe);
-      });
-      dup.reset();
+      // One projection's backward, expert by expert: its weight gradient, and the input gradient
+      // it sends back (released: dout, the gradient at its output).
+      auto projection_backward = [&](X which, Tensor& dout, const std::string& name) {
+        Tensor dinput = make(rows_of(z.rows, z.C), A::workspace, h + name);
+        for_each_expert(which, [&](Tensor& grad, const Tensor& weight, std::size_t first, std::size_t count) {
+          kernels::matmul_backward<T>(s, dinput.data_as<T>() + first * z.C, grad.data_as<T>(), nullptr,
+                                      dout.data_as<T>() + first * z.Fe, grouped.data_as<T>() + first * z.C,
+                                      weight.data_as<T>(), count, z.C, z.Fe);
+        });
+        dout.reset();
+        return dinput;
+      };
+      Tensor dgrouped = projection_backward(X::gate_weight, dgate, "moe.in.grad");
+      Tensor dgrouped_up = projection_backward(X::up_weight, dup, "moe.in.grad.up");
       grouped.reset();
       kernels::residual_forward<T>(s, dgrouped.data_as<T>(), dgrouped.data_as<T>(), dgrouped_up.data_as<T>(), z.rows * z.C);
       dgrouped_up.reset();

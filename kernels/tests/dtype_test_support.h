@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <iomanip>
 #include <random>
@@ -171,27 +172,38 @@ template <typename T>
                                        << "); first ones:" << first.str();
 }
 
-template <typename T>
-::testing::AssertionResult close_to(const std::string& what, const std::vector<T>& got, const std::vector<double>& ref,
-                                    Tolerance tol) {
-  if (got.size() != ref.size())
-    return ::testing::AssertionFailure() << what << ": " << got.size() << " values vs " << ref.size();
+// Every |got[i] - want[i]| <= allowed(i) (false for NaN); the failure names the first few and the
+// worst ratio to the bound.
+template <typename V>
+::testing::AssertionResult within_bounds(const std::string& what, const std::vector<V>& got,
+                                         const std::vector<double>& want,
+                                         const std::function<double(std::size_t)>& allowed) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": " << got.size() << " values vs " << want.size();
   std::size_t wrong = 0;
   double worst = 0;
   std::ostringstream first;
   first << std::setprecision(9);
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const double g = load(got[i]);
-    const double diff = std::fabs(g - ref[i]);
-    if (diff <= tol.atol + tol.rtol * std::fabs(ref[i])) continue;  // false for NaN
-    worst = std::max(worst, diff);
-    if (wrong < 5) first << "\n    [" << i << "] got " << g << "  ref " << ref[i] << "  |diff| " << diff;
+    const double g = static_cast<double>(load(got[i])), diff = std::fabs(g - want[i]), a = allowed(i);
+    if (diff <= a) continue;
+    worst = std::max(worst, a > 0 ? diff / a : INFINITY);
+    if (wrong < 5) first << "\n    [" << i << "] got " << g << "  want " << want[i] << "  |diff| " << diff << "  allowed " << a;
     ++wrong;
   }
   if (wrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << " (" << dtype_name<T>() << "): " << wrong << " of " << got.size()
-                                       << " values beyond atol " << tol.atol << " + rtol " << tol.rtol
-                                       << " * |ref| (largest |diff| " << worst << "); first ones:" << first.str();
+  return ::testing::AssertionFailure() << what << ": " << wrong << " of " << got.size()
+                                       << " values beyond their bound (worst " << worst << " x the bound); first ones:"
+                                       << first.str();
+}
+
+// |got - ref| <= atol + rtol |ref|, element by element.
+template <typename T>
+::testing::AssertionResult close_to(const std::string& what, const std::vector<T>& got, const std::vector<double>& ref,
+                                    Tolerance tol) {
+  std::ostringstream named;
+  named << what << " (" << dtype_name<T>() << ", atol " << tol.atol << " + rtol " << tol.rtol << " * |ref|)";
+  return within_bounds(named.str(), got, ref, [&](std::size_t i) { return tol.atol + tol.rtol * std::fabs(ref[i]); });
 }
 
 // The largest finite value of each storage type (bf16: 3.39e38, fp16: 65504).

@@ -43,11 +43,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <iomanip>
+#include <initializer_list>
 #include <numeric>
 #include <random>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -477,31 +475,72 @@ inline SharedGateBackwardRef shared_gate_backward_reference(const std::vector<do
   return r;
 }
 
+// ---------------------------------------------------------------------------------------- the cases
+
+// The router's cases, the same in both tests: every shape of kMoeShapes, renormalized and not,
+// each with a second choice (`second`: the forward's tied logits instead of gapped ones, the
+// backward's load-balancing gradient); each case's seeds start at its own `seed`.
+struct RouterCase {
+  MoeShape shape;
+  bool renormalize, second;
+  std::uint64_t seed;
+};
+inline std::vector<RouterCase> router_cases(std::uint64_t seed) {
+  std::vector<RouterCase> cases;
+  for (const MoeShape& s : kMoeShapes)
+    for (const bool renormalize : {true, false})
+      for (const bool second : {false, true}) cases.push_back({s, renormalize, second, seed += 10});
+  return cases;
+}
+// e.g. "N=37 E=8 k=1 C=19 renormalized tied logits" (second_name: what `second` means here).
+inline std::string case_name(const RouterCase& r, const std::string& second_name) {
+  return shape_name(r.shape) + (r.renormalize ? " renormalized" : "") + (r.second ? " " + second_name : "");
+}
+template <typename T>
+std::vector<T> router_logits(const RouterCase& r) {
+  return r.second ? tied_logits<T>(r.shape.N, r.shape.E, r.seed) : gapped_logits<T>(r.shape.N, r.shape.E, r.seed);
+}
+
+// A router backward's inputs (the CPU forward of gapped logits, dweights in [-1, 1], the
+// load-balancing gradient in [-0.5, 0.5] or none) and its double reference.
+template <typename T>
+struct RouterBackwardCase {
+  RouterOutputs<T> fwd;
+  std::vector<compute_t<T>> dweights, aux;
+  MoeRef ref;
+};
+template <typename T>
+RouterBackwardCase<T> router_backward_case(const RouterCase& r) {
+  using dtype_test::random_values;
+  using dtype_test::to_double;
+  using A = compute_t<T>;
+  const MoeShape& s = r.shape;
+  RouterBackwardCase<T> c{cpu_router_forward(gapped_logits<T>(s.N, s.E, r.seed), s, r.renormalize),
+                          random_values<A>(s.N * s.k, r.seed + 1, -1.0, 1.0),
+                          r.second ? random_values<A>(s.E, r.seed + 2, -0.5, 0.5) : std::vector<A>(),
+                          {}};
+  c.ref = router_backward_reference(to_double(c.fwd.probs), c.fwd.experts, to_double(c.dweights), to_double(c.aux),
+                                    s.N, s.E, s.k, r.renormalize);
+  return c;
+}
+
+// The dispatch, combine and shared-gate kernels' cases: one per shape of kMoeShapes and choice
+// of `shared` (without, with a shared expert), seeds 20 apart from `seed`.
+template <typename T>
+std::vector<MoeCase<T>> moe_cases(std::initializer_list<bool> shared, std::uint64_t seed) {
+  std::vector<MoeCase<T>> cases;
+  for (const MoeShape& s : kMoeShapes)
+    for (const bool with_shared : shared) cases.push_back(moe_case<T>(s, with_shared, seed += 20));
+  return cases;
+}
+template <typename T>
+std::string case_name(const MoeCase<T>& c) {
+  return shape_name(c.shape) + (c.shared ? " shared" : "");
+}
+
 // ---------------------------------------------------------------------------------------- comparison
 
-// Every |got[i] - want[i]| <= allowed(i) (false for NaN); the failure names the first few and the
-// worst ratio.
-template <typename V>
-::testing::AssertionResult moe_close(const std::string& what, const std::vector<V>& got, const std::vector<double>& want,
-                                     const std::function<double(std::size_t)>& allowed) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << what << ": " << got.size() << " values vs " << want.size();
-  std::size_t wrong = 0;
-  double worst = 0;
-  std::ostringstream first;
-  first << std::setprecision(9);
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double g = static_cast<double>(load(got[i])), diff = std::fabs(g - want[i]), a = allowed(i);
-    if (diff <= a) continue;
-    worst = std::max(worst, a > 0 ? diff / a : INFINITY);
-    if (wrong < 5) first << "\n    [" << i << "] got " << g << "  want " << want[i] << "  |diff| " << diff << "  allowed " << a;
-    ++wrong;
-  }
-  if (wrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << wrong << " of " << got.size()
-                                       << " values beyond their bound (worst " << worst << " x the bound); first ones:"
-                                       << first.str();
-}
+using dtype_test::within_bounds;  // the per-element comparison the tests make
 
 // The rounding of a computed value to T: u(T) relative, and up to 2^-25 absolute for fp16's
 // subnormals (values below 2^-14 are multiples of 2^-24). float and double: nothing more.

@@ -13,25 +13,22 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
 #include "kernels/tests/attention_test_support.h"
+#include "kernels/tests/dtype_test_support.h"
 
 namespace trainmem::kernels {
 namespace {
 
 using Vec = std::vector<double>;
 
-Vec random_vec(std::size_t n, std::uint32_t seed, double scale = 1.0) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-scale, scale);
-  Vec v(n);
-  for (double& x : v) x = u(rng);
-  return v;
+// Uniform in [-scale, scale], never zero.
+Vec random_vec(std::size_t n, std::uint64_t seed, double scale = 1.0) {
+  return dtype_test::random_values<double>(n, seed, -scale, scale);
 }
 
 std::vector<float> to_float(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }

@@ -18,6 +18,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
+#include "kernels/tests/dtype_test_support.h"
 #include "kernels/tests/gradient_check.h"
 
 namespace trainmem::kernels {
@@ -25,12 +26,9 @@ namespace {
 
 using Vec = std::vector<double>;
 
+// Uniform in [-scale, scale], never zero.
 Vec random_vec(std::size_t n, std::uint64_t seed, double scale = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-scale, scale);
-  Vec v(n);
-  for (double& x : v) x = u(rng);
-  return v;
+  return dtype_test::random_values<double>(n, seed, -scale, scale);
 }
 
 double dot(const Vec& a, const Vec& b) {

@@ -40,7 +40,8 @@ VOLATILE = [
 EXIT = re.compile(r"^\[exit (\d+)\]$")
 # The repository's files an example reads, by the name it uses: copied into its folder.
 SAMPLE_FILES = {"small-cnn-training.pickle": REPO / "common/tests/data/snapshots/small-cnn-training.pickle",
-                "common/tests/data/hf_configs/Qwen2.5-7B": REPO / "common/tests/data/hf_configs/Qwen2.5-7B"}
+                "common/tests/data/hf_configs/Qwen2.5-7B": REPO / "common/tests/data/hf_configs/Qwen2.5-7B",
+                "common/tests/data/hf_configs/Mixtral-8x7B": REPO / "common/tests/data/hf_configs/Mixtral-8x7B"}
 
 
 class Example:

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tests/command_runner.h"
+#include "common/tests/sanitizers.h"
 #include "suites/trainmem/tests/trainmem_program.h"
 
 namespace trainmem {
@@ -216,6 +217,7 @@ INSTANTIATE_TEST_SUITE_P(Configs, CliHfConfigRun,
 // meta computation: BM_Plan in bench_planner times it), and its best candidate's figures are the
 // estimate of that candidate's command, to the byte.
 TEST(CliHfConfig, PlanAnswersForAConfigAndItsBestIsTheEstimate) {
+  TRAINMEM_SKIP_UNDER_SANITIZERS("the Plan tests, which run the planner's code, and CliHfConfigRun's estimates of these configs");
   for (const auto& [config, ranks] : {std::pair{"Llama-3.1-8B", "8"}, {"Mixtral-8x7B", "64"}}) {
     SCOPED_TRACE(config);
     const std::string model =
